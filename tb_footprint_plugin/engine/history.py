@@ -137,9 +137,12 @@ class StateFolder(PosixStore):
     folder of ours, a symlink, FIFO, folder or another user's file planted in its place set aside
     (the link itself, never its target; kept for inspection) and a fresh file started; a torn
     last line (a crash) never glued to the next one; a line a full disk cut short cut back
-    (``trust.undo_partial_append``, under the ``flock`` every appender of this tool holds); fsync."""
+    (``trust.undo_partial_append``, under the ``flock`` every appender of this tool holds); fsync.
+    ``limit``: a log that is not empty is not taken past it (``StoreFailure(TOO_LARGE)``, as a
+    bucket's append refuses), its size read under that ``flock``: appenders that each found room
+    in a stat never push a log past its limit together (review R2-6)."""
 
-    def append(self, key: str, data: bytes) -> str:
+    def append(self, key: str, data: bytes, *, limit: Optional[int] = None) -> str:
         try:
             path = contained(self.root, check_key(key))
         except UnsafePath as e:
@@ -147,12 +150,21 @@ class StateFolder(PosixStore):
         line = data.decode("utf-8")
         try:
             with undo_partial_append(path, line):  # a full disk's torn line never glues onto the next entry
-                append_line(path, line)
+                append_line(path, line, limit=limit)
+        except StoreFailure as e:
+            if e.code != StoreError.TOO_LARGE:
+                raise
+            raise StoreFailure(StoreError.TOO_LARGE, key, f"an append past {limit} bytes: the log is full") from None
         except NotRegularFile:
             # what ``append_line`` could not set aside itself (a folder): renamed aside, kept
             os.replace(path, f"{path}.refused-{int(time.time())}")
             append_line(path, line)
-        return version_of(os.lstat(path))
+        try:
+            return version_of(os.lstat(path))
+        except FileNotFoundError:
+            # another appender sealed the log right after this line landed in it: the line is
+            # written (not to be appended again); the version went with the name
+            return ""
 
 
 class ChangeLog:
@@ -233,17 +245,27 @@ class ChangeLog:
                                    or (getattr(st, "links", 2) > 1
                                        and self._stat_or_none(self.sealed_key(key, st)) is not None)):
                 self.seal(key, st)
+        # a disk's log is sized under the append's flock (StateFolder.append): the stat above
+        # alone let concurrent appenders each add a line past the limit (review R2-6)
+        on_disk = isinstance(self.store, StateFolder) and self.workers is not None
         for attempt in range(_SEAL_TRIES):
             try:
-                self.store.append(key, data)
+                if on_disk:
+                    self.store.append(key, data, limit=self.limit)
+                else:
+                    self.store.append(key, data)
                 return
             except StoreFailure as e:
                 # a bucket refuses an append past what one read takes whole (its size is known to
-                # the append alone, no request more): the log is full, or planted oversize. Tried
-                # again when another appender grew it between the refusal and the seal's stat
+                # the append alone, no request more), a disk past ``limit``: the log is full, or
+                # planted oversize. Tried again when another appender grew it between the refusal
+                # and the seal's stat
                 if e.code != StoreError.TOO_LARGE or self.workers is None or attempt == _SEAL_TRIES - 1:
                     raise
-                self.seal(key, self.store.stat(key))
+                st = self._stat_or_none(key) if on_disk else self.store.stat(key)
+                if on_disk and (st is None or st.size + len(data) + 1 <= self.limit):
+                    continue  # another appender sealed it meanwhile: room in the fresh log
+                self.seal(key, st)
 
     # --- one line per operation ---------------------------------------------------------------
     def logged(self, *, kind: Optional[str] = None, outcome: Optional[str] = None) -> FrozenSet[str]:

@@ -16,13 +16,14 @@ import stat
 import tempfile
 from typing import BinaryIO, Optional, Tuple
 
+from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.storage.sparse import SparseWriter
 
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.private import (NotPrivate, check_private_dir, ensure_private_dir, open_private,
                                                  set_aside, set_aside_stranger, tool_named)
 from tb_footprint_plugin.storage.regular import open_regular
-from tb_footprint_plugin.storage.store import on_a_new_line
+from tb_footprint_plugin.storage.store import StoreFailure, on_a_new_line
 
 CHUNK = 1 << 20  # one read size for every stream of the tool
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -336,7 +337,8 @@ def create_json(path: str, obj) -> bool:
 
 
 def append_line(path: str, line: str, *, create: bool = True,
-                expect: Optional[Tuple[int, int]] = None, sync: bool = True) -> Tuple[int, int]:
+                expect: Optional[Tuple[int, int]] = None, sync: bool = True,
+                limit: Optional[int] = None) -> Tuple[int, int]:
     """Append one text line (ending in a newline) and fsync it before returning (``sync=False``:
     left to the next fsync of the file, for a record no destructive step waits on); returns the
     file's ``(st_dev, st_ino)``. Only to a regular file of ours in a folder of ours
@@ -347,7 +349,12 @@ def append_line(path: str, line: str, *, create: bool = True,
     ``create=False``: the file must exist (``FileNotFoundError`` otherwise), never made anew.
     ``expect``: the ``(st_dev, st_ino)`` the file had when it was made; a file of another
     identity at ``path`` is not written (``private.NotPrivate``): a journal is one file from
-    its first record to its last, never started again half way."""
+    its first record to its last, never started again half way.
+
+    ``limit``: a file that is not empty is not taken past ``limit`` bytes: the line is not
+    written and ``StoreFailure(TOO_LARGE)`` naming ``path`` is raised (the caller rolls the file
+    over and appends again). The size is the open file's, read under the caller's ``flock``, so
+    concurrent appenders never push it past (review R2-6)."""
     fsops.op()  # the open
     if expect is not None:
         create = False
@@ -361,6 +368,9 @@ def append_line(path: str, line: str, *, create: bool = True,
         # line its reader skips and names, instead of swallowing this whole line into it: the
         # rule of every store's append (review R8: one text of it)
         data = on_a_new_line(os.pread(fd, 1, st.st_size - 1) if st.st_size else b"", line.encode("utf-8"))
+        # +1 as a bucket's append counts it (store_object): the limits of both stores read alike
+        if limit is not None and st.st_size and st.st_size + len(data) + 1 > limit:
+            raise StoreFailure(StoreError.TOO_LARGE, path, f"an append past {limit} bytes")
         # written through the fd itself: a Python file object around it cost five system calls
         # more an append (review R4)
         view = memoryview(data)
