@@ -32,7 +32,8 @@ from typing import Dict, Iterable, Iterator, List, Optional, Union
 
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.storage.regular import open_regular
-from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS, content_checksums, is_bucket_url
+from tb_footprint_plugin.storage.remote import (ObjectInfo, RemoteError, RemoteFS, content_checksums, is_bucket_url,
+                                                protocol_of)
 from tb_footprint_plugin.storage.store import (READ_ALL_LIMIT, STREAM_PART, TMP_PREFIX, Capabilities, Copied,
                                                DeleteResult, Entry, RangeReader, ReplaceResult, Source, Store,
                                                StoreFailure, check_key, on_a_new_line, unwrapped)
@@ -163,10 +164,11 @@ class ObjectStore(Store):
         url = url.rstrip("/")
         if url == rfs.url:
             return cls(url, rfs=rfs)
+        # told from the URL alone: another store's client is never made (nor its credentials asked for)
+        if protocol_of(url) != rfs.protocol:
+            raise StoreFailure(StoreError.NOT_SUPPORTED, url, f"not on the store of {rfs.url}")
         with _coded(url):
             view = RemoteFS(url, stats=rfs.stats)
-        if view.protocol != rfs.protocol:
-            raise StoreFailure(StoreError.NOT_SUPPORTED, url, f"not on the store of {rfs.url}")
         return cls(url, rfs=view, ops_of=rfs)
 
     @classmethod

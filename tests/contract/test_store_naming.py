@@ -70,3 +70,21 @@ def test_of_takes_a_store_as_it_is_and_refuses_its_client(buckets):  # noqa: F81
     assert rfs.stats.to_dict() == before  # refused before any request
     with pytest.raises(TypeError):
         ObjectStore.of(url)
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs", "az"])
+def test_a_store_of_another_kind_is_refused_before_any_client_is_made(buckets, scheme, monkeypatch):  # noqa: F811
+    """``at`` tells another store from the URL alone: no client is built for it, so nothing of that
+    store is asked (an Azure client without credentials in the environment asked the credential chain
+    first and said ``no_credentials``, which made the case above depend on what other tests had set)."""
+    from tb_footprint_plugin.storage import store_object
+
+    store = ObjectStore(buckets(scheme).url("nam-other/logs"))
+    made = []
+    real = store_object.RemoteFS
+    monkeypatch.setattr(store_object, "RemoteFS", lambda *a, **kw: made.append(a) or real(*a, **kw))
+    for foreign in {"s3", "gs", "az"} - {scheme}:
+        with pytest.raises(StoreFailure) as e:
+            store.at(f"{foreign}://elsewhere/vault")
+        assert e.value.code == StoreError.NOT_SUPPORTED, (foreign, e.value)
+    assert made == []
