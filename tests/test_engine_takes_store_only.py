@@ -28,3 +28,17 @@ def test_a_client_handed_to_the_engine_is_refused_before_any_request(s3_bucket, 
     assert rfs.stats.to_dict() == before
     store = ObjectStore(url)  # the store itself is taken
     call(store)
+
+
+
+def test_a_blob_vault_takes_the_logdirs_store_not_its_client(s3_bucket, tmp_path):
+    """``BlobVault`` (a bucket logdir's backups as blobs in a local folder) names its owner from the
+    logdir's store: its client is refused as everywhere else in the engine (C2's report: it read only
+    the client's protocol and root, so a ``RemoteFS`` went through unchecked); the owner is the same."""
+    from tb_footprint_plugin.engine.bucket_state import BlobVault
+
+    url = s3_bucket.url("logs")
+    with pytest.raises(TypeError, match="ObjectStore"):
+        BlobVault(str(tmp_path / "blobs"), RemoteFS(url))
+    store = ObjectStore(url)
+    assert BlobVault(str(tmp_path / "blobs"), store).owner.startswith("bucket:")

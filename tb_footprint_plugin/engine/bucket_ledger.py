@@ -20,8 +20,7 @@ _run_hash = run_hash  # the name tests of the object keys use
 
 
 def _store(ostore: ObjectStore) -> ObjectStore:
-    """The logdir's ``ObjectStore`` (given, or at its client's root on that client and counters,
-    ``ObjectStore.of``: a caller that still holds the client); no request."""
+    """The logdir's ``ObjectStore`` (``ObjectStore.of``: its client is a ``TypeError``); no request."""
     return ObjectStore.of(ostore)
 
 

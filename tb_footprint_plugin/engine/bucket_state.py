@@ -113,6 +113,7 @@ class BlobVault:
         self.folder = os.path.abspath(folder)
         if os.path.lexists(self.folder):
             ensure_private_dir(self.folder)
+        logdir = ObjectStore.of(logdir)  # its client would name the same owner, unchecked: the engine takes the store
         who = hashlib.sha256(f"{logdir.protocol}://{logdir.root}".encode("utf-8", "surrogateescape")).hexdigest()[:32]
         self.owner = f"bucket:{who}"
         self._store: Optional[BlobStore] = None
