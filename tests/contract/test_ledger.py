@@ -16,6 +16,9 @@ from tb_footprint_plugin.engine import ledger
 from tb_footprint_plugin.engine.ledger import Ledger
 from tb_footprint_plugin.engine.ledger_objects import LEDGERS, entry_key
 
+#: the stores whose ledger is the bucket layout (a folder's is one file: test_scale_batch, test_shards)
+BUCKET_KINDS = ["s3", "gs", "az"]
+
 
 def _dead_pid() -> int:
     """The pid of a process that has ended (a killed worker's)."""
@@ -125,11 +128,10 @@ def test_a_dead_workers_run_is_settled_done_only_when_its_commit_is_proven(store
     assert view["counts"] == {"done": 1, "reducing": 2}
 
 
+@pytest.mark.parametrize("store", BUCKET_KINDS, indirect=True)  # the bucket layout only
 def test_a_journal_left_keeps_a_bucket_run_in_flight(store):  # noqa: F811
     """A bucket's proof of a commit also asks that no journal names the run (its manifest is written
     before the commit record); a folder's recovery settled its journals before a start settles."""
-    if ledger.folder_layout(store):
-        pytest.skip("a folder's journals are settled by its recovery before its ledgers")
     book = Ledger(store, "archive", None, "0/1")
     book.start(["a"])
     book.who.update(pid=_dead_pid(), pid_start=None)
@@ -144,12 +146,11 @@ def test_a_journal_left_keeps_a_bucket_run_in_flight(store):  # noqa: F811
         ledger.settle_stale(store, m)  # no journals: nothing proven, nothing settled
 
 
+@pytest.mark.parametrize("store", BUCKET_KINDS, indirect=True)  # the bucket layout only
 def test_a_bucket_mark_is_one_put_and_a_start_writes_nothing(store):  # noqa: F811
     """The bucket layout's requests (bench/objectstore.py counts them in a reduce): a run's two
     marks are two PUTs, the worker's in-flight marker one PUT and one DELETE a batch; the object
     holds the entry in the form earlier versions wrote and read."""
-    if ledger.folder_layout(store):
-        pytest.skip("a folder's ledger is one file (test_scale_batch counts its writes)")
     stats = store.stats
     book = Ledger(store, "archive", None, "0/1", listing={})  # found in the batch's listing: none
     before = stats.to_dict()
