@@ -247,9 +247,12 @@ class ThreadedHashingReader(HashingReader):
 
 
 def matches(path: str, sha: str, size: int) -> bool:
-    """True when ``path`` holds exactly the bytes of (``sha``, ``size``); False if unreadable."""
+    """True when ``path`` is a regular file holding exactly the bytes of (``sha``, ``size``); False
+    if unreadable, and for a link whatever its target holds (a name planted as a link is never taken
+    for the file it names: it was read through before, when the link's own size matched)."""
     try:
-        return fsops.lstat(path).st_size == size and sha256_file(path) == sha
+        with open_regular(path) as f:
+            return os.fstat(f.fileno()).st_size == size and sha256_stream(f) == sha
     except OSError:
         return False
 
