@@ -54,6 +54,16 @@ def _azure_env(tmp_path, **more) -> dict:
     return env
 
 
+
+def _use_azure_env(monkeypatch, tmp_path, **more) -> None:
+    """``_azure_env`` in this process: every Azure variable set before (another test's: Azurite's
+    connection string) removed first, so nothing but what it names is configured."""
+    for k in list(os.environ):
+        if k.startswith(("AZURE_", "MSI_", "IDENTITY_", "IMDS_")):
+            monkeypatch.delenv(k)
+    for k, v in _azure_env(tmp_path, **more).items():
+        monkeypatch.setenv(k, v)
+
 _LIST = """
 import json, sys, time
 from tb_footprint_plugin.storage.store import StoreFailure
@@ -85,8 +95,7 @@ def test_azure_with_only_an_account_name_is_no_credentials_at_once(tmp_path):
 def test_azure_with_a_sas_token_is_not_asked_for_a_credential(tmp_path, monkeypatch):
     """A SAS token signs the requests itself: no credential chain is asked (nor one an emulator's
     connection string would make: Azurite's tests)."""
-    for k, v in _azure_env(tmp_path, AZURE_STORAGE_SAS_TOKEN="sv=2024-01-01&sig=x").items():
-        monkeypatch.setenv(k, v)
+    _use_azure_env(monkeypatch, tmp_path, AZURE_STORAGE_SAS_TOKEN="sv=2024-01-01&sig=x")
     asked = []
     monkeypatch.setattr(remote, "azure_credential_missing", lambda: asked.append(1))
     rfs = RemoteFS(URL)
@@ -98,8 +107,7 @@ def test_azure_with_a_sas_token_is_not_asked_for_a_credential(tmp_path, monkeypa
 
 
 def test_azure_whose_credential_finds_a_token_goes_on(tmp_path, monkeypatch):
-    for k, v in _azure_env(tmp_path).items():
-        monkeypatch.setenv(k, v)
+    _use_azure_env(monkeypatch, tmp_path)
     import azure.identity
     from azure.core.credentials import AccessToken
 
@@ -122,8 +130,7 @@ def test_azure_credential_chain_is_walked_once_per_process(tmp_path, monkeypatch
     ``az login``, a second ``az`` subprocess). Counted: ``get_token`` calls of every
     ``DefaultAzureCredential`` made, the probe's and the client's first request's (asked as
     azure-core's bearer policy asks the async client's credential, no network)."""
-    for k, v in _azure_env(tmp_path).items():
-        monkeypatch.setenv(k, v)
+    _use_azure_env(monkeypatch, tmp_path)
     import azure.identity
     import azure.identity.aio
     from azure.core.credentials import AccessToken
