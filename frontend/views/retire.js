@@ -52,6 +52,20 @@ export class RetireView {
     this.table = el('div', {class: 'runs retire-runs', role: 'table', 'aria-label': 'Runs to retire'});
     this.planBox = el('div', {class: 'retire-plan'});
     this.retiredBox = el('div', {class: 'retired-box'});
+    this._retiredSeq = 0;
+    this.retiredError = null;    // why the last read of the Retired list failed, while none was read
+    // built once: a re-render (a job finishing) must not swap the box a user is typing in, or
+    // what they typed lands in a detached input and the list stays filtered by the old text
+    this.retiredSearch = el('input', {type: 'search', class: 'filter retired-search', placeholder: 'Search retired runs',
+      'aria-label': 'Search retired runs'});
+    this.retiredSearch.addEventListener('input', () => {
+      this.retiredQuery = this.retiredSearch.value;
+      this.renderRetiredRows();
+    });
+    this.retiredTitle = el('h3', {text: 'Retired'});
+    this.retiredRows = el('div', {class: 'retired-rows'});
+    this.retiredBox.append(el('div', {class: 'plan-head'}, this.retiredTitle, el('span', {class: 'spacer'}), this.retiredSearch),
+      this.retiredRows);
     this.el.append(this.intro, this.ruleBox, this.toolbar, this.table, this.planBox, this.retiredBox);
   }
 
@@ -154,11 +168,16 @@ export class RetireView {
   }
 
   async loadRetired() {
+    const seq = ++this._retiredSeq;
     try {
       const res = await fetchJSON('retired');
+      if (seq !== this._retiredSeq) return;  // a later read (a later job's end) answers instead
       this.retired = res.retired;
+      this.retiredError = null;
     } catch (e) {
-      this.retired = [];
+      if (seq !== this._retiredSeq) return;
+      // keep the list last read: an empty one would say nothing is retired, which is not known
+      if (this.retired === null) this.retiredError = e.message;
       this.onError(e.message);
     }
     this.renderRetired();
@@ -346,28 +365,16 @@ export class RetireView {
   }
 
   renderRetired() {
-    clear(this.retiredBox);
-    const search = el('input', {type: 'search', class: 'filter retired-search', placeholder: 'Search retired runs',
-      'aria-label': 'Search retired runs', value: this.retiredQuery});
-    search.addEventListener('input', () => {
-      this.retiredQuery = search.value;
-      this.renderRetiredRows(rows);
-    });
-    const rows = el('div', {class: 'retired-rows'});
     const total = this.retired ? this.retired.reduce((s, r) => s + r.bytes, 0) : 0;
-    this.retiredBox.append(
-      el('div', {class: 'plan-head'},
-        el('h3', {text: 'Retired' + (this.retired ? ': ' + plural(this.retired.length, 'run') + ', ' + bytes(total) + ' in the vault' : '')}),
-        el('span', {class: 'spacer'}), search),
-      rows);
-    this.renderRetiredRows(rows);
-    if (document.activeElement && document.activeElement.classList.contains('retired-search')) search.focus();
+    this.retiredTitle.textContent = 'Retired' + (this.retired ? ': ' + plural(this.retired.length, 'run') + ', ' + bytes(total) + ' in the vault' : '');
+    this.renderRetiredRows();
   }
 
-  renderRetiredRows(box) {
+  renderRetiredRows() {
+    const box = this.retiredRows;
     clear(box);
     if (this.retired === null) {
-      box.appendChild(el('div', {class: 'empty', text: 'Loading…'}));
+      box.appendChild(el('div', {class: 'empty', text: this.retiredError ? 'Could not read the retired runs: ' + this.retiredError : 'Loading…'}));
       return;
     }
     const q = this.retiredQuery.trim().toLowerCase();
