@@ -6,8 +6,10 @@ object had written, once per copy, so putting back n files on a folder that does
 from __future__ import annotations
 
 from tb_footprint_plugin.engine import placement
-from tb_footprint_plugin.engine.journal import Rec
+from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec
+from tb_footprint_plugin.engine.journal_object import ObjectFolder, ObjectJournal
 from tb_footprint_plugin.engine.swap_strategy import swap_strategy
+from test_one_journal import _Objects
 from test_put_back_strategy import NO_RENAME
 
 N = 3000
@@ -23,14 +25,26 @@ class CountedRecord(dict):
         return super().get(*a, **kw)
 
 
-class FakeJournal:
-    """The part of an ``OpJournal`` ``put_in_place`` uses: ``append`` and ``written``."""
+class FakeJournal(OpJournal):
+    """An ``OpJournal`` that keeps its records in memory (``append`` through ``wrote``, as both
+    implementations do); what ``put_in_place`` uses of it: ``append`` and ``copying_paths``."""
 
     def __init__(self):
-        self.written: list = [CountedRecord(type=Rec.BEGIN)]
+        self.written = []
+        self.wrote(CountedRecord(type=Rec.BEGIN))
+
+    @classmethod
+    def create(cls, where, op_id, first):
+        raise NotImplementedError
 
     def append(self, record, sync=True):
-        self.written.append(CountedRecord(record))
+        self.wrote(CountedRecord(record))
+
+    def records(self):
+        return list(self.written)
+
+    def close(self, durable=True):
+        pass
 
 
 def _place_all(journal, paths, monkeypatch) -> None:
@@ -60,3 +74,34 @@ def test_still_once_per_path_and_journal(monkeypatch):
     _place_all(journal, ["run/b", "run/c"], monkeypatch)
     assert [r["final"] for r in journal.written[1:]] == ["run/a", "run/b", "run/c"]
     assert [r["final"] for r in other.written[1:]] == ["run/a"]
+
+
+def test_each_journal_keeps_the_paths_its_copying_records_name(tmp_path):
+    """The journal owns the set ``put_in_place`` asks (no side cache in placement): the file journal
+    and the object journal add a ``copying`` record's path as they write it (create and append),
+    other records add none, and a journal written again from another's records
+    (``reduce_journal.journal_again`` assigns ``written``) holds theirs."""
+    jdir = tmp_path / ".tb-footprint" / "journal"
+    j = Journal.create(str(jdir), "op1", {"type": Rec.BEGIN, "kind": "restore", "op_id": "op1"})
+    assert set(j.copying_paths) == set()
+    j.append({"type": Rec.COPYING, "final": "run/a"})
+    j.append({"type": Rec.SWAP, "final": "run/not-a-copy"})
+    j.append({"type": Rec.COPYING, "final": "run/b"})
+    assert set(j.copying_paths) == {"run/a", "run/b"}
+    again = Journal(j.path)
+    again.written = list(j.written)
+    assert set(again.copying_paths) == {"run/a", "run/b"}
+
+    objs = _Objects()
+    oj = ObjectJournal.create(ObjectFolder(objs, "bk/j"), "b1", {"type": Rec.BEGIN, "op": "b1"})
+    oj.append({"type": Rec.COPYING, "final": "run/c"})
+    oj.append({"type": Rec.DONE})
+    assert set(oj.copying_paths) == {"run/c"}
+
+
+def test_placement_keeps_no_journal_state_of_its_own():
+    """The "once per path and journal" answer comes from the journal alone: placement holds no
+    per-journal cache (before: a module-level WeakKeyDictionary mirrored each journal's records)."""
+    import weakref
+    kept = [n for n, v in vars(placement).items() if isinstance(v, (weakref.WeakKeyDictionary, weakref.WeakSet))]
+    assert kept == []

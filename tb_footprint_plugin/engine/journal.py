@@ -29,7 +29,7 @@ import json
 import os
 import stat
 import time
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import AbstractSet, Any, Iterator, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure
 from tb_footprint_plugin.engine import lease as leases
@@ -101,6 +101,12 @@ class Rec:
     ROLLING_BACK = "rolling_back"
 
 
+def copying_path(record: dict) -> Optional[str]:
+    """The path a ``Rec.COPYING`` record names (its ``final``), or None for any other record."""
+    final = record.get("final") if record.get("type") == Rec.COPYING else None
+    return final if isinstance(final, str) else None
+
+
 class OpJournal(abc.ABC):
     """One operation's write-ahead journal, whatever holds it: every destructive step is preceded
     by its record, made durable before ``append`` returns (``sync``), and a journal left behind
@@ -109,7 +115,33 @@ class OpJournal(abc.ABC):
     be read back)."""
 
     op_id: str
-    written: List[dict]
+
+    @property
+    def written(self) -> List[dict]:
+        """Every record this object wrote, as written (its account of the operation when the
+        journal cannot be read back). Added to only by ``wrote``: the copying paths follow it."""
+        return self._written
+
+    @written.setter
+    def written(self, records: List[dict]) -> None:
+        """Take ``records`` as what this object wrote (a journal written again from another's
+        records, ``reduce_journal.journal_again``): the copying paths are read from them once."""
+        self._written = records
+        self._copying = {p for p in map(copying_path, records) if p is not None}
+
+    @property
+    def copying_paths(self) -> AbstractSet[str]:
+        """The paths this object's own ``Rec.COPYING`` records name (kept as it writes them: asking
+        costs no scan of ``written``; ``placement.put_in_place`` asks it once per copy). Read only."""
+        return self._copying
+
+    def wrote(self, record: dict) -> None:
+        """``record`` was written: kept in ``written`` and, a ``copying`` record, its path in
+        ``copying_paths``. The implementations' ``create`` and ``append`` call it."""
+        self._written.append(record)
+        path = copying_path(record)
+        if path is not None:
+            self._copying.add(path)
 
     @classmethod
     @abc.abstractmethod
@@ -193,7 +225,7 @@ class Journal(OpJournal):
         self.identity: Optional[Tuple[int, int]] = None
         #: every record this object wrote, as written (a failure path's account of the operation
         #: when the file itself cannot be read back: ``JournalGone``)
-        self.written: List[dict] = []
+        self.written = []
         #: the state folder holding the journal folder, and its ``(st_dev, st_ino)`` when this
         #: object made the journal: checked at every append (``check_state``)
         self.state = os.path.dirname(os.path.dirname(os.path.abspath(path)))
@@ -225,7 +257,7 @@ class Journal(OpJournal):
                 os.unlink(tmp)
         fsync_dir(journal_dir)
         j.identity = (st.st_dev, st.st_ino)
-        j.written.append(json.loads(line))
+        j.wrote(json.loads(line))
         return j
 
     def append(self, record: dict, sync: bool = True) -> None:
@@ -240,7 +272,7 @@ class Journal(OpJournal):
         self.identity = append_line(self.path, json.dumps(record, sort_keys=True) + "\n",
                                     create=self.may_create and self.identity is None, expect=self.identity,
                                     sync=sync)
-        self.written.append(record)
+        self.wrote(record)
 
     def state_moved(self) -> bool:
         """Whether the state folder is no longer the one this journal was made in (one lstat)."""

@@ -114,7 +114,7 @@ class ObjectJournal(OpJournal):
         self.op_id = name[: -len(".json")] if name.endswith(".json") else name
         self.doc: dict = doc if doc is not None else {}
         self.version = version
-        self.written: List[dict] = []
+        self.written = []
 
     @classmethod
     def create(cls, where: ObjectFolder, op_id: str, first: dict) -> "ObjectJournal":
@@ -126,7 +126,7 @@ class ObjectJournal(OpJournal):
             raise ValueError(f"a journal begins with a {Rec.BEGIN!r} record, not {first.get('type')!r}")
         j = cls(where.st, where.key(op_id), copy.deepcopy(fields))
         j.version = where.st.create(j.path, j.doc)
-        j.written.append(dict(fields, type=Rec.BEGIN))
+        j.wrote(dict(fields, type=Rec.BEGIN))
         return j
 
     @classmethod
@@ -155,7 +155,7 @@ class ObjectJournal(OpJournal):
         # the record's own copy: a writer's later changes to its entries are not recorded by aliasing
         doc.update(copy.deepcopy(fields))
         self.doc = doc
-        self.written.append(dict(record, t=t))
+        self.wrote(dict(record, t=t))
         self.version = self.st.update(self.path, doc, self.version)
 
     def step(self, name: str, *, at: Optional[float] = None, **fields) -> None:

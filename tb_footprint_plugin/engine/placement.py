@@ -37,12 +37,11 @@ import contextlib
 import hashlib
 import os
 import stat
-import weakref
-from typing import BinaryIO, Callable, Collection, Iterable, List, Optional, Tuple
+from typing import BinaryIO, Callable, Collection, Iterable, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure
 from tb_footprint_plugin.engine.context import Context, TransactionError
-from tb_footprint_plugin.engine.journal import OpJournal, Rec
+from tb_footprint_plugin.engine.journal import OpJournal, Rec, copying_path
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.files import CHUNK, copy_new, finish_new_file, matches, sha256_file
@@ -114,7 +113,8 @@ def put_in_place(strategy: SwapStrategy, journal: Optional[OpJournal], rec: dict
     renames atomically; else copied over it, then deleted (``copy_over``; ``sparse``: holes kept),
     a ``copying`` record naming the path journaled right before the copy's first change there
     unless ``begun`` (the paths already named: an earlier attempt's records, ``copies_begun``)
-    or this journal's own records name it (the module doc: once per path). ``new_name``: a name
+    or this journal's own records name it (``OpJournal.copying_paths``, kept by the journal as it
+    writes: the module doc, once per path). ``new_name``: a name
     found free (a salvage file), never one whose standing file may be unlinked. Refused
     (``TransactionError``, ``Failure.REFUSED``, naming the path) where the folder does not rename
     and there is no ``journal``: asked before anything is done."""
@@ -126,7 +126,7 @@ def put_in_place(strategy: SwapStrategy, journal: Optional[OpJournal], rec: dict
                                "it is", Failure.REFUSED)
 
     def record() -> None:
-        if rec["path"] not in begun and rec["path"] not in _journal_copies(journal):
+        if rec["path"] not in begun and rec["path"] not in journal.copying_paths:
             journal.append({"type": Rec.COPYING, "final": rec["path"]})
 
     def copy_in(tmp: str, dest: str) -> None:
@@ -137,40 +137,7 @@ def put_in_place(strategy: SwapStrategy, journal: Optional[OpJournal], rec: dict
 
 def copies_begun(records: Iterable[dict]) -> set:
     """The paths a copy + delete began copying bytes to (the journal's ``copying`` records)."""
-    return {r["final"] for r in records if r.get("type") == Rec.COPYING and isinstance(r.get("final"), str)}
-
-
-class _Copies:
-    """``copies_begun`` of one journal's ``written``, kept up to date by reading only the records
-    appended since the last look (the list object and how far it was read)."""
-
-    def __init__(self) -> None:
-        self.records: Optional[List[dict]] = None
-        self.seen = 0
-        self.paths: set = set()
-
-
-#: per journal object: asking "has this journal a copying record for the path" once per copy by
-#: scanning all it wrote was quadratic in the files put back (review R2-7: 10,000 files 5.6 s CPU)
-_COPIES: "weakref.WeakKeyDictionary[OpJournal, _Copies]" = weakref.WeakKeyDictionary()
-
-
-def _journal_copies(journal: OpJournal) -> set:
-    """The paths ``journal``'s own ``copying`` records name (``copies_begun(journal.written)``),
-    each record read once: a ``written`` list replaced or shortened is read again whole."""
-    try:
-        c = _COPIES.get(journal)
-        if c is None:
-            c = _COPIES[journal] = _Copies()
-    except TypeError:  # an object that cannot be weakly referenced (a test's stand-in): read it all
-        return copies_begun(journal.written)
-    written = journal.written
-    if written is not c.records or len(written) < c.seen:
-        c.records, c.seen, c.paths = written, 0, set()
-    if len(written) > c.seen:
-        c.paths |= copies_begun(written[c.seen:])
-        c.seen = len(written)
-    return c.paths
+    return {p for p in map(copying_path, records) if p is not None}
 
 
 def _shorter_file(path: str, size: int) -> Optional[Tuple[str, int]]:
