@@ -13,7 +13,8 @@ What an entry is and may hold, the resume rule (``should_run``), when a ``done``
 against a new mark (``keeps_done``), the marks themselves (``Ledger.mark``: who and when, the
 error cut to size), what recovery settled (``mark_recovered``), the merged view of several
 ledgers and the settling of a dead worker's in-flight runs (``settle_runs``: ``done`` when the
-layout proves the commit, ``pending`` when recovery rolled it back) are written once, here and in
+layout proves the commit, ``pending`` when recovery rolled it back; written only while the run's
+entry is still the one judged, ``Ledger.settle_mark``) are written once, here and in
 ``engine.ledger_entries``; each layout brings its reads, writes and its proof of a commit
 (a folder: a verified manifest after the mark; a bucket: that, and no journal left naming it).
 """
@@ -32,7 +33,8 @@ from tb_footprint_plugin.engine.ledger_entries import (IN_FLIGHT_STATES, LEDGER_
                                                        check_entry, check_ledger, committed, completed_fields,
                                                        is_stale, keeps_done, marked, merged_view, pid_gone,
                                                        recovered_marks, report_refusals, rolled_back_by,
-                                                       rolled_back_fields, should_run, with_restores, worker)
+                                                       rolled_back_fields, same_mark, should_run, with_restores,
+                                                       worker)
 from tb_footprint_plugin.engine.ledger_file import (LEDGER_NAME, MAX_LEDGER_BYTES, FileLayout, ledger_name,
                                                     ledger_path, ledger_paths, load_ledger)
 from tb_footprint_plugin.engine.ledger_objects import (INFLIGHT, LEDGERS, ObjectLayout, held_by, markers,
@@ -108,14 +110,24 @@ class Ledger:
             entry = marked(data["runs"].setdefault(run, {}), state, fields, self.who)
             self.layout.write_mark(run, entry, data, state)
 
-    def settle_mark(self, run: str, e: dict, state: str, fields: dict, policy: Optional[str] = None) -> None:
+    def settle_mark(self, run: str, e: dict, state: str, fields: dict, policy: Optional[str] = None) -> bool:
         """A settling's mark of another worker's entry ``e`` (its shard kept, this process as who
-        wrote it), ``policy`` its own where entries of several policies share the ledger."""
+        wrote it), ``policy`` its own where entries of several policies share the ledger. Written
+        only while the run's entry is still ``e``, the one judged (review R2-5: a live worker that
+        marked the run since keeps its mark): a folder's file is read again under its ``flock``
+        and its entry compared (``same_mark``); a bucket's object is put on condition of the
+        version the listing this ledger was opened with gave it (``ObjectLayout.write_settled``).
+        Returns whether it was written."""
         who = dict(self.who, shard=e.get("shard"))
         with self.layout.locked():
+            if isinstance(self.layout, ObjectLayout):
+                return self.layout.write_settled(run, marked(dict(e), state, fields, who), policy)
             data = self.layout.current()
-            entry = marked(data["runs"].setdefault(run, dict(e)), state, fields, who)
-            self.layout.write_mark(run, entry, data, state, policy)
+            now = data["runs"].get(run)
+            if not same_mark(now, e):
+                return False
+            self.layout.write_mark(run, marked(now, state, fields, who), data, state, policy)
+            return True
 
     def compact(self) -> None:
         """The end of a batch: a folder's file rewritten as its snapshot alone; nothing on a bucket."""
@@ -162,9 +174,11 @@ def settle_runs(book: Ledger, stale: Iterable[Tuple[str, dict, Optional[str]]],
     ``pending`` (code ``rolled_back``) for a run ``undone`` (``rolled_back_by`` of this start's
     recovery) rolled back; ``done`` (code ``completed``) when ``proof(run, entry)`` gives the
     verified manifest of its commit; left in flight when it gives None (not committed: a rerun
-    reduces it again) or ``HOLD`` (a journal may still roll it back). Returns the runs recorded
-    done and whether one is left for a later start (held, or a write failed, after which nothing
-    more is written: the ledger is a record, the reductions stand)."""
+    reduces it again) or ``HOLD`` (a journal may still roll it back). Each is written only while
+    the run's entry is still the one judged (``Ledger.settle_mark``), else left. Returns the runs
+    recorded done and whether one is left for a later start (held, changed since it was judged,
+    or a write failed, after which nothing more is written: the ledger is a record, the
+    reductions stand)."""
     undone = undone or {}
     done: List[str] = []
     left = False
@@ -183,10 +197,12 @@ def settle_runs(book: Ledger, stale: Iterable[Tuple[str, dict, Optional[str]]],
                 continue
             state, fields = "done", completed_fields(m["op_id"], m["bytes_before"], m["bytes_after"])
         try:
-            book.settle_mark(run, e, state, fields, pol)
+            written = book.settle_mark(run, e, state, fields, pol)
         except OSError:
             return done, True
-        if state == "done":
+        if not written:
+            left = True  # its entry changed since it was judged: the next start judges it again
+        elif state == "done":
             done.append(run)
     return done, left
 
@@ -299,7 +315,7 @@ def settle_stale_objects(store: Store, manifests_of: Callable[[], List[dict]],
                 return HOLD  # a journal still holds it: recovery may yet roll it back
             return m
 
-        book = Ledger(store, "", folder=mk["folder"])
+        book = Ledger(store, "", folder=mk["folder"], listing=objs)  # each write on the version listed
         got, left = settle_runs(book, stale, proof, undone)
         done += got
         if left:
@@ -320,16 +336,17 @@ def record_rolled_back_objects(store: Store, folder: str, op_ids: Iterable[str])
     wanted = set(op_ids)
     if not wanted:
         return []
-    checked, _refused = read_entries(store, tree(store, f"{LEDGERS}/{folder}"))
-    book = Ledger(store, "", folder=folder)
+    objs = tree(store, f"{LEDGERS}/{folder}")
+    checked, _refused = read_entries(store, objs)
+    book = Ledger(store, "", folder=folder, listing=objs)  # each write on the version listed
     out = []
     for run, e, _f, pol in checked:
         if e.get("op_id") not in wanted or e.get("state") == "pending":
             continue
-        book.settle_mark(run, e, "pending", dict(
-            verified=False, code=Recovery.ROLLED_BACK,
-            error="interrupted; its worker thread rolled it back before the commit point"), pol or "")
-        out.append(run)
+        if book.settle_mark(run, e, "pending", dict(
+                verified=False, code=Recovery.ROLLED_BACK,
+                error="interrupted; its worker thread rolled it back before the commit point"), pol or ""):
+            out.append(run)
     return out
 
 

@@ -97,6 +97,17 @@ def marked(entry: dict, state: str, fields: dict, who: dict) -> dict:
     return entry
 
 
+#: what tells one mark from another: who wrote it (host, process, its start, shard), when, and
+#: the state and operation it says
+_MARK_FIELDS = ("state", "updated_at", "host", "pid", "pid_start", "shard", "op_id")
+
+
+def same_mark(a: Optional[dict], b: Optional[dict]) -> bool:
+    """Whether the entries ``a`` and ``b`` are one mark (``_MARK_FIELDS`` equal): a settling writes
+    over a run's entry only while it is still the one it judged (review R2-5)."""
+    return a is not None and b is not None and all(a.get(k) == b.get(k) for k in _MARK_FIELDS)
+
+
 def worker(shard: Optional[str]) -> dict:
     """Who writes a mark: this host and process (its start time too: a reused pid is told apart)
     and the shard."""

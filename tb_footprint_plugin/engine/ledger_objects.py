@@ -171,7 +171,8 @@ class ObjectLayout:
         self.policy = policy
         self.folder = folder or folder_of(shard)
         self.who = who
-        #: the logdir's listing the batch made already (key -> info), so ``start`` lists nothing more
+        #: the logdir's listing the batch made already (key -> info), so ``start`` lists nothing more;
+        #: a settling's: the listing its judged entries were read from (``write_settled``'s versions)
         self._listing = listing
         self._entries: Dict[str, dict] = {}
         self._inflight: set = set()  # runs this worker marked in flight and not settled yet
@@ -254,6 +255,27 @@ class ObjectLayout:
                         release(self._marker_rel)
                 except OSError:
                     pass
+
+    def write_settled(self, run: str, entry: dict, policy: Optional[str] = None) -> bool:
+        """A settling's mark of another worker's run (``Ledger.settle_mark``): one PUT of ``entry``
+        conditional on the version the listing this layout was opened with gave the run's object,
+        the one its judged entry was read from. False, nothing written, when the object is no
+        longer at that version (a live worker marked the run since; or the entry was read after a
+        later write than the one listed: the next start judges it again) or was not listed."""
+        key = entry_key(self.folder, run)
+        info = (self._listing or {}).get(key)
+        if info is None:
+            return False
+        doc = {"version": LEDGER_VERSION, "run": run, "policy": self.policy if policy is None else policy,
+               "entry": entry}
+        try:
+            self.store.put(key, json.dumps(doc, sort_keys=True).encode(), if_version=info.version_token)
+        except StoreFailure as e:
+            if e.code in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND):
+                return False
+            raise
+        self._entries[run] = entry
+        return True
 
     def compact(self) -> None:
         """Nothing to compact: each run's entry is one object, written whole."""

@@ -166,3 +166,30 @@ def test_a_bucket_mark_is_one_put_and_a_start_writes_nothing(store):  # noqa: F8
     assert raw == json.dumps(doc, sort_keys=True).encode()
     assert set(doc) == {"version", "run", "policy", "entry"} and doc["entry"]["state"] == "done"
     assert [e.key for e in store.list(LEDGERS)] == [entry_key("shard-0-of-1", "a")]
+
+
+def test_a_settle_never_writes_over_a_mark_made_after_its_judging_read(store):  # noqa: F811
+    """Review R2-5: a start reads the ledger, judges a dead worker's in-flight entry, and settles it;
+    a live worker that marked the run between that read and the settle's write keeps its mark (a
+    folder: the entry compared under the file's flock; a bucket: the put conditional on the version
+    listed). The manifests are read between the two, so the live mark is made there."""
+    book = Ledger(store, "archive", None, "0/1")
+    book.start(["a"])
+    book.who.update(pid=_dead_pid(), pid_start=None)
+    book.mark("a", "reducing")
+    t = book.read()["runs"]["a"]["updated_at"]
+    m = [{"run": "a", "kind": "reduce", "outcome": "verified", "finished_at": t + 1, "op_id": "op-a",
+          "bytes_before": 10, "bytes_after": 5}]
+    live = Ledger(store, "archive", None, "0/1")  # this process: a rerun of the shard
+
+    def manifests():
+        live.mark("a", "reducing")  # after the settle judged the dead worker's entry, before it writes
+        return m
+
+    assert ledger.settle_stale(store, manifests, journals_of=lambda: (set(), set())) == []
+    a = ledger.merged_of(store)["runs"]["a"]
+    assert (a["state"], a.get("code"), a.get("op_id")) == ("reducing", None, None)  # the live mark, not "done"
+    # judged again, the entry is the live worker's: nothing to settle, and it stays
+    assert ledger.settle_stale(store, lambda: m, journals_of=lambda: (set(), set())) == []
+    assert ledger.merged_of(store)["runs"]["a"]["state"] == "reducing"
+    live.mark("a", "done", op_id="op-live")  # the live worker's marker goes with its last in-flight run
