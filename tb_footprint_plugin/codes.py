@@ -142,6 +142,7 @@ class Finding(Code):
     STATE_MOVED = "state_moved"  # this logdir's state folder (ours, its identity) stands under another name in the logdir
     HARD_LINKED = "hard_linked_elsewhere"  # a planned original has other hard links (a snapshot's): its swap frees nothing while they stand
     PINS_UNSETTLED = "pins_unsettled"  # backups pinned by an operation with neither a journal nor a manifest: kept, named, never purged
+    LEDGER_WRITE_FAILED = "ledger_write_failed"  # a batch ledger's mark was not written (the detail names the run); the run's outcome stands
     # why a record read from the state was refused as untrusted input (``engine.trust.Untrusted``)
     BAD_RECORD = "bad_record"  # a journal or manifest record of the wrong shape or types
     BAD_OP_ID = "bad_op_id"  # an operation id that is no id (it could name a path)

@@ -13,7 +13,10 @@ and these are refused, each at the function it is in:
   ``err.code != "not_found"``): the value of a ``codes.py`` member compared with something
   named ``code``/``status``/``action``: spell it by its member, so a renamed or mistyped code
   fails at import, not silently;
-* a code flattened into prose: an f-string that starts ``f"{code}: ..."``.
+* a code flattened into prose: an f-string that starts ``f"{code}: ..."``;
+* a code given as a string literal: the value of a ``"code"`` key or a ``code=`` keyword (itself,
+  an alternative of ``or``, a branch of a conditional expression) is a ``codes.py`` member, never
+  a literal, let alone one that is no ``codes.py`` value (a code made up where it is used).
 
 Where a third-party library gives only text, or data written before codes existed carries only
 prose, the decision lives in ONE function named for it, listed in ``ALLOWED`` with why; every
@@ -131,6 +134,32 @@ def _code_consts(node: ast.AST) -> List[str]:
     return []
 
 
+#: names a code is given under (a dict's key, a keyword): its literal must be a ``codes.py`` value
+_CODE_KEY = re.compile(r"^code$")
+
+
+def _given_literals(node: ast.AST) -> List[str]:
+    """The string literals ``node`` may evaluate to as a whole: itself, an alternative of ``or`` /
+    ``and``, a branch of a conditional expression (``getattr(e, "code", None) or "x"``)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.BoolOp):
+        return [v for e in node.values for v in _given_literals(e)]
+    if isinstance(node, ast.IfExp):
+        return _given_literals(node.body) + _given_literals(node.orelse)
+    return []
+
+
+def _literal_code(node: ast.AST) -> Optional[str]:
+    """What is wrong with the literals ``node`` gives as a code, or None: one that is no
+    ``codes.py`` value is a code made up where it is used; one that is, is spelled by its member."""
+    lits = _given_literals(node)
+    made_up = [v for v in lits if v not in CODE_VALUES]
+    if made_up:
+        return f"a code not in codes.py: {made_up}"
+    return f"code spelled as a literal: {lits}" if lits else None
+
+
 def _findings(tree: ast.AST) -> Iterator[Tuple[int, str, str]]:
     """(line, enclosing function, what) for each refused pattern."""
     def walk(node: ast.AST, func: str) -> Iterator[Tuple[int, str, str]]:
@@ -162,10 +191,15 @@ def _findings(tree: ast.AST) -> Iterator[Tuple[int, str, str]]:
                 if isinstance(k, ast.Constant) and isinstance(k.value, str) and _CODED.search(k.value) \
                         and _code_consts(v):
                     yield line, func, f"code spelled as a literal: {k.value!r}: {_code_consts(v)}"
+                if isinstance(k, ast.Constant) and isinstance(k.value, str) and _CODE_KEY.search(k.value) \
+                        and _literal_code(v):
+                    yield line, func, f"{k.value!r}: {_literal_code(v)}"
         if isinstance(node, ast.Call):
             for kw in node.keywords:
                 if kw.arg and _CODED.search(kw.arg) and _code_consts(kw.value):
                     yield line, func, f"code spelled as a literal: {kw.arg}={_code_consts(kw.value)}"
+                if kw.arg and _CODE_KEY.search(kw.arg) and _literal_code(kw.value):
+                    yield line, func, f"{kw.arg}=: {_literal_code(kw.value)}"
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             attr = node.func.attr
             if attr in ("startswith", "endswith") and _prose(node.func.value):
@@ -234,6 +268,10 @@ def test_the_scanner_sees_each_pattern():
     assert _flags('def f(code, e):\n    reason = f"{code}: {e}"')
     assert _flags('def f(p):\n    return {"op": p, "code": "unfinished_operation"}')
     assert _flags('def f(p):\n    return RunOutcome(p, status="verified")')
+    assert _flags('def f(e):\n    return {"code": getattr(e, "code", None) or "made_up_here"}')
+    assert _flags('def f(e, ok):\n    return Problem(code=Failure.ERROR if ok else "made_up_here")')
+    assert _flags('def f(e):\n    return {"code": getattr(e, "code", None) or "damaged_state_file"}')
+    assert not _flags('def f(e):\n    return {"code": getattr(e, "code", None) or Finding.DAMAGED_FILE}')
     assert not _flags('def f(o):\n    if o.status == Outcome.VERIFIED: pass')
     assert not _flags('def f(e):\n    if e.errno == errno.ENOENT: pass')
     assert _flags('def f(o):\n    if str(o.get("outcome")) == "verified": pass')

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from typing import Callable, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from tb_footprint_plugin.codes import Outcome, Skip
+from tb_footprint_plugin.codes import Finding, Outcome, Skip
 from tb_footprint_plugin.engine import lease
 from tb_footprint_plugin.engine.context import CancelToken, NoSpace, RunOutcome
 from tb_footprint_plugin.engine.front import Engine, open_engine
@@ -294,7 +294,7 @@ class _Marks:
                           verified=o.status == Outcome.VERIFIED, error=o.reason if state != "done" else None,
                           op_id=o.op_id, code=o.code if state != "done" else None)
             except (OSError, NoSpace) as e:
-                self.report.ledger_problems.append({"code": getattr(e, "code", None) or "ledger_write_failed",
+                self.report.ledger_problems.append({"code": getattr(e, "code", None) or Finding.LEDGER_WRITE_FAILED,
                                                     "detail": f"{o.run}: ledger not written ({e})"})
         if self.on_outcome:
             self.on_outcome(o)

@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Recovery
+from tb_footprint_plugin.codes import Finding, Recovery
 from tb_footprint_plugin.engine.context import NoSpace
 from tb_footprint_plugin.engine.ledger_entries import (IN_FLIGHT_STATES, LEDGER_VERSION, MAX_ERROR_CHARS,
                                                        MAX_REPORTED, RETRY_STATES, STATES, TERMINAL_STATES,
@@ -158,7 +158,7 @@ def mark_recovered(book: Ledger, recovered: Iterable) -> List[dict]:
         try:
             book.mark(run, state, **fields)
         except (OSError, NoSpace) as e:  # a disk ledger's full disk is named (``LocalEngine.open_ledger``)
-            problems.append({"code": getattr(e, "code", None) or "ledger_write_failed",
+            problems.append({"code": getattr(e, "code", None) or Finding.LEDGER_WRITE_FAILED,
                              "detail": f"{run}: ledger not written ({e})"})
     return problems
 
