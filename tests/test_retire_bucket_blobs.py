@@ -260,7 +260,7 @@ def test_cli_retire_into_a_folder_killed_at_each_step_then_settled(s3_bucket, sw
         assert {f["path"]: f["sha256"] for f in doc["runs"][0]["files"]} == _of(before, run)
         # a purge in this window (the engine's, no recovery first) forgets none of them
         d = bk.purge(ostore, bk.BucketVault.for_logdir(ostore, vault), yes=True)
-        assert d["ops"] == [] and [h["code"] for h in d["held"]] == [Skip.LOCKED.value], d
+        assert d["ops"] == [] and [h["code"] for h in d["kept"]] == [Skip.LOCKED.value], d
         assert set(_of(before, run).values()) <= _blobs(vault)
     (rec,) = api.recover_logdir(url, backup_dir=vault)
     assert rec.action == (Recovery.COMPLETED if committed else Recovery.ROLLED_BACK), (step, rec.detail)

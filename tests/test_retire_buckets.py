@@ -278,7 +278,7 @@ def test_purge_keeps_the_copies_of_a_retire_still_under_way(s3_bucket, sweep_log
     assert copies and api.status(url)["unfinished_operations"]
     ostore = ObjectStore(url)
     d = bk.purge(ostore, bk.BucketVault.for_logdir(ostore, None), yes=True)  # the engine's, no recovery first
-    assert d["ops"] == [] and [h["code"] for h in d["held"]] == [Skip.LOCKED.value], d
+    assert d["ops"] == [] and [h["code"] for h in d["kept"]] == [Skip.LOCKED.value], d
     assert _vault_keys(s3_bucket) == copies
     (rec,) = api.recover_logdir(url)  # rolled back onto the copies it kept
     assert rec.action == Recovery.ROLLED_BACK, rec.detail

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Collection, List, Optional
 
-from tb_footprint_plugin.codes import Failure, Outcome, Skip, StoreError
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import faults, manifest, txn
 from tb_footprint_plugin.engine.context import CancelToken
+from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_row, not_purged
 from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry, names_our_backup
 from tb_footprint_plugin.engine.bucket_catalogue import manifests
 from tb_footprint_plugin.engine.bucket_state import (
@@ -35,7 +36,7 @@ def purge(ostore: ObjectStore, vault: BucketVault, *, older_than: Optional[float
     """Delete the backups of verified or restored bucket operations (without ``yes``: list them).
     The manifest is marked purged before its blobs go, so a restore never points at them
     (``ObjectPurge``). ``cancel``: honoured before the first manifest is marked (every chosen
-    operation then held with code ``interrupted``, nothing deleted), never after. ``progress``:
+    operation then kept with code ``interrupted``, nothing deleted), never after. ``progress``:
     told ``("purge", 0.5)`` right before the first mark (``txn.intent_hook``), if one is chosen."""
     now = now_s()
     # a manifest that does not read, or names a backup outside this vault (planted, copied from
@@ -47,12 +48,10 @@ def purge(ostore: ObjectStore, vault: BucketVault, *, older_than: Optional[float
         refused.append({"code": Failure.REFUSED, "file": url, "op_id": m["op_id"], "run": m["run"],
                         "detail": f"{url}: names a backup outside the vault; never acted on, left in place"})
         every.remove(m)
-    # manifests in the one schema (``engine.manifest``): a bucket keeps only verified ones
-    chosen = [m for m in every
-              if m["outcome"] == Outcome.VERIFIED and not m["backup_purged"]
-              and (op is None or m["op_id"] == op) and (run is None or m["run"] == run)
-              and (runs is None or m["run"] in runs) and (op_ids is None or m["op_id"] in op_ids)
-              and (older_than is None or (m["finished_at"] or now) <= now - older_than)]
+    # manifests in the one schema (``engine.manifest``): a bucket keeps only verified ones; the
+    # filters are a disk's (``purge_rules.PurgeFilter``)
+    which = PurgeFilter(now=now, older_than=older_than, run=run, runs=runs, op=op, op_ids=op_ids)
+    chosen = [m for m in every if m["outcome"] == Outcome.VERIFIED and which.admits(m)]
     # a restore that found a file written again at an original's name left that original in the
     # vault only (``not_restored``): its operation is not purged, and the listing says why
     kept = [m for m in chosen if m["restored_by"] and m.get("not_restored")]
@@ -62,20 +61,20 @@ def purge(ostore: ObjectStore, vault: BucketVault, *, older_than: Optional[float
     # copies may be the only ones, so it is left for a purge after it settled (one HEAD each)
     busy = [m for m in chosen if BucketState.of(ostore).head(journal_path(ostore, m["op_id"])) is not None]
     chosen = [m for m in chosen if m not in busy]
-    freed = sum(f["size"] for m in chosen for f in m["files"])
+    freed = sum(_size(m) for m in chosen)
     # a retired run not restored has its only copy in the vault: every object of it goes for good
     # (said, as on a disk: ``originals``)
-    ops = [{"op_id": m["op_id"], "run": m["run"], "bytes": sum(f["size"] for f in m["files"]),
+    ops = [{"op_id": m["op_id"], "run": m["run"], "bytes": _size(m),
             "restored": bool(m["restored_by"]), "kind": m["kind"],
             "originals": len(m["files"]) if m["kind"] == "retire" and not m["restored_by"] else 0}
            for m in chosen]
-    held = [{"op_id": m["op_id"], "run": m["run"], "only_copies": list(m["not_restored"])[:1000],
-             "reason": (f"{len(m['not_restored'])} original(s) were not put back by its restore (a file "
-                        f"was written again at the name, e.g. {m['not_restored'][0]}): the vault holds the "
-                        "only copy")} for m in kept]
-    held += [{"op_id": m["op_id"], "run": m["run"], "only_copies": [], "code": Skip.LOCKED.value,
-              "reason": "the operation is still under way or awaits recovery (its journal is there); "
-                        "purge it once it has settled"} for m in busy]
+    # what is passed over, in a disk's rows (``purge_rules.kept_row``): bytes, what stays in the vault
+    rows = [kept_row(m, _size(m), Finding.NOT_RESTORED,
+                     f"{len(m['not_restored'])} original(s) were not put back by its restore (a file was written "
+                     f"again at the name, e.g. {m['not_restored'][0]}): the vault holds the only copy")
+            for m in kept]
+    rows += [kept_row(m, _size(m), Skip.LOCKED, "the operation is still under way or awaits recovery (its journal "
+                                                "is there); purge it once it has settled") for m in busy]
     finished: List[dict] = []
     if yes:
         # a purge killed between an operation's mark and its deletes left that operation's copies:
@@ -85,13 +84,16 @@ def purge(ostore: ObjectStore, vault: BucketVault, *, older_than: Optional[float
         t.on_intent = txn.intent_hook(progress) if chosen else None
         txn.run(t, cancel or CancelToken())
         if t.stopped is not None:  # before any mark: nothing of these was deleted or recorded
-            held += [{"op_id": m["op_id"], "run": m["run"], "only_copies": [], "code": t.stopped.code.value,
-                      "reason": f"not purged: {t.stopped} (the purge stopped before its intent was recorded; "
-                                "nothing of this backup was deleted)"} for m in chosen]
+            rows += [not_purged(m, _size(m), t.stopped, t.stopped.code) for m in chosen]
             ops, freed = [], 0
     ops += finished
     freed += sum(x["bytes"] for x in finished)
-    return {"dry_run": not yes, "ops": ops, "freed_bytes": freed, "held": held, "refused": refused}
+    return {"dry_run": not yes, "ops": ops, "freed_bytes": freed, "kept": rows, "refused": refused}
+
+
+def _size(m: dict) -> int:
+    """What an operation's backups take in a bucket's vault: its files' sizes (whole copies)."""
+    return sum(f["size"] for f in m["files"])
 
 
 def finish_purged(ostore: ObjectStore, vault: BucketVault, every: List[dict]) -> List[dict]:

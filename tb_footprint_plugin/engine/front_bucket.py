@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Collection, List, Mapping, Optional, Sequence, Tuple
 
-from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip, StoreError
+from tb_footprint_plugin.codes import Failure, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import health, usage
 from tb_footprint_plugin.engine.bucket_objects import BucketState
 from tb_footprint_plugin.engine.catalogue import summarize_operations
@@ -270,16 +270,12 @@ class BucketEngine(Engine):
     def purge(self, *, older_than: Optional[float], yes: bool, op: Optional[str], runs: Optional[Collection[str]],
               op_ids: Optional[Collection[str]], recovered: Sequence[RecoveryOutcome] = (),
               cancel: Optional[CancelToken] = None, progress: Progress = None) -> PurgeReport:
-        """Differs: a held backup is listed with 0 bytes (its size is not counted) and
-        ``Finding.NOT_RESTORED`` when the bucket gives no code."""
+        """The kept rows a disk's purge gives (``purge_rules.kept_row``): a bucket's own codes are
+        ``Finding.NOT_RESTORED`` (a restore left an original in the vault only) and ``Skip.LOCKED``
+        (the operation's journal is still there)."""
         d = self.bk.purge(self.ostore, self.vault, older_than=older_than, op=op, yes=yes, runs=runs,
                           op_ids=set(op_ids) if op_ids is not None else None, cancel=cancel, progress=progress)
-        codes = {Skip.LOCKED.value: Skip.LOCKED, Failure.INTERRUPTED.value: Failure.INTERRUPTED,
-                 Failure.ERROR.value: Failure.ERROR}  # the codes a bucket's purge holds a backup with
-        return PurgeReport(dry_run=d["dry_run"], ops=d["ops"], freed_bytes=d["freed_bytes"],
-                           kept=[{"op_id": h["op_id"], "run": h["run"], "bytes": 0,
-                                  "code": codes[h["code"]] if h.get("code") else Finding.NOT_RESTORED,
-                                  "detail": h["reason"]} for h in d.get("held", [])],
+        return PurgeReport(dry_run=d["dry_run"], ops=d["ops"], freed_bytes=d["freed_bytes"], kept=d["kept"],
                            # as on a disk: journals recovery refused, manifests the purge did not act on
                            refused=refused_rows(recovered) + d.get("refused", []))
 

@@ -33,9 +33,10 @@ from typing import Collection, Dict, Iterable, List, Optional
 from tb_footprint_plugin.codes import Code, Finding
 from tb_footprint_plugin.engine import faults, manifest, offload, oplog, txn
 from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, read_vaults, vault_problems
-from tb_footprint_plugin.engine.context import CancelToken, Cancelled, Context, writing
+from tb_footprint_plugin.engine.context import CancelToken, Context, writing
 from tb_footprint_plugin.engine.placement import starts_with
-from tb_footprint_plugin.engine.purge_choice import PurgeChoice, PurgeFilter, kept_row
+from tb_footprint_plugin.engine.purge_choice import PurgeChoice
+from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_row, not_purged
 from tb_footprint_plugin.engine.retire_purge import log_purge, purge_retired
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.engine.vault_reads import VaultRead
@@ -146,7 +147,7 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
                 t.on_intent = on_intent
                 txn.run(t, cancel)
                 if t.stopped is not None:  # before the intents: nothing of these was deleted or recorded
-                    choice.kept += [_not_purged(m, size, t.stopped) for m, _s, size, _o in plan]
+                    choice.kept += [not_purged(m, size, t.stopped, t.stopped.code) for m, _s, size, _o in plan]
                     continue
                 freed = t.result
                 # a blob kept under the locks (a transaction under way pinned or claimed it) keeps
@@ -168,7 +169,7 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
     # retired runs: the same choice (filters, locks, kept rows), a transaction of their own on the
     # driver (``retire_purge``): a cancel seen before its intent stops them too
     retired = purge_retired(ctx, which, yes=yes, cancel=cancel, on_intent=on_intent)
-    report.kept += retired.kept + [_not_purged(x, x["bytes"], stopped) for x, stopped in retired.stopped]
+    report.kept += retired.kept + [not_purged(x, x["bytes"], stopped, stopped.code) for x, stopped in retired.stopped]
     r_listed, r_freed = retired.listed, retired.freed
     report.ops += r_listed
     report.freed_bytes += r_freed
@@ -233,12 +234,6 @@ def _deleted(ctx: Context, vault: Vault, op_ids: List[str], shas: List[str]) -> 
         return vault.referenced_blobs(exclude_ops=op_ids) | journal_blobs(ctx)
 
     return vault.delete_blobs(shas, needed, after_each=lambda: faults.hit("purge.blob"))
-
-
-def _not_purged(m: dict, size: int, stopped: Cancelled) -> dict:
-    """The ``kept`` row of an operation a cancel stopped before its intent: nothing of it went."""
-    return kept_row(m, size, stopped.code, f"not purged: {stopped} (the purge stopped before its intent was "
-                                           "recorded; nothing of this backup was deleted)")
 
 
 class LocalPurge(txn.Purge):

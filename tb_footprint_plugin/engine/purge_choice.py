@@ -3,60 +3,26 @@ reduction's backups (``purge.purge_backups``) and a retired run's vault copy
 (``retire_purge.purge_retired``) are chosen by the same filters, under the same run locks, and
 passed over with the same ``kept`` rows.
 
-- ``PurgeFilter``: which operations the caller asked for (``op``, ``run``, ``runs``, ``op_ids``,
-  ``older_than`` against ``now``); a purged one is never asked for again.
+- ``PurgeFilter`` and ``kept_row``: the store-neutral rules a bucket's purge uses too
+  (``engine.purge_rules``, re-exported here).
 - ``PurgeChoice``: with ``yes``, each run's lock taken once (``run_lock.lock_for_purge``: a refusal
   is a ``kept`` row with its code) and held until the purge ends (the ``with`` block: released
   there, in one place); an operation whose run has an unfinished one (``catalogue.unsettled_op``)
   is kept with ``Finding.UNFINISHED``.
-- ``kept_row``: every ``kept`` row of a disk's purge, one set of fields: ``op_id``, ``run``,
-  ``kind`` (``reduce`` or ``retire``, the manifest's), ``bytes`` (what stays: the size function
-  the purge passes in), ``code``, ``detail``, and what a row adds (``sha256`` of a blob kept).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Collection, Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
-from tb_footprint_plugin.codes import Code, Finding
+from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.engine.catalogue import unsettled_op
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine.lease import RunLease
+from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_row
 from tb_footprint_plugin.engine.run_lock import lock_for_purge
 
 #: the detail of a ``kept`` row whose run has an unfinished operation
 UNFINISHED_DETAIL = "an operation on this run is unfinished; run `tb-footprint recover`"
-
-
-@dataclass(frozen=True)
-class PurgeFilter:
-    """The operations a purge was asked for: ``op`` (one operation), ``run`` (one run), ``runs``
-    (these runs), ``op_ids`` (the ones a preview showed and the user confirmed), ``older_than``
-    (seconds since the operation finished, at ``now``); None asks for all."""
-
-    now: float
-    older_than: Optional[float] = None
-    run: Optional[str] = None
-    runs: Optional[Collection[str]] = None
-    op: Optional[str] = None
-    op_ids: Optional[Collection[str]] = None
-
-    def admits(self, m: dict) -> bool:
-        """Whether manifest ``m`` is asked for and not purged already."""
-        if m.get("backup_purged"):
-            return False
-        if (self.op and m["op_id"] != self.op) or (self.run is not None and m["run"] != self.run) or \
-                (self.runs is not None and m["run"] not in self.runs) or \
-                (self.op_ids is not None and m["op_id"] not in self.op_ids):
-            return False
-        return self.older_than is None or m.get("finished_at", self.now) <= self.now - self.older_than
-
-
-def kept_row(m: dict, size: int, code: Code, detail: str, **extra) -> dict:
-    """The ``kept`` row of an operation (manifest or report row ``m``) a purge passes over, wholly
-    or in part (``extra``: a blob's ``sha256``): nothing of what it names was deleted."""
-    return {"op_id": m["op_id"], "run": m["run"], "kind": m["kind"], "bytes": size, "code": code,
-            "detail": detail, **extra}
 
 
 class PurgeChoice:

@@ -1,0 +1,67 @@
+"""What a purge asks for and how it says what it kept, on every store (issue #26 item 2): a
+disk's purges (``purge.purge_backups``, ``retire_purge.purge_retired``, through
+``purge_choice``) and a bucket's (``bucket_purge.purge``) choose by these rules and report with
+these rows; nothing here reads or writes a store.
+
+- ``PurgeFilter``: which operations the caller asked for (``op``, ``run``, ``runs``, ``op_ids``,
+  ``older_than`` against ``now``); a purged one is never asked for again, and one with no finish
+  time is never old enough (a manifest is untrusted input: ``finished_at`` may be null).
+- ``kept_row``: every ``kept`` row of a purge, one set of fields (``docs/json-schema.md``):
+  ``op_id``, ``run``, ``kind`` (``reduce`` or ``retire``, the manifest's), ``bytes`` (what stays
+  in the vault), ``code``, ``detail``, and what a row adds (``sha256`` of a blob kept).
+- ``not_purged``: the row of an operation a cancel stopped before the purge's intent.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Collection, Optional
+
+from tb_footprint_plugin.codes import Code
+
+
+@dataclass(frozen=True)
+class PurgeFilter:
+    """The operations a purge was asked for: ``op`` (one operation), ``run`` (one run), ``runs``
+    (these runs), ``op_ids`` (the ones a preview showed and the user confirmed), ``older_than``
+    (seconds since the operation finished, at ``now``); None asks for all."""
+
+    now: float
+    older_than: Optional[float] = None
+    run: Optional[str] = None
+    runs: Optional[Collection[str]] = None
+    op: Optional[str] = None
+    op_ids: Optional[Collection[str]] = None
+
+    def admits(self, m: dict) -> bool:
+        """Whether manifest ``m`` (the one schema, ``manifest.read``) is asked for and not purged
+        already."""
+        if m.get("backup_purged"):
+            return False
+        if (self.op is not None and m["op_id"] != self.op) or (self.run is not None and m["run"] != self.run) or \
+                (self.runs is not None and m["run"] not in self.runs) or \
+                (self.op_ids is not None and m["op_id"] not in self.op_ids):
+            return False
+        if self.older_than is None:
+            return True
+        # no finish time (null in an untrusted manifest): finished "now", never old enough
+        finished = m.get("finished_at")
+        if isinstance(finished, bool) or not isinstance(finished, (int, float)):
+            finished = self.now
+        return finished <= self.now - self.older_than
+
+
+def kept_row(m: dict, size: int, code: Code, detail: str, **extra) -> dict:
+    """The ``kept`` row of an operation (manifest or report row ``m``) a purge passes over, wholly
+    or in part (``extra``: a blob's ``sha256``): nothing of what it names was deleted."""
+    return {"op_id": m["op_id"], "run": m["run"], "kind": m["kind"], "bytes": size, "code": code,
+            "detail": detail, **extra}
+
+
+def not_purged(m: dict, size: int, stopped: BaseException, code: Code) -> dict:
+    """The ``kept`` row of an operation a cancel (``stopped``, its ``code``) stopped before the
+    purge recorded its intent: nothing of it went."""
+    return kept_row(m, size, code, f"not purged: {stopped} (the purge stopped before its intent was recorded; "
+                                   "nothing of this backup was deleted)")
+
+
+__all__ = ["PurgeFilter", "kept_row", "not_purged"]
