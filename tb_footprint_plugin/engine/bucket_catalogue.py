@@ -19,6 +19,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     vault_url,
 )
 from tb_footprint_plugin.engine.bucket_steps import in_place, staged_match
+from tb_footprint_plugin.engine.catalogue_rules import backup_kept, removed_bytes
 from tb_footprint_plugin.engine.checks import unchecked
 from tb_footprint_plugin.engine.context import CancelToken
 from tb_footprint_plugin.engine.journal_object import pending_objects
@@ -98,7 +99,7 @@ def recheck(ostore: ObjectStore, vault: BucketVault, *, run: Optional[str] = Non
     damaged: List[dict] = []
     stopped = (lambda: cancel.cancelled) if cancel is not None else (lambda: False)
     for m in manifests(ostore, vault, damaged):
-        if m["restored_by"] or m["backup_purged"]:
+        if not backup_kept(m):
             continue
         if (op is not None and m["op_id"] != op) or (run is not None and m["run"] != run):
             continue
@@ -163,7 +164,7 @@ def history(ostore: ObjectStore, vault: BucketVault) -> List[dict]:
             e["backup"] = "none" if not e.get("backup_kept") else "unknown"
         out.append(e)
     for m in manifests(ostore, vault):
-        kept = not m["backup_purged"] and not m["restored_by"]
+        kept = backup_kept(m)
         out.append({"time": m["finished_at"], "op_id": m["op_id"], "kind": m["kind"], "run": m["run"],
                     "before": m.get("bytes_before"), "after": m.get("bytes_after"), "verified": True,
                     "outcome": Outcome.VERIFIED, "backup_kept": kept, "policy": m.get("policy"),
@@ -171,7 +172,7 @@ def history(ostore: ObjectStore, vault: BucketVault) -> List[dict]:
                     "shard": m["shard"] if isinstance(m.get("shard"), str) else None})
         if m["kind"] == "reduce":  # the columns a local history has (``local_views.history_view``)
             e = out[-1]
-            e["removed_from_logdir_bytes"] = max(0, (e["before"] or 0) - (e["after"] or 0))
+            e["removed_from_logdir_bytes"] = removed_bytes(m)
             e["freed_now_bytes"], e["freed_after_purge_bytes"] = usage.bucket_freed_by_op(
                 m, e["removed_from_logdir_bytes"])
             e["backup"] = "purged" if m["backup_purged"] else "kept"  # a restore keeps the copies: purge frees them
@@ -189,7 +190,8 @@ def history(ostore: ObjectStore, vault: BucketVault) -> List[dict]:
 
 def status(ostore: ObjectStore, vault: BucketVault) -> dict:
     """Unfinished operations (journals in the bucket), the vault and the operations it holds."""
-    pending = sorted(k.rsplit("/", 1)[-1].rsplit(".", 1)[0] for k, _ in pending_objects(BucketState.of(ostore)))
+    journals = pending_objects(BucketState.of(ostore))  # one listing: the unfinished and the damaged ones
+    pending = sorted(k.rsplit("/", 1)[-1].rsplit(".", 1)[0] for k, _ in journals)
     ops, vault_bytes, freed_now, problems = [], 0, 0, []
     found = manifests(ostore, vault, problems)
     for m in found:
@@ -197,8 +199,7 @@ def status(ostore: ObjectStore, vault: BucketVault) -> dict:
         if not m["backup_purged"]:
             vault_bytes += size
         if m["kind"] == "reduce":  # per operation as ``history`` counts it (``usage.bucket_freed_by_op``)
-            removed = max(0, int(m.get("bytes_before") or 0) - int(m.get("bytes_after") or 0))
-            freed_now += usage.bucket_freed_by_op(m, removed)[0]
+            freed_now += usage.bucket_freed_by_op(m, removed_bytes(m))[0]
         ops.append({**{k: m[k] for k in (manifest.OP_ID, manifest.KIND, manifest.RUN, manifest.OUTCOME,
                                          manifest.REASON, manifest.BYTES_BEFORE, manifest.BYTES_AFTER,
                                          manifest.STARTED_AT, manifest.FINISHED_AT, manifest.BACKUP_PURGED,
@@ -213,7 +214,8 @@ def status(ostore: ObjectStore, vault: BucketVault) -> dict:
             "vaults": [f"{ostore.url.split('://', 1)[0]}://{vault.root}"] + ([vault.blobs.folder] if vault.blobs else []),
             "vault_bytes": vault_bytes, "freed_now_bytes": freed_now,
             "unfinished_operations": pending, "operations": ops, "ledger": None,
-            "problems": problems + damaged_journals(ostore) + damaged_locks(ostore) + history_problems(ostore),
+            "problems": problems + damaged_journals(ostore, dict(journals)) + damaged_locks(ostore)
+            + history_problems(ostore),
             "kept_blobs": kept_objects(ostore, vault, found)}
 
 

@@ -335,12 +335,15 @@ def _drop_locks_of(st: BucketState, locks: List[str], op_id: str) -> None:
     must_delete(st.logdir, list(versions), versions=versions)
 
 
-def _damaged(ostore: ObjectStore, prefix: str, suffix: str, bad: Callable[[dict], bool], what: str) -> List[dict]:
+def _damaged(ostore: ObjectStore, prefix: str, suffix: str, bad: Callable[[dict], bool], what: str,
+             listing: Optional[dict] = None) -> List[dict]:
     """The objects under ``prefix`` (names ending in ``suffix``) whose document ``bad`` rejects,
-    each named by URL with a code and ``what`` is said of it; they are left in place."""
+    each named by URL with a code and ``what`` is said of it; they are left in place. ``listing``:
+    the caller's listing of ``prefix`` (keyed relative to the logdir), so it is not listed again."""
     st = BucketState(ostore)
     out: List[dict] = []
-    listing = st.tree(prefix, missing_ok=True)
+    if listing is None:
+        listing = st.tree(prefix, missing_ok=True)
     for key, info in sorted(listing.items()):
         if not key.endswith(suffix):
             continue
@@ -357,9 +360,12 @@ def _damaged(ostore: ObjectStore, prefix: str, suffix: str, bad: Callable[[dict]
     return out
 
 
-def damaged_journals(ostore: ObjectStore) -> List[dict]:
-    """Journal objects that cannot be read (``recover`` leaves them in place), named by URL."""
-    return _damaged(ostore, JOURNAL, "", journal_unreadable, "journal not readable; never acted on, left in place")
+def damaged_journals(ostore: ObjectStore, listing: Optional[dict] = None) -> List[dict]:
+    """Journal objects that cannot be read (``recover`` leaves them in place), named by URL.
+    ``listing``: the journals as the caller listed them already (``pending_objects``), else one
+    listing."""
+    return _damaged(ostore, JOURNAL, "", journal_unreadable, "journal not readable; never acted on, left in place",
+                    listing)
 
 
 def damaged_locks(ostore: ObjectStore) -> List[dict]:
