@@ -1,5 +1,6 @@
 """The catalogue of operations: manifests (written once an operation ends), the vaults a
 logdir has used, which operations are restorable, and what unfinished journals still need.
+What a manifest says on every store (kept, restorable, its summary row) is ``catalogue_rules``.
 """
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import math
 import os
 import re
 import time
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 from tb_footprint_plugin.codes import Failure, Outcome
 from tb_footprint_plugin.engine import manifest, oplog
+# the store-neutral rules (a bucket's catalogue asks them too), re-exported for the disk's callers
+from tb_footprint_plugin.engine.catalogue_rules import is_kept, operation_summary, summarize_operations  # noqa: F401
 from tb_footprint_plugin.engine.context import Context, NoSpace, TransactionError, writing
 from tb_footprint_plugin.engine.history import append_history, disk_log, history_path, logged_operations, reduce_line
 from tb_footprint_plugin.engine.manifest_form import stored_plan, stored_policy
@@ -206,15 +209,6 @@ def find_manifest(ctx: Context, op_id: str) -> dict:
     hidden = hiding_damage(ctx)
     raise TransactionError(f"no operation {op_id!r} in the vault" + "".join(f"; {why}" for why in hidden),
                            Failure.RESTORE_BLOCKED if hidden else Failure.NOT_FOUND)
-
-
-def _is_verified_reduction(m: dict) -> bool:
-    return m.get("kind") == "reduce" and m.get("outcome") == Outcome.VERIFIED
-
-
-def is_kept(m: dict) -> bool:
-    """A verified reduction whose backup is kept and that was not restored yet."""
-    return _is_verified_reduction(m) and not m.get("backup_purged") and not m.get("restored_by")
 
 
 def restorable_ops(ctx: Context, run: Optional[str] = None, reads: Optional[List[VaultRead]] = None) -> List[dict]:
@@ -426,65 +420,3 @@ def write_committed_line(ctx: Context, records: List[dict], m: dict) -> bool:
     with writing(history_path(ctx.state), len(json.dumps(entry)) + 64):
         disk_log(ctx.state, create=True).append_lines([entry])
     return True
-
-
-def operation_summary(m: dict) -> dict:
-    """One manifest as the operations list shows it (``restorable`` is set by ``summarize_operations``)."""
-    ver = m.get("verification") or {}
-    plan = m.get("plan") or {}
-    before, after = m.get("bytes_before"), m.get("bytes_after")
-    return {
-        "op_id": m.get("op_id"),
-        "kind": m.get("kind"),
-        "run": m.get("run"),
-        "of_op": m.get("of_op"),
-        "policy": (m.get("policy") or {}).get("name") if isinstance(m.get("policy"), dict) else m.get("policy"),
-        "outcome": m.get("outcome"),
-        "reason": m.get("reason"),
-        "bytes_before": before,
-        "bytes_after": after,
-        "saved_bytes": max(0, (before or 0) - (after or 0)) if _is_verified_reduction(m) else 0,
-        "started_at": m.get("started_at"),
-        "finished_at": m.get("finished_at"),
-        "backup_purged": bool(m.get("backup_purged")),
-        "restored_by": m.get("restored_by"),
-        "restored_at": m.get("restored_at"),
-        "recovered": bool(m.get("recovered")),
-        "backup_bytes": sum(int(f.get("size") or 0) for f in m.get("files", [])),
-        "files": len(m.get("files", [])),
-        "verified": bool(ver.get("ok")) if ver else None,
-        "checks": [{"name": c.get("name"), "ok": c.get("ok"), "detail": c.get("detail")} for c in ver.get("checks", [])],
-        "failed": list(ver.get("failed", [])),
-        "has_series": bool(ver.get("scalar_series")),
-        "fidelity": plan.get("fidelity", []),
-        "restorable": False,
-        "restore_note": None,
-        # late writes put back into the run after this reduction, and a rebuilt manifest
-        "salvaged": [{k: x.get(k) for k in ("path", "file", "records", "bytes", "at")} for x in m.get("salvaged", [])],
-        "rebuilt": m.get("rebuilt"),
-    }
-
-
-def summarize_operations(manifests: List[dict]) -> List[dict]:
-    """Summaries of ``manifests`` with ``restorable`` and ``restore_note`` set by the rule
-    ``restorable_ops``/``restore_op`` apply: of one run, only the newest kept reduction."""
-    out = [operation_summary(m) for m in manifests]
-    newest: Dict[str, str] = {}
-    for o, m in sorted(zip(out, manifests), key=lambda om: om[0].get("started_at") or 0, reverse=True):
-        if not is_kept(m):
-            if _is_verified_reduction(m):
-                o["restore_note"] = "restored" if m.get("restored_by") else "backup purged"
-            continue
-        if o["run"] not in newest:
-            newest[o["run"]] = o["op_id"]
-            o["restorable"] = True
-        else:
-            o["restore_note"] = f"restore the newer operation {newest[o['run']]} first"
-    for o, m in zip(out, manifests):  # a retirement: the whole run comes back until it is purged
-        if m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED:
-            o["restorable"] = not m.get("backup_purged") and not m.get("restored_by")
-            o["restore_note"] = None if o["restorable"] else ("restored" if m.get("restored_by") else "purged")
-            o["backup_bytes"] = int(m.get("bytes_before") or 0)
-            o["files"] = len(m.get("tree", []))
-            o["takes_along"] = list(m.get("takes_along", []))
-    return out

@@ -14,7 +14,7 @@ from typing import Callable, Collection, List, Mapping, Optional, Sequence, Tupl
 from tb_footprint_plugin.codes import Failure, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import health, usage
 from tb_footprint_plugin.engine.bucket_objects import BucketState
-from tb_footprint_plugin.engine.catalogue import summarize_operations
+from tb_footprint_plugin.engine.catalogue_rules import is_kept, summarize_operations
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError
 from tb_footprint_plugin.engine.front_base import DEFAULT_BACKENDS, Engine, Progress, refused_rows
 from tb_footprint_plugin.engine.ledger import with_restores
@@ -260,8 +260,6 @@ class BucketEngine(Engine):
             RunOutcome(run="", status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, reason=w) for w in damage]
 
     def restorable(self, run: Optional[str] = None) -> List[dict]:
-        from tb_footprint_plugin.engine.catalogue import is_kept
-
         return summarize_operations([m for m in self.operations(run) if is_kept(m)])
 
     def backup_runs(self) -> List:

@@ -1,0 +1,99 @@
+"""What the catalogue says of an operation, on every store (issue #26 item 2): which manifests
+are kept reductions (restorable), whether an operation's backup is still kept, what a reduction
+removed from the logdir, and the summary row the operations list shows (``restorable`` and
+``restore_note`` by the one rule: of one run, only the newest kept reduction). A disk's catalogue
+(``engine.catalogue``, which re-exports these) and a bucket's (``engine.bucket_catalogue``,
+``engine.front_bucket``) read their manifests their own way, then ask these; nothing here reads
+or writes a store. Manifests are in the one schema (``engine.manifest.read``) or older shapes:
+every field is read with ``get``.
+"""
+from __future__ import annotations
+
+from typing import Dict, List
+
+from tb_footprint_plugin.codes import Outcome
+
+
+def is_verified_reduction(m: dict) -> bool:
+    """A reduction that verified (whatever became of its backup since)."""
+    return m.get("kind") == "reduce" and m.get("outcome") == Outcome.VERIFIED
+
+
+def is_kept(m: dict) -> bool:
+    """A verified reduction whose backup is kept and that was not restored yet."""
+    return is_verified_reduction(m) and backup_kept(m)
+
+
+def backup_kept(m: dict) -> bool:
+    """An operation whose backup is still kept: neither purged nor given back by a restore."""
+    return not m.get("backup_purged") and not m.get("restored_by")
+
+
+def removed_bytes(m: dict) -> int:
+    """What an operation took out of the logdir (``bytes_before`` - ``bytes_after``, never below 0)."""
+    return max(0, (m.get("bytes_before") or 0) - (m.get("bytes_after") or 0))
+
+
+def operation_summary(m: dict) -> dict:
+    """One manifest as the operations list shows it (``restorable`` is set by ``summarize_operations``)."""
+    ver = m.get("verification") or {}
+    plan = m.get("plan") or {}
+    return {
+        "op_id": m.get("op_id"),
+        "kind": m.get("kind"),
+        "run": m.get("run"),
+        "of_op": m.get("of_op"),
+        "policy": (m.get("policy") or {}).get("name") if isinstance(m.get("policy"), dict) else m.get("policy"),
+        "outcome": m.get("outcome"),
+        "reason": m.get("reason"),
+        "bytes_before": m.get("bytes_before"),
+        "bytes_after": m.get("bytes_after"),
+        "saved_bytes": removed_bytes(m) if is_verified_reduction(m) else 0,
+        "started_at": m.get("started_at"),
+        "finished_at": m.get("finished_at"),
+        "backup_purged": bool(m.get("backup_purged")),
+        "restored_by": m.get("restored_by"),
+        "restored_at": m.get("restored_at"),
+        "recovered": bool(m.get("recovered")),
+        "backup_bytes": sum(int(f.get("size") or 0) for f in m.get("files", [])),
+        "files": len(m.get("files", [])),
+        "verified": bool(ver.get("ok")) if ver else None,
+        "checks": [{"name": c.get("name"), "ok": c.get("ok"), "detail": c.get("detail")} for c in ver.get("checks", [])],
+        "failed": list(ver.get("failed", [])),
+        "has_series": bool(ver.get("scalar_series")),
+        "fidelity": plan.get("fidelity", []),
+        "restorable": False,
+        "restore_note": None,
+        # late writes put back into the run after this reduction, and a rebuilt manifest
+        "salvaged": [{k: x.get(k) for k in ("path", "file", "records", "bytes", "at")} for x in m.get("salvaged", [])],
+        "rebuilt": m.get("rebuilt"),
+    }
+
+
+def summarize_operations(manifests: List[dict]) -> List[dict]:
+    """Summaries of ``manifests`` with ``restorable`` and ``restore_note`` set by the rule
+    ``restorable_ops``/``restore_op`` apply: of one run, only the newest kept reduction."""
+    out = [operation_summary(m) for m in manifests]
+    newest: Dict[str, str] = {}
+    for o, m in sorted(zip(out, manifests), key=lambda om: om[0].get("started_at") or 0, reverse=True):
+        if not is_kept(m):
+            if is_verified_reduction(m):
+                o["restore_note"] = "restored" if m.get("restored_by") else "backup purged"
+            continue
+        if o["run"] not in newest:
+            newest[o["run"]] = o["op_id"]
+            o["restorable"] = True
+        else:
+            o["restore_note"] = f"restore the newer operation {newest[o['run']]} first"
+    for o, m in zip(out, manifests):  # a retirement: the whole run comes back until it is purged
+        if m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED:
+            o["restorable"] = backup_kept(m)
+            o["restore_note"] = None if o["restorable"] else ("restored" if m.get("restored_by") else "purged")
+            o["backup_bytes"] = int(m.get("bytes_before") or 0)
+            o["files"] = len(m.get("tree", []))
+            o["takes_along"] = list(m.get("takes_along", []))
+    return out
+
+
+__all__ = ["backup_kept", "is_kept", "is_verified_reduction", "operation_summary", "removed_bytes",
+           "summarize_operations"]
