@@ -172,7 +172,7 @@ class ChangeLog:
     folder in which each worker of a sharded batch appends to a file of its own (None: none),
     found by a shallow listing of it, and the sealed logs (rolled over) with them; ``limit``: the
     largest log an append makes on this store (a larger one was planted; default
-    ``MAX_STATE_BYTES``)."""
+    ``MAX_STATE_BYTES``, never above ``READ_ALL_LIMIT`` where an append rewrites the object)."""
 
     def __init__(self, store: Store, folder: str = "", *, workers: Optional[str] = "",
                  limit: Optional[int] = None):
@@ -180,6 +180,10 @@ class ChangeLog:
         self.folder = folder
         self.workers = workers
         self.limit = MAX_STATE_BYTES if limit is None else limit
+        if store.capabilities.append == "conditional_rewrite":
+            # an append rewrites the whole object: it never makes one past what one read takes
+            # (``Store.append``), so a larger one was planted
+            self.limit = min(self.limit, READ_ALL_LIMIT)
 
     def key(self, name: str) -> str:
         """The key of the single log file ``name``."""
@@ -245,25 +249,21 @@ class ChangeLog:
                                    or (getattr(st, "links", 2) > 1
                                        and self._stat_or_none(self.sealed_key(key, st)) is not None)):
                 self.seal(key, st)
-        # a disk's log is sized under the append's flock (StateFolder.append): the stat above
-        # alone let concurrent appenders each add a line past the limit (review R2-6)
-        on_disk = isinstance(self.store, StateFolder) and self.workers is not None
+        # the store decides the size where its append is atomic (a disk: under its flock; a
+        # bucket: in its conditional rewrite): the stat above alone let concurrent appenders each
+        # add a line past the limit (review R2-6). With nowhere to seal (no workers' folder) the
+        # store's own bound alone
+        limit = self.limit if self.workers is not None else None
         for attempt in range(_SEAL_TRIES):
             try:
-                if on_disk:
-                    self.store.append(key, data, limit=self.limit)
-                else:
-                    self.store.append(key, data)
+                self.store.append(key, data, limit=limit)
                 return
             except StoreFailure as e:
-                # a bucket refuses an append past what one read takes whole (its size is known to
-                # the append alone, no request more), a disk past ``limit``: the log is full, or
-                # planted oversize. Tried again when another appender grew it between the refusal
-                # and the seal's stat
+                # the log is full, or planted oversize: sealed, then appended again
                 if e.code != StoreError.TOO_LARGE or self.workers is None or attempt == _SEAL_TRIES - 1:
                     raise
-                st = self._stat_or_none(key) if on_disk else self.store.stat(key)
-                if on_disk and (st is None or st.size + len(data) + 1 <= self.limit):
+                st = self._stat_or_none(key)
+                if st is None or st.size + len(data) + 1 <= self.limit:
                     continue  # another appender sealed it meanwhile: room in the fresh log
                 self.seal(key, st)
 

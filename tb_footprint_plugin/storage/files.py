@@ -370,9 +370,10 @@ def append_line(path: str, line: str, *, create: bool = True,
         # a line torn by a crash (power loss, a partial write on a full disk) stays one damaged
         # line its reader skips and names, instead of swallowing this whole line into it: the
         # rule of every store's append (review R8: one text of it)
-        data = on_a_new_line(os.pread(fd, 1, st.st_size - 1) if st.st_size else b"", line.encode("utf-8"))
-        # +1 as a bucket's append counts it (store_object): the limits of both stores read alike
-        if limit is not None and st.st_size and st.st_size + len(data) + 1 > limit:
+        raw = line.encode("utf-8")
+        data = on_a_new_line(os.pread(fd, 1, st.st_size - 1) if st.st_size else b"", raw)
+        # + 1 (the newline a torn last line gets) as ``Store.append`` counts it on every store
+        if limit is not None and st.st_size and st.st_size + len(raw) + 1 > limit:
             raise StoreFailure(StoreError.TOO_LARGE, path, f"an append past {limit} bytes")
         # written through the fd itself: a Python file object around it cost five system calls
         # more an append (review R4)

@@ -339,12 +339,20 @@ class Store(abc.ABC):
         A store that checks versions itself (``PosixStore``, under its lock) always checks."""
 
     @abc.abstractmethod
-    def append(self, key: str, data: bytes) -> str:
+    def append(self, key: str, data: bytes, *, limit: Optional[int] = None) -> str:
         """Append ``data`` to ``key`` (created if missing) durably before returning; concurrent
         appends through stores of the same kind each land whole, in some order. Returns the new
         version. Whole lines (``data`` ending in a newline) after a last line left without its
         newline (a torn or planted one) start on a line of their own (``on_a_new_line``): glued
-        onto it, the first of them would be lost with it."""
+        onto it, the first of them would be lost with it.
+
+        ``limit``: a key holding bytes is not taken past it: when its size + ``len(data)`` + 1
+        (the newline a torn last line gets) would pass ``limit``, nothing is written and
+        ``StoreFailure(TOO_LARGE)`` naming the key is raised (an absent or empty key takes any
+        first append). The size is the one the append itself sees where it is atomic (a folder:
+        under its ``flock``; a bucket: the version its conditional rewrite is on), so appenders
+        that each found room never take a key past its limit together. A bucket's append
+        rewrites the whole object: its limit is never above ``READ_ALL_LIMIT`` (None: that)."""
 
     def mkdir(self, key: str) -> None:
         """Make the folder ``key`` and its parents where the store has folders; a no-op on
@@ -479,8 +487,8 @@ class Wrapper(Store):
         keys = [keys] if isinstance(keys, str) else list(keys)
         return self._call("delete", self.inner.delete, keys, versions, n=max(1, len(keys)), precheck=precheck)
 
-    def append(self, key, data):
-        return self._call("append", self.inner.append, key, data, up=len(data))
+    def append(self, key, data, *, limit=None):
+        return self._call("append", self.inner.append, key, data, up=len(data), limit=limit)
 
     def mkdir(self, key):
         return self._call("mkdir", self.inner.mkdir, key)

@@ -497,14 +497,16 @@ class ObjectStore(Store):
                               DeleteResult(key=keys[i], ok=False, code=_code(err), message=f"{keys[i]}: {err}"))
         return [results[i] for i in range(len(keys))]
 
-    def append(self, key: str, data: bytes) -> str:
+    def append(self, key: str, data: bytes, *, limit: Optional[int] = None) -> str:
         path = self._path(key)
+        # the object is read and rewritten whole: never past what one read takes
+        cap = READ_ALL_LIMIT if limit is None else min(limit, READ_ALL_LIMIT)
         with _APPENDING_MU:
             mu = _APPENDING.setdefault(path, threading.Lock())
         with mu:  # appenders of this process take turns instead of losing preconditions to each other
-            return self._append(key, path, data)
+            return self._append(key, path, data, cap)
 
-    def _append(self, key: str, path: str, data: bytes) -> str:
+    def _append(self, key: str, path: str, data: bytes, cap: int) -> str:
         pause = 0.02
         for _ in range(APPEND_TRIES):
             with _coded(key):
@@ -512,9 +514,10 @@ class ObjectStore(Store):
                     info = self.ops.head(path)
                     if info is None:
                         return self.ops.put(path, bytes(data), if_absent=True)
-                    if info.size + len(data) + 1 > READ_ALL_LIMIT:
-                        raise StoreFailure(StoreError.TOO_LARGE, key, f"an append past {READ_ALL_LIMIT} bytes; "
-                                           "a bucket append rewrites the object, so logs stay small")
+                    # the size of the version the conditional put below is on: decided atomically
+                    if info.size and info.size + len(data) + 1 > cap:
+                        raise StoreFailure(StoreError.TOO_LARGE, key, f"an append past {cap} bytes; not written "
+                                           "(a bucket append rewrites the object, so logs stay small)")
                     cur = self.rfs.read_range(key, 0, info.size) if info.size else b""
                     if len(cur) != info.size:
                         continue  # changed between the head and the read: the put would fail anyway

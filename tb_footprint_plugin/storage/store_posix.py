@@ -509,7 +509,7 @@ class PosixStore(Store):
         finally:
             ctx.__exit__(None, None, None)
 
-    def append(self, key: str, data: bytes) -> str:
+    def append(self, key: str, data: bytes, *, limit: Optional[int] = None) -> str:
         with self._at(key, create=True) as (dfd, name):
             created = False
             try:
@@ -522,6 +522,10 @@ class PosixStore(Store):
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)  # one append lands whole even if a write() is partial
                 size = os.fstat(fd).st_size
+                # sized under the flock every appender takes: appenders that each found room in a
+                # stat never take the key past its limit together (review R2-6)
+                if limit is not None and size and size + len(data) + 1 > limit:
+                    raise StoreFailure(StoreError.TOO_LARGE, key, f"an append past {limit} bytes; not written")
                 self._write_all(fd, on_a_new_line(os.pread(fd, 1, size - 1) if size else b"", data))
                 os.fsync(fd)
                 st = os.fstat(fd)

@@ -408,6 +408,28 @@ def test_concurrent_appends_each_land_whole(store):
         assert [ln for ln in lines if ln.startswith(f"{t}:")] == [f"{t}:{i}:{'x' * 50}" for i in range(5)]
 
 
+def test_an_append_past_its_limit_is_refused_and_nothing_is_written(store):
+    """``append(limit=)``: a key holding bytes is not taken past ``limit`` (its size + the data + 1,
+    the newline a torn last line gets): ``TOO_LARGE`` naming the key, no byte written, no write
+    request; at exactly the limit it lands; an absent key takes any first append. Through a
+    wrapper too. One refusal costs a bucket no read: its head alone (the size its rewrite is on)."""
+    key = "logs/limited.jsonl"
+    first = b"x" * 10 + b"\n"
+    store.append(key, first, limit=5)  # absent: any first append
+    assert store.read_all(key) == first
+    puts, reads = store.stats.put, store.stats.read
+    e = fails(StoreError.TOO_LARGE, store.append, key, b"ab\n", limit=len(first) + 3)
+    assert e.key == key
+    e = fails(StoreError.TOO_LARGE, CountingStore(store).append, key, b"ab\n", limit=len(first) + 3)
+    assert e.key == key
+    assert (store.stats.put, store.stats.read) == (puts, reads)  # nothing written, nothing read
+    assert store.read_all(key) == first
+    store.append(key, b"ab\n", limit=len(first) + 3 + 1)  # exactly at the limit
+    assert store.read_all(key) == first + b"ab\n"
+    store.append(key, b"cd\n")  # no limit given: the store's own bound only
+    assert store.read_all(key) == first + b"ab\ncd\n"
+
+
 def test_streaming_put_stays_in_bounded_memory(store, tmp_path):
     size = 32 << 20
     src = tmp_path / "big.bin"
