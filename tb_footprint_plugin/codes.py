@@ -102,6 +102,21 @@ class JobCode(Code):
 
 
 
+class Refusal(Code):
+    """Why the tab refuses a request or keeps its write actions off (``reason_code`` of a refused
+    answer, ``actions.codes`` of the tab's state); the tab's script branches on these."""
+
+    READ_ONLY = "read_only"  # TensorBoard was started with --footprint_read_only
+    REMOTE_BIND = "remote_bind"  # TensorBoard listens beyond loopback without --footprint_allow_remote_actions
+    LOGDIR_NOT_LOCAL = "logdir_not_local"  # the logdir is not on a local disk
+    LOGDIR_NOT_WRITABLE = "logdir_not_writable"  # this process cannot write to the logdir
+    PEER_NOT_OWNER = "peer_not_owner"  # the connecting process belongs to another local user
+    PEER_UNIDENTIFIED = "peer_unidentified"  # the connecting process's user could not be found
+    FOREIGN_HOST = "foreign_host"  # a Host header this server does not answer to (DNS rebinding)
+    FOREIGN_ORIGIN = "foreign_origin"  # a request made by a page of another origin
+    BAD_TOKEN = "bad_token"  # a write without this process's token
+
+
 class Finding(Code):
     """What a check of the logdir's state found (``status``/``verify``/the tab's problems, purge's
     kept backups, ``RecoveryOutcome.code``). Damage is reported, never silently dropped."""

@@ -135,7 +135,7 @@ def _code_consts(node: ast.AST) -> List[str]:
 
 
 #: names a code is given under (a dict's key, a keyword): its literal must be a ``codes.py`` value
-_CODE_KEY = re.compile(r"^code$")
+_CODE_KEY = re.compile(r"^(reason_)?code$")
 
 
 def _given_literals(node: ast.AST) -> List[str]:
@@ -271,6 +271,7 @@ def test_the_scanner_sees_each_pattern():
     assert _flags('def f(e):\n    return {"code": getattr(e, "code", None) or "made_up_here"}')
     assert _flags('def f(e, ok):\n    return Problem(code=Failure.ERROR if ok else "made_up_here")')
     assert _flags('def f(e):\n    return {"code": getattr(e, "code", None) or "damaged_state_file"}')
+    assert _flags('def f(h):\n    raise Rejected(403, f"bad host {h}", reason_code="foreign_host")')
     assert not _flags('def f(e):\n    return {"code": getattr(e, "code", None) or Finding.DAMAGED_FILE}')
     assert not _flags('def f(o):\n    if o.status == Outcome.VERIFIED: pass')
     assert not _flags('def f(e):\n    if e.errno == errno.ENOENT: pass')

@@ -18,7 +18,7 @@ there once) and calls it; no verb group picks an engine by the logdir's URL itse
 """
 # The names below are this package's public surface (the front ends use ``api.<name>``), so
 # each import is a re-export, not a use.
-from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery, Skip
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery, Refusal, Skip
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.engine.catalogue import (find_manifest, hiding_damage, is_kept, journal_blobs,
                                                   known_vaults, operation_summary, own_manifests, remember_vault,

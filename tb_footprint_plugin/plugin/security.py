@@ -37,6 +37,7 @@ import socket
 from typing import List, Optional, Tuple
 from urllib.parse import urlsplit
 
+from tb_footprint_plugin import api
 from tb_footprint_plugin.plugin import peer as peer_mod
 
 TOKEN_HEADER = "X-Footprint-Token"
@@ -121,13 +122,8 @@ def _flag_host(host: str) -> str:
     return split_host(h)[0] or h.lower().rstrip(".")
 
 
-#: reason codes of ``Security.describe()`` and of refusals (``Rejected.reason_code``)
-READ_ONLY = "read_only"
-REMOTE_BIND = "remote_bind"
-LOGDIR_NOT_LOCAL = "logdir_not_local"
-LOGDIR_NOT_WRITABLE = "logdir_not_writable"
-PEER_NOT_OWNER = "peer_not_owner"
-PEER_UNIDENTIFIED = "peer_unidentified"
+#: reason codes of ``Security.describe()`` and of refusals (``Rejected.reason_code``): codes.py's
+Refusal = api.Refusal
 
 #: headers on every answer of the plugin: no page of another origin may frame it
 FRAME_HEADERS = [("X-Frame-Options", "SAMEORIGIN"), ("Content-Security-Policy", "frame-ancestors 'self'")]
@@ -161,7 +157,7 @@ class Security:
         reasons, codes = [], []
         if self.read_only:
             reasons.append("TensorBoard was started with --footprint_read_only.")
-            codes.append(READ_ONLY)
+            codes.append(Refusal.READ_ONLY)
         if self.remote and not self.allow_remote:
             where = "all network interfaces (--bind_all)" if bind_all else f"--host {host}"
             reasons.append(
@@ -169,13 +165,13 @@ class Security:
                 "could change the logdir. Restart with --footprint_allow_remote_actions to allow it, "
                 "or serve on localhost."
             )
-            codes.append(REMOTE_BIND)
+            codes.append(Refusal.REMOTE_BIND)
         if not local_logdir:
             reasons.append("The logdir is not on a local disk.")
-            codes.append(LOGDIR_NOT_LOCAL)
+            codes.append(Refusal.LOGDIR_NOT_LOCAL)
         elif logdir and os.path.isdir(logdir) and not os.access(logdir, os.W_OK | os.X_OK):
             reasons.append(f"This process cannot write to the logdir {logdir}.")
-            codes.append(LOGDIR_NOT_WRITABLE)
+            codes.append(Refusal.LOGDIR_NOT_WRITABLE)
         self.reasons = reasons
         self.reason_codes = codes
 
@@ -203,21 +199,22 @@ class Security:
         host = request.headers.get("Host", "")
         if not self.host_allowed(host):
             raise Rejected(403, f"Host {host!r} is not loopback or the address TensorBoard serves "
-                                "(DNS-rebinding protection)", reason_code="foreign_host")
+                                "(DNS-rebinding protection)", reason_code=Refusal.FOREIGN_HOST)
 
     def _check_origin(self, request) -> None:
         origin = request.headers.get("Origin")
         if origin is None:
             return
         if origin.strip().lower() == "null":
-            raise Rejected(403, "requests from an opaque ('null') origin are refused", reason_code="foreign_origin")
+            raise Rejected(403, "requests from an opaque ('null') origin are refused",
+                           reason_code=Refusal.FOREIGN_ORIGIN)
         try:
             netloc = urlsplit(origin.strip()).netloc.lower()
         except ValueError:
             netloc = ""
         host = (request.headers.get("Host") or "").strip().lower()
         if not netloc or netloc != host:
-            raise Rejected(403, f"cross-origin request from {origin!r} refused", reason_code="foreign_origin")
+            raise Rejected(403, f"cross-origin request from {origin!r} refused", reason_code=Refusal.FOREIGN_ORIGIN)
 
     @staticmethod
     def _check_fetch_site(request, strict: bool) -> None:
@@ -227,9 +224,9 @@ class Security:
         site = site.strip().lower()
         if strict and site != "same-origin":
             raise Rejected(403, f"Sec-Fetch-Site {site!r} refused: only same-origin requests may change the logdir",
-                           reason_code="foreign_origin")
+                           reason_code=Refusal.FOREIGN_ORIGIN)
         if not strict and site in ("cross-site", "same-site"):
-            raise Rejected(403, f"Sec-Fetch-Site {site!r} refused", reason_code="foreign_origin")
+            raise Rejected(403, f"Sec-Fetch-Site {site!r} refused", reason_code=Refusal.FOREIGN_ORIGIN)
 
     def check_peer(self, request) -> None:
         """Only the Unix user running TensorBoard (or root) may get the token or change anything.
@@ -246,7 +243,7 @@ class Security:
                 return
             raise Rejected(403, f"the request comes from a process of {peer_mod.user_name(found.uid)}, not of "
                                 f"{peer_mod.user_name(self.owner_uid)} who runs this TensorBoard: only that user "
-                                "may change the logdir", reason_code=PEER_NOT_OWNER)
+                                "may change the logdir", reason_code=Refusal.PEER_NOT_OWNER)
         if self.allow_unidentified:
             return
         remote_peer = found.code == peer_mod.NOT_FOUND and not _is_loopback_client(found.client)
@@ -256,7 +253,7 @@ class Security:
                             + (f", client {found.client}" if found.client else "") + "), so changes are refused. "
                             "Only the user running TensorBoard may change the logdir; restart TensorBoard with "
                             "--footprint_allow_unidentified_writers to accept unidentified clients.",
-                       reason_code=PEER_UNIDENTIFIED)
+                       reason_code=Refusal.PEER_UNIDENTIFIED)
 
     # --- route guards ---------------------------------------------------------------------
     def check_read(self, request) -> None:
@@ -290,7 +287,7 @@ class Security:
         sent = request.headers.get(TOKEN_HEADER, "")
         if not sent or not hmac.compare_digest(sent.encode("utf-8", "replace"), self.token.encode("ascii")):
             raise Rejected(403, f"missing or wrong token in the {TOKEN_HEADER} header (reload the tab)",
-                           reason_code="bad_token")
+                           reason_code=Refusal.BAD_TOKEN)
         if request.mimetype != "application/json":
             raise Rejected(415, "the body must be JSON (Content-Type: application/json)")
         return parse_json_body(request)
