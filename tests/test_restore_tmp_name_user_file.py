@@ -96,7 +96,7 @@ from tb_footprint_plugin import api
 from tb_footprint_plugin.engine import salvage
 def kill(*a, **k):
     os.kill(os.getpid(), signal.SIGKILL)
-salvage.RecordReader = kill  # the late records' temp file is open, nothing in it yet
+salvage.copy_late_records = kill  # the late records' temp file is open, nothing in it yet
 api.restore(sys.argv[1])
 """
 

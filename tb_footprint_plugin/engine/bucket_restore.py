@@ -22,7 +22,7 @@ import io
 from typing import Callable, Dict, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
-from tb_footprint_plugin.engine import faults, txn
+from tb_footprint_plugin.engine import faults, putback, txn
 from tb_footprint_plugin.engine.bucket_blobs import blobs_of, check_entry, is_blob_entry, names_our_backup, put_back
 from tb_footprint_plugin.engine.bucket_putback import ObjectPutBack
 from tb_footprint_plugin.engine.bucket_state import (
@@ -44,11 +44,11 @@ from tb_footprint_plugin.engine.bucket_steps import copy_matches, in_place, rena
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome
 from tb_footprint_plugin.engine.journal import OpJournal
 from tb_footprint_plugin.engine.manifest import A_RESTORE, bucket_form, op_id_of
+from tb_footprint_plugin.engine.putback import kept_said, late_records_said
 from tb_footprint_plugin.engine.manifest import read as read_manifest
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.salvage import salvage_name
 from tb_footprint_plugin.engine.vault import who
-from tb_footprint_plugin.scan.tfrecord import RecordReader
 from tb_footprint_plugin.storage.remote import (
     ObjectInfo,
     content_checksums,
@@ -205,7 +205,7 @@ class ObjectRestore(ObjectPutBack):
             if in_place(f) or (f.get("action") == "rewrite" and staged_match(present.get(f["path"]), f)):
                 # put back over the reduced object only while it is the one this operation made
                 cur = BucketState.of(ostore).head(orig)
-                if cur is not None and same_content(content_checksums(cur), f["checksums"]):
+                if cur is not None and holds_original(ostore, cur, f):
                     # the original bytes are there already; a grown object kept by a restore of
                     # this operation that stopped before its record is recorded now
                     kept_info = BucketState.of(ostore).head(f"{vault.root}/{_kept_key(op_id, f)}")
@@ -254,7 +254,7 @@ class ObjectRestore(ObjectPutBack):
             else:
                 res = None
                 cur = present.get(f["path"])
-                if cur is not None and not holds_original(cur, f):
+                if cur is not None and not holds_original(ostore, cur, f):
                     conflicts.append(f["path"])
                     continue
                 if cur is None:
@@ -306,14 +306,10 @@ class ObjectRestore(ObjectPutBack):
         out.reason = (f"{len(out.created_files)} file(s) restored byte for byte (checksums checked); "
                       "the object store keeps no file modification times or modes: restored objects are "
                       "dated now")
-        late = [d["late_records"] for d in displaced if d.get("late_records")]
-        if late:
+        if any(d.get("late_records") for d in displaced):
             out.code = Finding.LATE_RECORDS_RESTORED
-            out.reason += "; " + ", ".join(f"{x['records']} record(s) written after the reduction kept in the run "
-                                           f"as {x['file']}" for x in late)
-        if displaced:
-            out.reason += (f"; {len(displaced)} object(s) as they stood before the restore kept in the vault "
-                           "(`tb-footprint status` shows where)")
+        out.reason += late_records_said(displaced)
+        out.reason += kept_said(len(displaced), "object", "`tb-footprint status` shows where")
         if conflicts:
             out.reason += (f"; {len(conflicts)} file(s) exist again or were changed since the reduce and were left as "
                            f"they are, e.g. {conflicts[0]}: "
@@ -345,10 +341,11 @@ def _put_back(ostore: ObjectStore, vault: BucketVault, f: dict, orig: str, if_ve
     return BucketState.of(ostore).copy(f["backup"], orig, if_absent=True, listed_absent=True, size=f["size"])
 
 
-def holds_original(cur: ObjectInfo, f: dict) -> bool:
-    """Whether the object at an original's key holds the original's bytes (size and the store's
-    checksums agree): put back by this operation's restore, or written again byte for byte."""
-    return cur.size == f.get("size") and bool(same_content(content_checksums(cur), f.get("checksums") or {}))
+def holds_original(ostore: ObjectStore, cur: ObjectInfo, f: dict) -> bool:
+    """Whether the object ``cur`` (as a listing or a head gave it) at an original's key holds the
+    original's bytes: ``putback.holds_original``, the one rule of every store (size and the
+    store's checksums): put back by this operation's restore, or written again byte for byte."""
+    return putback.holds_original(ostore, f["path"], f, cur.size, content_checksums(cur))
 
 
 def _keep_grown(ostore: ObjectStore, vault: BucketVault, op_id: str, f: dict, cur: Optional[ObjectInfo],
@@ -390,23 +387,16 @@ def _late_from_kept(ostore: ObjectStore, vault: BucketVault, f: dict, kept_key: 
                     present: Dict[str, ObjectInfo]) -> dict:
     """The ``displaced`` record of a grown object kept in the vault at ``kept_key`` (``info``: its
     metadata), its complete records after the reduced bytes salvaged into the run (idempotent)."""
-    new_size = int(f["new_size"])
     src = BucketState.of(ostore).open_read(f"{vault.root}/{kept_key}", info.size)
-    src.seek(new_size)
-    reader = RecordReader(src, raw=True, display_name=f"late records of {f['path']}")
     buf = io.BytesIO()
-    records = 0
-    for rec in reader:
-        buf.write(rec)
-        records += 1
+    got = putback.copy_late_records(src, int(f["new_size"]), info.size, buf, f"late records of {f['path']}")
     entry = {"path": f["path"], "kept": f"{vault.root}/{kept_key}", "size": info.size,
              "checksums": content_checksums(info), "late_records": None}
-    if records:
+    if got["records"]:
         data = buf.getvalue()
         name = _salvage_object(ostore, f["path"], data, present)
-        entry["late_records"] = {"file": name, "records": records, "bytes": len(data),
-                                 "partial_bytes": info.size - new_size - reader.valid_bytes,
-                                 "corrupt": reader.status == "corrupt"}
+        entry["late_records"] = {"file": name, "records": got["records"], "bytes": len(data),
+                                 "partial_bytes": got["partial_bytes"], "corrupt": got["corrupt"]}
     return entry
 
 

@@ -78,6 +78,7 @@ from tb_footprint_plugin.engine.bucket_steps import backup_object, copy_matches,
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id
 from tb_footprint_plugin.engine.journal import Rec
 from tb_footprint_plugin.engine.journal_object import ObjectJournal, journal_entries
+from tb_footprint_plugin.engine.retire_rules import KIND, refused_names, restorable_retirements, unnamed_runs
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.storage.paths import is_sha256
@@ -94,7 +95,6 @@ from tb_footprint_plugin.version import __version__
 RETIRE_STEPS = ("retire.journal", "retire.mid_move", "retire.move",
                 "retire.manifest", "retire.delete_record", "retire.delete")
 UNRETIRE_STEPS = ("unretire.mid_move", "unretire.move")
-KIND = "retire"
 #: ``kind`` of the journal a restore of a retired run writes (``engine.bucket_recover`` finishes it)
 UNRETIRE_KIND = "unretire"
 
@@ -119,28 +119,19 @@ def journal_runs(doc: dict) -> List[str]:
 
 
 def _refuse(run: str, along: List[str], ostore: ObjectStore, vault: BucketVault) -> Optional[str]:
-    """Why ``run`` cannot be retired whatever its objects (a name that is no run below the logdir,
-    or a prefix holding the vault), or None."""
-    if run in (".", "") or run.startswith("/") or ".." in run.split("/"):
-        return f"{run!r} is not a run below the logdir"
+    """Why ``run`` cannot be retired whatever its objects (the names every store refuses,
+    ``retire_rules.refused_names``; a name that is no plain key prefix, or a prefix holding the
+    vault), or None."""
+    why = refused_names(run, along)
+    if why:
+        return why
     try:
         top = ostore.path(run)
     except ValueError:
         return f"{run!r} is not a plain key prefix of the logdir"
     if vault.root == top or vault.root.startswith(top + "/"):
         return f"run {run!r} holds the tool's vault ({vault.root}); left alone"
-    bad = [a for a in along if not a.startswith(run_prefix(run)) or ".." in a.split("/")]
-    if bad:
-        return f"{bad[0]!r} is not a run inside {run!r}"
     return None
-
-
-def _nested_extra(listing: Dict[str, ObjectInfo], run: str, along: List[str]) -> List[str]:
-    """Runs (folders holding an event object) inside ``run`` the plan did not name."""
-    from tb_footprint_plugin.scan.categories import is_event_file_name
-
-    found = {k.rsplit("/", 1)[0] for k in listing if "/" in k and is_event_file_name(k.rsplit("/", 1)[-1])}
-    return sorted(found - set(along) - {run})
 
 
 def retire_run(ostore: ObjectStore, vault: BucketVault, run: str, *, takes_along: Iterable[str] = (),
@@ -228,7 +219,7 @@ class ObjectRetire(txn.Txn):
             listing = self.listing = run_listing(ostore, vault, run)
             if not listing:
                 raise BucketTxnError(Failure.REFUSED, f"run {run!r} holds no object in the logdir (gone?); left alone")
-            extra = _nested_extra(listing, run, self.along)
+            extra = unnamed_runs(listing, run, self.along)
             if extra:
                 raise BucketTxnError(Failure.REFUSED, f"run {run!r} holds nested run(s) the plan did not name: "
                                      f"{', '.join(extra)}; plan again")
@@ -623,7 +614,7 @@ class ObjectUnretire(ObjectPutBack):
                     if i == 0:
                         faults.hit("unretire.mid_move")
                     continue
-            if cur is not None and holds_original(cur, f):
+            if cur is not None and holds_original(ostore, cur, f):
                 out.bytes_after += f["size"]  # back already (a restore stopped midway)
             else:
                 self.conflicts.append(f["path"])
@@ -661,8 +652,9 @@ def _copy_ok(ostore: ObjectStore, vault: BucketVault, f: dict) -> bool:
 
 
 def retirements(manifests: List[dict]) -> List[dict]:
-    """The retirements of a bucket catalogue that keep a run out of the logdir now, newest first."""
-    return [m for m in manifests if m["kind"] == KIND and not m["restored_by"] and not m["backup_purged"]]
+    """The retirements of a bucket catalogue that keep a run out of the logdir now, newest first
+    (``retire_rules.restorable_retirements``: verified, neither restored nor purged)."""
+    return restorable_retirements(manifests)
 
 
 __all__ = ["retire_run", "ObjectRetire", "unretire", "ObjectUnretire", "settle", "rollback", "retirements", "is_retire_journal", "journal_runs",

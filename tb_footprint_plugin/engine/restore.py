@@ -41,6 +41,7 @@ from tb_footprint_plugin.engine.context import (
     reason_of,
 )
 from tb_footprint_plugin.engine.history import append_history
+from tb_footprint_plugin.engine.putback import kept_said, late_records_said, restore_code
 from tb_footprint_plugin.engine.journal import Journal, RunLocked
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
 from tb_footprint_plugin.engine.retire import is_restorable_retirement
@@ -520,26 +521,10 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
         detail += (f"; the vault's backup of {', '.join(names)} was kept: it changed since the reduction "
                    f"({Finding.BACKUP_CHANGED.value}; bytes written to it may exist nowhere else, "
                    "`tb-footprint status` names it)")
-    late = [d["late_records"] for d in displaced if d.get("late_records")]
-    if late:
-        detail += ("; " + ", ".join(f"{x['records']} record(s) written after the reduction kept in the run as "
-                                    f"{x['file']}" for x in late))
-    stored = [d for d in displaced if d.get("sha256")]
-    if stored:
-        detail += (f"; {len(stored)} file(s) as they stood before the restore kept in the vault "
-                   f"(restore {begin['op_id']}; `tb-footprint status` shows how to bring them back)")
+    detail += late_records_said(displaced)
+    detail += kept_said(len([d for d in displaced if d.get("sha256")]), "file",
+                        f"restore {begin['op_id']}; `tb-footprint status` shows how to bring them back")
     return detail
-
-
-def restore_code(displaced: List[dict]) -> Optional[str]:
-    """The code of a restore that found newer bytes in an original's place: records put back
-    into the run (``late_records_restored``), bytes kept in the vault (``displaced_kept``), or
-    None when every path held the original or what the reduction made."""
-    if any(d.get("late_records") for d in displaced):
-        return Finding.LATE_RECORDS_RESTORED
-    if any(d.get("sha256") for d in displaced):
-        return Finding.DISPLACED_KEPT
-    return None
 
 
 def _kept_view(vault: Vault, d: dict) -> dict:

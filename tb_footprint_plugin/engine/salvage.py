@@ -37,12 +37,12 @@ from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.engine import remote_vault
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec
+from tb_footprint_plugin.engine.putback import copy_late_records
 from tb_footprint_plugin.engine.placement import (copies_begun, partial_copy, place_at_free_name, put_in_place,
                                                   resume_copy, starts_with)
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.storage.regular import open_regular
-from tb_footprint_plugin.scan.tfrecord import RecordReader
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.storage.files import CHUNK, create_new, fsync_dir, give_owner, matches, recorded_owner, sha256_file
 from tb_footprint_plugin.version import __version__
@@ -103,24 +103,6 @@ class SalvageOutcome:
         return asdict(self)
 
 
-class _Limited:
-    """A read-only view of the first ``n`` bytes after the current position of ``f``."""
-
-    def __init__(self, f, n: int):
-        self._f, self._left = f, n
-
-    def read(self, k: int = -1) -> bytes:
-        if self._left <= 0:
-            return b""
-        k = self._left if k is None or k < 0 else min(k, self._left)
-        b = self._f.read(k)
-        self._left -= len(b)
-        return b
-
-    def tell(self) -> int:
-        return 0
-
-
 def _prefix_and_whole(path: str, prefix: int) -> Tuple[str, str, int]:
     """sha256 of the first ``prefix`` bytes and of the whole file (one pass), and its length."""
     hp, hw, n = hashlib.sha256(), hashlib.sha256(), 0
@@ -172,17 +154,10 @@ def keep_late_records(ctx, path: str, source: str, start: int, size: int, tmp_na
     check_no_symlink(ctx.logdir, path)
     folder = os.path.dirname(ctx.abs(path))
     tmp = os.path.join(folder, os.path.basename(tmp_name))
-    records = nbytes = 0
-    h = hashlib.sha256()
     # a planted symlink at this (guessable) name is set aside, never followed (``create_new``)
     with open_regular(source) as src, os.fdopen(create_new(tmp), "wb") as dst:
-        src.seek(start)
-        reader = RecordReader(_Limited(src, size - start), raw=True, display_name=f"late records of {path}")
-        for rec in reader:
-            dst.write(rec)
-            h.update(rec)
-            records += 1
-            nbytes += len(rec)
+        got = copy_late_records(src, start, size, dst, f"late records of {path}")
+        records, nbytes = got["records"], got["bytes"]
         dst.flush()
         # root restoring a user's run: the records are the user's, as the file beside them
         give_owner(dst.fileno(), _owner_here(folder, owner))
@@ -190,7 +165,7 @@ def keep_late_records(ctx, path: str, source: str, start: int, size: int, tmp_na
     if not records:
         os.unlink(tmp)
         return None
-    sha = h.hexdigest()
+    sha = got["sha256"]
     # the next free salvage name, or the one an earlier, interrupted attempt wrote these records to
     # (renamed: its bytes tell it; copied: its ``copying`` record, ``placement.resume_copy``, which
     # gives it the records' owner: the user's, where a kill came before it)
@@ -200,7 +175,7 @@ def keep_late_records(ctx, path: str, source: str, start: int, size: int, tmp_na
     if placed:
         fsync_dir(folder)
     return {"file": final, "records": records, "bytes": nbytes, "sha256": sha, "size": nbytes,
-            "partial_bytes": size - start - reader.valid_bytes, "corrupt": reader.status == "corrupt"}
+            "partial_bytes": got["partial_bytes"], "corrupt": got["corrupt"]}
 
 
 def grown_backups(manifests: List[dict]) -> List[Tuple[dict, dict, int]]:
@@ -278,22 +253,18 @@ def salvage_one(ctx, m: dict, f: dict, new_op_id) -> SalvageOutcome:
     salv = None
     if final:
         with open_regular(blob) as src, os.fdopen(create_new(tmp), "wb") as dst:
-            src.seek(start)
-            reader = RecordReader(_Limited(src, size - start), raw=True, display_name=f"backup of {f['path']}")
-            for rec in reader:
-                dst.write(rec)
-                records += 1
-                nbytes += len(rec)
+            got = copy_late_records(src, start, size, dst, f"backup of {f['path']}")
+            records, nbytes = got["records"], got["bytes"]
             dst.flush()
             give_owner(dst.fileno(), _owner_here(os.path.dirname(tmp), recorded_owner(f)))
             os.fsync(dst.fileno())
-        upto = start + reader.valid_bytes
+        upto = size - got["partial_bytes"]  # the end of the last whole record
         if records:
             salv = {"sha256": sha256_file(tmp), "size": nbytes}
             journal.append({"type": Rec.STAGED, "tmp": os.path.relpath(tmp, ctx.logdir), "final": final, **salv})
         else:
             os.unlink(tmp)
-        corrupt = reader.status == "corrupt"
+        corrupt = got["corrupt"]
     else:
         corrupt = False
     # the grown backup under its new digest: a hard link, so the writer's inode stays the blob

@@ -1,0 +1,131 @@
+"""What a restore does the same on every store, written once over the ``Store`` interface: the
+rules of a put-back that neither a disk's (``engine.restore``) nor a bucket's
+(``engine.bucket_restore``) layout may say its own way.
+
+- **the original is already in place** (``holds_original``): the thing at an original's key has
+  the original's size and its digest — the store's own checksums where it keeps them (a
+  bucket's, recorded by its reduce), else the sha256 of its bytes read through the store (a
+  folder keeps none); such a key is not written again;
+- **a grown file's complete records** (``copy_late_records``): what a resumed writer added
+  after the reduced bytes goes back into the run record by record (framing and CRCs checked
+  by ``scan.tfrecord``); a trailing partial record stays only in the copy kept in the vault;
+- **the outcome's code** (``restore_code``) from what the restore found in the originals'
+  places: records back in the run, else bytes kept in the vault (a disk's blob, a bucket's
+  kept object), else the store's own (a bucket's ``mtime_not_kept``, a disk's none);
+- **what the outcome says** of those (``late_records_said``, ``kept_said``).
+
+What stays each layout's own: how bytes take a name (a disk's temporary, fsync and rename or
+journaled copy; a bucket's server-side copy conditional on a version), where a grown file is
+kept (a disk's content-addressed blob, a bucket's ``kept/<op>/`` object), the journal's shape
+(each reads what older versions wrote) and the release of backups (a disk's vault only).
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import BinaryIO, List, Mapping, Optional
+
+from tb_footprint_plugin.codes import Finding
+from tb_footprint_plugin.scan.tfrecord import RecordReader
+from tb_footprint_plugin.storage.files import CHUNK
+from tb_footprint_plugin.storage.paths import is_sha256
+from tb_footprint_plugin.storage.remote import same_content
+from tb_footprint_plugin.storage.store import Store
+
+
+class Limited:
+    """A read-only view of the first ``n`` bytes after the current position of ``f``."""
+
+    def __init__(self, f, n: int) -> None:
+        self._f, self._left = f, n
+
+    def read(self, k: int = -1) -> bytes:
+        """Up to ``k`` bytes (all that is left of the view when ``k`` < 0)."""
+        if self._left <= 0:
+            return b""
+        k = self._left if k is None or k < 0 else min(k, self._left)
+        b = self._f.read(k)
+        self._left -= len(b)
+        return b
+
+    def tell(self) -> int:
+        return 0
+
+
+def holds_original(store: Store, key: str, f: dict, size: int, checksums: Mapping[str, str]) -> bool:
+    """Whether the thing of ``size`` bytes (and the store's ``checksums``) at ``key`` holds the
+    original ``f`` names: its size and, where the store computed checksums, the same content
+    by them (none in common with those recorded: not known to be it, so False); where it
+    computed none (a folder), the sha256 of its bytes read through ``store`` is ``f``'s."""
+    if size != f.get("size"):
+        return False
+    if checksums:
+        return bool(same_content(dict(checksums), f.get("checksums") or {}))
+    sha = f.get("sha256")
+    if not is_sha256(sha):
+        return False
+    h = hashlib.sha256()
+    with store.open_read(key, size) as r:
+        while True:
+            b = r.read(CHUNK)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest() == sha
+
+
+def original_in_place(store: Store, key: str, f: dict) -> bool:
+    """``holds_original`` of what stands at ``key`` now (one stat; nothing there: False)."""
+    e = store.stat(key)
+    return e is not None and holds_original(store, key, f, e.size, e.checksums)
+
+
+def copy_late_records(src: BinaryIO, start: int, size: int, sink, name: str) -> dict:
+    """Copy the complete records ``src`` holds between ``start`` and ``size`` to ``sink``
+    (anything with ``write``), byte for byte: ``{records, bytes, sha256, partial_bytes,
+    corrupt}``. A trailing partial record (a writer in the middle of one) and anything after a
+    damaged one are not copied: ``partial_bytes`` counts them. ``name``: how the reader names
+    the bytes in its errors."""
+    src.seek(start)
+    reader = RecordReader(Limited(src, size - start), raw=True, display_name=name)
+    h = hashlib.sha256()
+    records = nbytes = 0
+    for rec in reader:
+        sink.write(rec)
+        h.update(rec)
+        records += 1
+        nbytes += len(rec)
+    return {"records": records, "bytes": nbytes, "sha256": h.hexdigest(),
+            "partial_bytes": size - start - reader.valid_bytes, "corrupt": reader.status == "corrupt"}
+
+
+def restore_code(displaced: List[dict], default: Optional[str] = None) -> Optional[str]:
+    """The code of a restore from what it found in the originals' places (``displaced``):
+    records put back into the run (``late_records_restored``), else bytes kept in the vault
+    (``displaced_kept``: a disk's blob, ``sha256``, or a bucket's kept object, ``kept``), else ``default`` (the store's own finding: a bucket's
+    ``mtime_not_kept``; a disk's None)."""
+    if any(d.get("late_records") for d in displaced):
+        return Finding.LATE_RECORDS_RESTORED
+    if any(d.get("sha256") or d.get("kept") for d in displaced):
+        return Finding.DISPLACED_KEPT
+    return default
+
+
+def late_records_said(displaced: List[dict]) -> str:
+    """The outcome's words for the records a restore put back into the run ('' when none)."""
+    late = [d["late_records"] for d in displaced if d.get("late_records")]
+    if not late:
+        return ""
+    return "; " + ", ".join(f"{x['records']} record(s) written after the reduction kept in the run as "
+                            f"{x['file']}" for x in late)
+
+
+def kept_said(n: int, what: str, how: str) -> str:
+    """The outcome's words for ``n`` ``what`` (files, objects) kept in the vault as they stood
+    before the restore ('' when none); ``how``: where to look."""
+    if not n:
+        return ""
+    return f"; {n} {what}(s) as they stood before the restore kept in the vault ({how})"
+
+
+__all__ = ["Limited", "holds_original", "original_in_place", "copy_late_records", "restore_code",
+           "late_records_said", "kept_said"]
