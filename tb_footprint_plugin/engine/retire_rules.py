@@ -1,0 +1,100 @@
+"""What a retirement is, written once for every store (issue #26 item 2): a disk's retirement
+(``engine.retire``, ``engine.retire_tree``) and a bucket's (``engine.bucket_retire``) ask these
+rules instead of spelling them each.
+
+- which names a retirement refuses whatever the run holds (``refused_names``): a run that is no
+  relative name below the logdir, or a nested run it would take along that is not inside it
+  (taken along, its name in the manifest would make a restore of that run bring back this one);
+- which folders of a run are nested runs (``nested_runs``: a folder holding an event file) and
+  which of them the plan did not name (``unnamed_runs``: the retirement is refused, plan again);
+- which manifests are retirements keeping a run out of the logdir now
+  (``is_restorable_retirement``, ``retirements``, newest first), which one keeps a given run out
+  (``retired_now``: its own run, or a parent taking it along), and the row ``api.retired`` shows
+  of one (``retired_row``).
+
+Each store's own rules stay in its layout: a disk's symlinks, permissions and free space, a
+bucket's key prefixes and the vault inside them.
+"""
+from __future__ import annotations
+
+from typing import Iterable, List, Optional
+
+from tb_footprint_plugin.codes import Outcome
+
+#: a retirement's ``kind`` in its journal and manifest, on every store
+KIND = "retire"
+
+
+def _parts(name: str) -> List[str]:
+    return name.replace("\\", "/").split("/")
+
+
+def refused_names(run: str, along: Iterable[str]) -> Optional[str]:
+    """Why ``run`` (taking ``along``) cannot be retired whatever it holds, or None: the run must be
+    a relative name below the logdir (not the logdir itself), and every run taken along a name
+    inside it."""
+    if run in (".", "") or run.startswith("/") or ".." in _parts(run):
+        return f"{run!r} is not a run below the logdir"
+    prefix = run.rstrip("/") + "/"
+    bad = [a for a in along if not isinstance(a, str) or not a.startswith(prefix) or ".." in _parts(a)]
+    if bad:
+        return f"{bad[0]!r} is not a run inside {run!r}"
+    return None
+
+
+def nested_runs(paths: Iterable[str]) -> List[str]:
+    """The runs among ``paths`` (a run's files, as logdir-relative names): every folder holding
+    an event file, sorted."""
+    from tb_footprint_plugin.scan.categories import is_event_file_name
+
+    return sorted({p.rsplit("/", 1)[0] for p in paths if "/" in p and is_event_file_name(p.rsplit("/", 1)[-1])})
+
+
+def unnamed_runs(paths: Iterable[str], run: str, along: Iterable[str]) -> List[str]:
+    """The nested runs of ``run`` (its files ``paths``) the plan did not name in ``along``."""
+    return sorted(set(nested_runs(paths)) - set(along) - {run})
+
+
+def is_restorable_retirement(m: dict) -> bool:
+    """A verified retirement whose files are still in the vault (not restored, not purged)."""
+    return (m.get("kind") == KIND and m.get("outcome") == Outcome.VERIFIED and not m.get("restored_by")
+            and not m.get("backup_purged"))
+
+
+def _newest_first(ms: List[dict]) -> List[dict]:
+    return sorted(ms, key=lambda m: (m.get("started_at") or 0, str(m.get("op_id"))), reverse=True)
+
+
+def retirements(manifests: Iterable[dict]) -> List[dict]:
+    """The verified retirements among ``manifests`` (restored and purged ones too), newest first."""
+    return _newest_first([m for m in manifests if m.get("kind") == KIND and m.get("outcome") == Outcome.VERIFIED])
+
+
+def restorable_retirements(manifests: Iterable[dict]) -> List[dict]:
+    """The retirements among ``manifests`` that keep a run out of the logdir now, newest first."""
+    return _newest_first([m for m in manifests if is_restorable_retirement(m)])
+
+
+def takes_out(m: dict, run: str) -> bool:
+    """Whether retirement ``m`` took ``run`` out of the logdir: its own run, or one taken along."""
+    along = m.get("takes_along") or []
+    return m.get("run") == run or (isinstance(along, list) and run in along)
+
+
+def retired_now(manifests: Iterable[dict], run: str) -> Optional[dict]:
+    """The newest retirement keeping ``run`` (or a parent taking it along) out of the logdir."""
+    return next((m for m in restorable_retirements(manifests) if takes_out(m, run)), None)
+
+
+def retired_row(m: dict) -> dict:
+    """What ``api.retired`` shows of a retirement: ``retired_at`` is when it finished (the run
+    left the logdir at its commit), ``files`` the files of its tree; a store that records no tree
+    digest says ``tree_sha256`` None."""
+    return {"op_id": m["op_id"], "run": m["run"], "takes_along": m.get("takes_along") or [],
+            "bytes": m.get("bytes_before", 0), "files": len(m.get("tree") or []),
+            "retired_at": m.get("finished_at"), "user": m.get("user"), "tree_sha256": m.get("tree_sha256"),
+            "rule": m.get("rule")}
+
+
+__all__ = ["KIND", "refused_names", "nested_runs", "unnamed_runs", "is_restorable_retirement", "retirements",
+           "restorable_retirements", "takes_out", "retired_now", "retired_row"]
