@@ -13,7 +13,6 @@ from tb_footprint_plugin.engine.history import HISTORY, bucket_log
 from tb_footprint_plugin.engine.bucket_recover import damaged_journals, damaged_locks
 from tb_footprint_plugin.engine.bucket_state import (
     BucketState,
-    BucketTxnError,
     BucketVault,
     run_listing,
     vault_url,
@@ -87,20 +86,37 @@ def manifests(ostore: ObjectStore, vault: BucketVault, problems: Optional[List[d
     return out
 
 
+def own_manifests(ostore: ObjectStore, vault: BucketVault, found: List[dict], refused: List[dict]) -> List[dict]:
+    """The manifests of ``found`` (``manifests``) a verb acts on: one naming a backup outside this
+    vault (planted, copied from another logdir) is never acted on and left in place, named in
+    ``refused`` (``Failure.REFUSED``, its URL, op and run): the one rule of purge and re-check."""
+    out = []
+    for m in found:
+        if all(names_our_backup(vault, f) for f in m.get("files") or []):
+            out.append(m)
+            continue
+        url = vault_url(ostore, m["_path"])
+        refused.append({"code": Failure.REFUSED, "file": url, "op_id": m["op_id"], "run": m["run"],
+                        "detail": f"{url}: names a backup outside the vault; never acted on, left in place"})
+    return out
+
+
 def recheck(ostore: ObjectStore, vault: BucketVault, *, run: Optional[str] = None,
             op: Optional[str] = None, cancel: Optional[CancelToken] = None) -> List[dict]:
     """Re-check kept bucket reductions without downloading: every backup object is still there
     with the checksums the store computed for the original, and every removed key is still
     absent from the logdir (or was put back by someone, which is reported). A damaged manifest
-    (which may hide a backup) is a failed check naming it, unless one operation is asked for.
+    (which may hide a backup) is a failed check naming it, unless one operation is asked for; one
+    naming a backup outside the vault is a failed check (``Failure.REFUSED``) of its operation,
+    never looked through (``own_manifests``).
     ``cancel``: looked at before each run and between its backups, as on a disk; the run under
     way and those after it are results ``checks.unchecked`` (code ``interrupted``), never ok."""
     out = []
     damaged: List[dict] = []
+    refused: List[dict] = []
     stopped = (lambda: cancel.cancelled) if cancel is not None else (lambda: False)
-    for m in manifests(ostore, vault, damaged):
-        if not backup_kept(m):
-            continue
+    kept = [m for m in manifests(ostore, vault, damaged) if backup_kept(m)]  # restored or purged: nothing to check
+    for m in own_manifests(ostore, vault, kept, refused):
         if (op is not None and m["op_id"] != op) or (run is not None and m["run"] != run):
             continue
         if stopped():
@@ -113,8 +129,6 @@ def recheck(ostore: ObjectStore, vault: BucketVault, *, run: Optional[str] = Non
             if stopped():
                 cut = True
                 break
-            if not names_our_backup(vault, f):
-                raise BucketTxnError(Failure.REFUSED, f"{m['_path']}: names a backup outside the vault")
             if is_blob_entry(f):
                 if not check_entry(vault, f):  # read back whole from the blob vault and hashed
                     bad.append(f["path"])
@@ -140,6 +154,13 @@ def recheck(ostore: ObjectStore, vault: BucketVault, *, run: Optional[str] = Non
                "verification": {"ok": not bad, "checks": checks}, "ok": not bad}
         # cancelled among its backups: what it found is kept, the rest was not looked at
         out.append(unchecked(dict(res, backups_ok=False, verification={})) if cut else res)
+    # a manifest naming a backup outside the vault: a failed check naming it, the others checked
+    # (as purge lists it and purges the rest)
+    for p in refused:
+        if (op is None or p["op_id"] == op) and (run is None or p["run"] == run):
+            out.append({"op_id": p["op_id"], "run": p["run"], "ok": False, "backups_ok": False,
+                        "damaged_backups": [], "code": p["code"], "verification": {"ok": False, "checks": [
+                            {"name": str(p["code"]), "ok": False, "detail": p["detail"]}]}})
     for p in damaged if op is None else []:
         out.append({"op_id": "-", "run": "(vault)", "ok": False, "backups_ok": False, "damaged_backups": [],
                     "code": p["code"], "verification": {"ok": False, "checks": [

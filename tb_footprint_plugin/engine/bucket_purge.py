@@ -14,7 +14,7 @@ from tb_footprint_plugin.engine import faults, manifest, txn
 from tb_footprint_plugin.engine.context import CancelToken
 from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_row, not_purged
 from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry, names_our_backup
-from tb_footprint_plugin.engine.bucket_catalogue import manifests
+from tb_footprint_plugin.engine.bucket_catalogue import manifests, own_manifests
 from tb_footprint_plugin.engine.bucket_state import (
     journal_path,
     BucketState,
@@ -23,7 +23,6 @@ from tb_footprint_plugin.engine.bucket_state import (
     must_delete,
     now_s,
     STORE_FAILURES,
-    vault_url,
 )
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_object import ObjectStore, listing_of
@@ -42,12 +41,7 @@ def purge(ostore: ObjectStore, vault: BucketVault, *, older_than: Optional[float
     # a manifest that does not read, or names a backup outside this vault (planted, copied from
     # another logdir), is listed and left as it is; the other operations are purged
     refused: List[dict] = []
-    every = manifests(ostore, vault, refused)
-    for m in [m for m in every if not all(names_our_backup(vault, f) for f in m.get("files") or [])]:
-        url = vault_url(ostore, m["_path"])
-        refused.append({"code": Failure.REFUSED, "file": url, "op_id": m["op_id"], "run": m["run"],
-                        "detail": f"{url}: names a backup outside the vault; never acted on, left in place"})
-        every.remove(m)
+    every = own_manifests(ostore, vault, manifests(ostore, vault, refused), refused)
     # manifests in the one schema (``engine.manifest``): a bucket keeps only verified ones; the
     # filters are a disk's (``purge_rules.PurgeFilter``)
     which = PurgeFilter(now=now, older_than=older_than, run=run, runs=runs, op=op, op_ids=op_ids)

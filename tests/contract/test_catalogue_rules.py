@@ -73,3 +73,38 @@ def test_kept_restored_and_purged_say_the_same_on_every_store(store, reduced):
     assert api.restorable(url) == []
     kinds = sorted(e["kind"] for e in api.history(url))
     assert kinds.count("reduce") == 2 and "restore" in kinds, kinds
+
+
+@pytest.mark.parametrize("store", [k for k in KINDS if k != "posix"])  # a bucket's backup keys
+def test_a_manifest_naming_a_backup_outside_the_vault_is_refused_by_recheck_as_by_purge(store, reduced, buckets):  # noqa: F811
+    """Which of a bucket's manifests are its own is one rule (``bucket_catalogue.own_manifests``):
+    one naming a backup outside the vault is listed with ``refused`` and left in place by purge,
+    and by the re-check a failed check of its operation while the others are checked (the
+    re-check raised, checking nothing)."""
+    import json
+
+    from tb_footprint_plugin.storage.store_object import ObjectStore
+
+    url = reduced(store)
+    prefix = url.split("://", 1)[1].split("/", 1)[1]
+    b = buckets(store)
+    b.fs.pipe_file(b.key(f"{prefix}-n/canary"), b"canary")
+    planted = {"op_id": "20260101T000001-aaaaaa", "run": "a", "kind": "reduce", "outcome": "verified",
+               "started_at": 1.0, "finished_at": 1.0, "logdir": url, "backup_purged": False,
+               "files": [{"action": "delete", "path": "a/x", "size": 6, "backup": b.key(f"{prefix}-n/canary")}]}
+    key = ".tb-footprint/manifests/20260101T000001-aaaaaa.json"
+    st = ObjectStore(url)
+    st.put(key, json.dumps(planted).encode())
+    try:
+        rows = api.verify(url)
+    finally:
+        st.close()
+    by_op = {r["op_id"]: r for r in rows}
+    assert by_op["20260101T000001-aaaaaa"]["ok"] is False and by_op["20260101T000001-aaaaaa"]["code"] == "refused", rows
+    assert sorted(r["run"] for r in rows if r["ok"]) == ["a", "b"], rows
+    (one,) = api.verify(url, op="20260101T000001-aaaaaa")
+    assert one["code"] == "refused" and not one["ok"], one
+    rep = api.purge(url)
+    assert [r["op_id"] for r in rep.refused if r["code"] == "refused"] == ["20260101T000001-aaaaaa"], rep.to_dict()
+    assert sorted(o["run"] for o in rep.ops) == ["a", "b"], rep.to_dict()
+    assert b.fs.cat_file(b.key(f"{prefix}-n/canary")) == b"canary"
