@@ -281,6 +281,35 @@ def _what_workers_said(missing: set, said: dict) -> dict:
     return out
 
 
+def _why_failed(stdout: str, stderr: str) -> dict:
+    """What a worker that exited non-zero said: its JSON error, or each outcome that is not
+    ``verified`` (status, code, reason), what its start recovered, its ledger's problems and the
+    runs it left unread; the tail of its stderr beside (a traceback)."""
+    said: dict = {"stderr": (stderr or "")[-1500:]}
+    try:
+        d = json.loads(stdout)
+    except ValueError:
+        said["stdout"] = (stdout or "")[-1500:]
+        return said
+    if "error" in d:
+        said["error"] = d["error"]
+        return said
+    said["outcomes"] = [{k: o.get(k) for k in ("run", "status", "code", "reason")}
+                        for o in d.get("outcomes", []) if o.get("status") != "verified"]
+    said.update({k: d.get(k) for k in ("recovered", "ledger_problems", "unread_warnings")})
+    return said
+
+
+def _all_exit_zero(procs) -> None:
+    """Wait for every worker, then assert each exited 0, saying why one did not (``_why_failed``):
+    all are waited for first, so a failure leaves no worker running in the test's folder."""
+    said = [(p, *p.communicate(timeout=300)) for p in procs]
+    failed = {f"worker {i} (--shard {p.args[p.args.index('--shard') + 1]})":
+              dict(_why_failed(out, err), returncode=p.returncode)
+              for i, (p, out, err) in enumerate(said) if p.returncode != 0}
+    assert not failed, failed
+
+
 def test_overlapping_workers_and_a_killed_one_reduce_every_run_exactly_once(tmp_path):
     logdir = make_logdir(tmp_path / "logs", 24)
     before = user_files(logdir)
@@ -708,10 +737,7 @@ def test_workers_starting_at_once_on_a_new_logdir_share_one_identity(tmp_path):
     # end to end, as a Slurm array starts: three shards at once, then everything restores
     logdir = make_logdir(tmp_path / "array", 12)
     before = user_files(logdir)
-    procs = [_worker(logdir, f"{i}/3") for i in range(3)]
-    for p in procs:
-        p.communicate(timeout=300)
-        assert p.returncode == 0
+    _all_exit_zero([_worker(logdir, f"{i}/3") for i in range(3)])
     ident = trust.read_identity(state_dir(logdir))["id"]
     ops = api.operations(logdir)
     assert len(ops) == 12 and all(api.restore_target(logdir, run=m["run"]) for m in ops)
@@ -729,10 +755,7 @@ def test_identical_shards_running_at_once_leave_every_run_done_in_their_shared_l
     same shard at once share one ledger file. Each run is reduced once, and the ledger says done
     with the operation that did it, not the losers' "changed by another" or "reducing"."""
     logdir = make_logdir(tmp_path / "logs", 12)
-    procs = [_worker(logdir, "0/1") for _ in range(3)]
-    for p in procs:
-        p.communicate(timeout=300)
-        assert p.returncode == 0
+    _all_exit_zero([_worker(logdir, "0/1") for _ in range(3)])
     ops = {m["op_id"]: m for m in api.operations(logdir)}
     assert sorted(m["run"] for m in ops.values()) == sorted(r.name for r in api.scan(logdir).runs)
     b = api.status(logdir)["batch"]
