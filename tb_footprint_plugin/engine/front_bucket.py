@@ -21,6 +21,7 @@ from tb_footprint_plugin.engine.ledger import with_restores
 from tb_footprint_plugin.engine.plan_notes import bucket_cost, bucket_traces
 from tb_footprint_plugin.engine.purge import PurgeReport
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
+from tb_footprint_plugin.engine.retire_rules import retired_row
 from tb_footprint_plugin.plan import shard as sharding
 from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD
 from tb_footprint_plugin.scan.model import LogdirFootprint
@@ -299,13 +300,7 @@ class BucketEngine(Engine):
 
     def retired(self) -> List[dict]:
         """Differs: ``tree_sha256`` is None (a bucket retirement lists objects, no tree digest)."""
-        out = []
-        for m in self.bk.retirements(self.bk.manifests(self.ostore, self.vault)):
-            v = op_view(m)
-            out.append({"op_id": v["op_id"], "run": m["run"], "takes_along": m.get("takes_along") or [],
-                        "bytes": m.get("bytes_before", 0), "files": len(m["files"]), "retired_at": v["started_at"],
-                        "user": m.get("user"), "tree_sha256": None, "rule": m.get("rule")})
-        return out
+        return [retired_row(op_view(m)) for m in self.bk.retirements(self.bk.manifests(self.ostore, self.vault))]
 
     def offload_url(self) -> Optional[str]:
         """Refused (``ValueError``): a bucket logdir keeps its backups in its store or a local folder,

@@ -35,6 +35,7 @@ from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.remote_vault import last_failure
 from tb_footprint_plugin.engine.restore import kept_blobs, restore_op, restore_ops
 from tb_footprint_plugin.engine.retire import is_restorable_retirement, retire_run, retirements, unretire
+from tb_footprint_plugin.engine.retire_rules import retired_row, takes_out
 from tb_footprint_plugin.engine.transaction import reduce_run
 from tb_footprint_plugin.engine.upkeep import forget_released, settle_stale_ledgers, start
 from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT, ManifestMemo, refuse_unless_ours, Vault
@@ -396,7 +397,7 @@ class LocalEngine(Engine):
                          else _name_remote_failures(m, restore_op(ctx, m, cancel=cancel, progress=progress)))]
         # a retired run comes back first: its reductions can only be restored once it is back
         outcomes = [said(unretire_unless_cancelled(m)) for m in retirements(ctx) if is_restorable_retirement(m)
-                    and (run is None or m["run"] == run or run in m.get("takes_along", []))]
+                    and (run is None or takes_out(m, run))]
         memo = ManifestMemo()  # the manifests each run's checks and release read: unchanged ones once
         # the one full read is not memoised: every later read is slim, and ``ops`` holds what it needs
         ops = restorable_ops(ctx, run, read_vaults(ctx))
@@ -456,11 +457,7 @@ class LocalEngine(Engine):
                           progress=progress)
 
     def retired(self) -> List[dict]:
-        return [{"op_id": m["op_id"], "run": m["run"], "takes_along": m.get("takes_along", []),
-                 "bytes": m.get("bytes_before", 0), "files": len(m.get("tree", [])),
-                 "retired_at": m.get("finished_at"), "user": m.get("user"), "tree_sha256": m.get("tree_sha256"),
-                 "rule": m.get("rule")}
-                for m in retirements(self.ctx) if is_restorable_retirement(m)]
+        return [retired_row(m) for m in retirements(self.ctx) if is_restorable_retirement(m)]
 
     def remember_vault(self) -> None:
         remember_vault(self.ctx)

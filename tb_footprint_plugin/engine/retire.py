@@ -61,6 +61,7 @@ from tb_footprint_plugin.engine.context import (
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec, RunLocked
 from tb_footprint_plugin.engine.placement import copies_begun
+from tb_footprint_plugin.engine.retire_rules import refused_names, unnamed_runs
 from tb_footprint_plugin.engine.retire_tree import (
     OP_ID_RE,
     check_record,
@@ -106,8 +107,9 @@ UNRETIRE_STEPS = ("unretire.journal", "unretire.mid_move", "unretire.move", "unr
 # what keeps a run in the logdir (before anything is recorded)
 # ---------------------------------------------------------------------------------------
 def _preflight(ctx: Context, run: str) -> None:
-    if run in (".", "") or os.path.isabs(run) or ".." in run.replace(os.sep, "/").split("/"):
-        raise TransactionError(f"{run!r} is not a run below the logdir", Failure.REFUSED)
+    why = refused_names(run, ())  # the names every store refuses (its runs taken along: ``retire_run``)
+    if why:
+        raise TransactionError(why, Failure.REFUSED)
     top = ctx.abs(run)
     no_symlink(ctx, run)
     if os.path.islink(top) or not os.path.isdir(top) or not real_within(top, ctx.logdir):
@@ -153,6 +155,10 @@ def retire_run(ctx: Context, run: str, *, takes_along: Iterable[str] = (), rule:
     t0 = time.monotonic()
     along = sorted(set(takes_along))
     out = RunOutcome(run=run, status=Outcome.FAILED)
+    why = refused_names(run, along)  # before any lock: a name outside the logdir locks nothing
+    if why:
+        out.reason, out.code = why, Failure.REFUSED
+        return out
     cancel = cancel or CancelToken()
     locks = []
     try:
@@ -244,8 +250,7 @@ class LocalRetire(txn.Txn):
             if not same_fs:
                 _check_space(ctx.vault.root, out.bytes_before)
             # the plan named what it takes along; the directory must hold no other run
-            found = _runs_in(ctx, run, files)
-            extra = sorted(set(found) - set(self.along) - {run})
+            extra = unnamed_runs((f["path"] for f in files), run, self.along)
             if extra:
                 raise TransactionError(f"run {run!r} holds nested run(s) the plan did not name: {', '.join(extra)}; "
                                        "plan again", Failure.REFUSED)
@@ -462,12 +467,6 @@ class LocalRetire(txn.Txn):
         for lk in self.locks:
             lk.release()
         self.out.duration_s = round(time.monotonic() - self.t0, 3)
-
-
-def _runs_in(ctx: Context, run: str, files: List[dict]) -> List[str]:
-    from tb_footprint_plugin.scan.categories import is_event_file_name
-
-    return sorted({os.path.dirname(f["path"]) for f in files if is_event_file_name(os.path.basename(f["path"]))})
 
 
 def _check_space(path: str, need: int) -> None:

@@ -27,11 +27,13 @@ from typing import Collection, Iterable, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import manifest as one_schema
+from tb_footprint_plugin.engine import retire_rules as rules
 from tb_footprint_plugin.engine.catalogue import own_manifests
 from tb_footprint_plugin.engine.context import Context, TransactionError, no_symlink
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import OpJournal
 from tb_footprint_plugin.engine.placement import IN_PLACE, partial_copy, place_at_free_name, put_in_place, resume_copy, starts_with
+from tb_footprint_plugin.engine.retire_rules import is_restorable_retirement
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.salvage import salvage_name
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
@@ -362,24 +364,14 @@ def write_retire_manifest(ctx: Context, records: List[dict], outcome: str, reaso
 
 
 def retirements(ctx: Context) -> List[dict]:
-    """Manifests of retirements that took a run out of the logdir, newest first."""
-    ms = [m for m in own_manifests(ctx) if m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED]
-    ms.sort(key=lambda m: (m.get("started_at", 0), m["op_id"]), reverse=True)
-    return ms
-
-
-def is_restorable_retirement(m: dict) -> bool:
-    """A verified retirement whose files are still in the vault (not restored, not purged)."""
-    return (m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED and not m.get("restored_by")
-            and not m.get("backup_purged"))
+    """Manifests of retirements that took a run out of the logdir, newest first
+    (``retire_rules.retirements`` over this logdir's manifests)."""
+    return rules.retirements(own_manifests(ctx))
 
 
 def retired_now(ctx: Context, run: str) -> Optional[dict]:
     """The retirement that currently keeps ``run`` (or a parent taking it along) out of the logdir."""
-    for m in retirements(ctx):
-        if is_restorable_retirement(m) and (m["run"] == run or run in m.get("takes_along", [])):
-            return m
-    return None
+    return rules.retired_now(own_manifests(ctx), run)
 
 
 def retirement_recorded(vault: Vault, op_id: str) -> bool:

@@ -1,0 +1,86 @@
+"""What a retirement is, one rule on every store (issue #26 item 2, ``engine.retire_rules``): the
+names it refuses whatever the run holds, a nested run the plan did not name, and what
+``api.retired`` lists (restorable retirements, newest first, the row's fields), the same on a
+folder and on the three bucket servers."""
+import itertools
+import shutil
+import uuid
+from contract_stores import KINDS, buckets  # noqa: F401 - the bucket fixture
+from pathlib import Path
+
+import pytest
+
+from tb_footprint_plugin import api, synth
+from tb_footprint_plugin.codes import Failure, Outcome
+from tb_footprint_plugin.engine.front import open_engine
+
+_n = itertools.count()
+
+
+def _logdir(root: Path) -> Path:
+    """``a`` (with a nested run ``a/inner``), ``b`` and ``c``: scalars and text."""
+    for run in ("a", "a/inner", "b", "c"):
+        with synth.EventWriter(str(root / run)) as w:
+            for s in range(3):
+                w.scalar("loss", s, 1.0 / (s + 1))
+                w.text("notes", s, f"{run} step {s}")
+    return root
+
+
+@pytest.fixture
+def logdir(tmp_path, buckets):  # noqa: F811 - the fixture imported above
+    def make(store):
+        src = _logdir(tmp_path / f"src{next(_n)}")
+        if store == "posix":
+            url = str(tmp_path / f"logs{next(_n)}")
+            shutil.copytree(src, url)
+            return url
+        return buckets(store).upload(src, f"rr{next(_n)}-{uuid.uuid4().hex[:6]}")
+    return make
+
+
+def _retire(url: str, run: str, along=()):
+    return open_engine(url, quiet_period=0).retire_run(run, takes_along=list(along), rule={"run_glob": run},
+                                                       quiet_period=0)
+
+
+@pytest.mark.parametrize("store", KINDS)
+def test_a_run_taken_along_must_be_inside_the_run(store, logdir):
+    """Taken along, ``c``'s name would be in ``b``'s manifest, and a restore of ``c`` would bring
+    back ``b``: refused on every store, before anything moves (a disk took it)."""
+    url = logdir(store)
+    o = _retire(url, "b", ["c"])
+    assert (o.status, o.code) == (Outcome.FAILED, Failure.REFUSED), o.to_dict()
+    assert "'c' is not a run inside 'b'" in o.reason
+    assert api.retired(url) == []
+    o = _retire(url, "../b")
+    assert (o.status, o.code) == (Outcome.FAILED, Failure.REFUSED), o.to_dict()
+
+
+@pytest.mark.parametrize("store", KINDS)
+def test_a_nested_run_the_plan_did_not_name_is_refused(store, logdir):
+    url = logdir(store)
+    o = _retire(url, "a")
+    assert (o.status, o.code) == (Outcome.FAILED, Failure.REFUSED), o.to_dict()
+    assert "nested run(s) the plan did not name: a/inner" in o.reason
+    assert api.retired(url) == []
+
+
+@pytest.mark.parametrize("store", KINDS)
+def test_retired_lists_the_same_rows_on_every_store(store, logdir):
+    """Newest first; ``retired_at`` is when the retirement finished (a bucket said when it
+    started); ``files`` counts the run's files, nested run's too; a restored one is no longer
+    listed."""
+    url = logdir(store)
+    assert _retire(url, "a", ["a/inner"]).status == Outcome.VERIFIED
+    assert _retire(url, "b").status == Outcome.VERIFIED
+    rows = api.retired(url)
+    assert [(r["run"], r["takes_along"], r["files"]) for r in rows] == [("b", [], 1), ("a", ["a/inner"], 2)], rows
+    finished = {m["op_id"]: m["finished_at"] for m in api.operations(url) if m.get("kind") == "retire"}
+    assert {r["op_id"]: r["retired_at"] for r in rows} == finished
+    assert all(set(r) == {"op_id", "run", "takes_along", "bytes", "files", "retired_at", "user", "tree_sha256",
+                          "rule"} and r["bytes"] > 0 and r["rule"] == {"run_glob": r["run"]} for r in rows), rows
+
+    (back,) = api.restore(url, run="a/inner")  # the parent that took it along comes back
+    assert (back.status, back.run) == (Outcome.RESTORED, "a"), back.to_dict()
+    assert [r["run"] for r in api.retired(url)] == ["b"]
