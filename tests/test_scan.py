@@ -158,7 +158,7 @@ def as_unprivileged(fn):
     assert got == b"ok", got.decode()
 
 
-def test_unreadable_file_and_directory(tmp_path):
+def test_unreadable_file_and_directory(tmp_path, monkeypatch):
     import tempfile
 
     # a folder the unprivileged child can walk to (pytest's own tmp root is root's, 0700)
@@ -172,7 +172,9 @@ def test_unreadable_file_and_directory(tmp_path):
     os.chmod(logdir / "b" / "sub", 0)
 
     def check():
-        os.environ["XDG_CACHE_HOME"] = str(root / "cache")  # a cache folder of the child's own
+        # a cache folder of the child's own; not root, ``check`` runs in this process: monkeypatch
+        # puts the suite's back after the test (later tests' subprocesses inherit os.environ)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(root / "cache"))
         fp = scan(str(logdir))
         warnings = "\n".join(fp.warnings + [w for r in fp.runs for w in r.warnings])
         assert "events.out.tfevents.1.h" in warnings
