@@ -13,7 +13,7 @@ import pytest
 from conftest import copy_real, user_files
 from helpers_cli import run_cli as cli
 from tb_footprint_plugin import api
-from tb_footprint_plugin.engine import history, oplog, trust
+from tb_footprint_plugin.engine import history, oplog, state_store, trust
 from tb_footprint_plugin.storage.paths import state_dir
 
 OLD = time.time() - 3600
@@ -108,7 +108,7 @@ def test_concurrent_history_append_survives_a_failed_one(tmp_path, monkeypatch):
     after the second one started. The second entry is in the file afterwards."""
     state = str(tmp_path)
     history.append_history(state, {"op_id": "first"})
-    real = history.append_line
+    real = state_store.append_line
     started = threading.Event()
     second = threading.Thread(target=history.append_history, args=(state, {"op_id": "second"}))
 
@@ -120,7 +120,7 @@ def test_concurrent_history_append_survives_a_failed_one(tmp_path, monkeypatch):
             raise _enospc()
         return real(path, line, **kw)
 
-    monkeypatch.setattr(history, "append_line", failing_once)
+    monkeypatch.setattr(state_store, "append_line", failing_once)
     with pytest.raises(OSError):
         history.append_history(state, {"op_id": "failing"})
     assert started.is_set()

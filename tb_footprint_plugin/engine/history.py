@@ -2,7 +2,8 @@
 
 A ``ChangeLog`` runs on the ``Store`` interface (``append``, ``read_all``, ``read_range``,
 ``list``) over the folder that holds the logs: a disk's state folder (``disk_log``: a
-``StateFolder``, the ``PosixStore`` of that folder) or a bucket logdir's ``.tb-footprint/``
+``state_store.StateFolder``, the store of the tool's state files, whose ``append`` keeps their
+rules) or a bucket logdir's ``.tb-footprint/``
 (``bucket_log``: the logdir's ``ObjectStore``). What a line is, how the logs are read, merged and
 named when damaged, and the line of a rolled-back reduce are written here once.
 
@@ -58,15 +59,14 @@ from tb_footprint_plugin.codes import Outcome, StoreError
 from tb_footprint_plugin.engine.context import RunOutcome
 from tb_footprint_plugin.engine.lease import configure as configure_lease
 from tb_footprint_plugin.engine.lease import shard_label
+from tb_footprint_plugin.engine.state_store import StateFolder
 from tb_footprint_plugin.engine.trust import (DAMAGED_FILE, DAMAGED_LINE, MAX_STATE_BYTES, JsonLines, Untrusted,
-                                              parse_json_lines, undo_partial_append)
+                                              parse_json_lines)
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.engine.vault_reads import refuse_unreadable, unreadable_file
-from tb_footprint_plugin.storage.files import CHUNK, append_line
-from tb_footprint_plugin.storage.paths import STATE_DIR_NAME, UnsafePath, contained
-from tb_footprint_plugin.storage.regular import NotRegularFile
-from tb_footprint_plugin.storage.store import READ_ALL_LIMIT, Entry, RangeReader, Store, StoreFailure, check_key
-from tb_footprint_plugin.storage.store_posix import PosixStore, version_of
+from tb_footprint_plugin.storage.files import CHUNK
+from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
+from tb_footprint_plugin.storage.store import READ_ALL_LIMIT, Entry, RangeReader, Store, StoreFailure
 from tb_footprint_plugin.version import __version__
 
 HISTORY_NAME = "history.jsonl"
@@ -129,42 +129,6 @@ def line_of(entry: dict) -> bytes:
     leaves in the state folder beside its backups (issue #28 item 2); readers parse JSON, so
     lines of older versions (", " and ": ") read the same."""
     return (json.dumps(entry, sort_keys=True, separators=(",", ":")) + "\n").encode()
-
-
-class StateFolder(PosixStore):
-    """A disk's state folder as a ``Store``: a ``PosixStore`` whose ``append`` keeps the rule of
-    the folder's state files (``storage.files.append_line``): only to a regular file of ours in a
-    folder of ours, a symlink, FIFO, folder or another user's file planted in its place set aside
-    (the link itself, never its target; kept for inspection) and a fresh file started; a torn
-    last line (a crash) never glued to the next one; a line a full disk cut short cut back
-    (``trust.undo_partial_append``, under the ``flock`` every appender of this tool holds); fsync.
-    ``limit``: a log that is not empty is not taken past it (``StoreFailure(TOO_LARGE)``, as a
-    bucket's append refuses), its size read under that ``flock``: appenders that each found room
-    in a stat never push a log past its limit together (review R2-6)."""
-
-    def append(self, key: str, data: bytes, *, limit: Optional[int] = None) -> str:
-        try:
-            path = contained(self.root, check_key(key))
-        except UnsafePath as e:
-            raise StoreFailure(StoreError.UNSAFE_KEY, key, str(e)) from None
-        line = data.decode("utf-8")
-        try:
-            with undo_partial_append(path, line):  # a full disk's torn line never glues onto the next entry
-                append_line(path, line, limit=limit)
-        except StoreFailure as e:
-            if e.code != StoreError.TOO_LARGE:
-                raise
-            raise StoreFailure(StoreError.TOO_LARGE, key, f"an append past {limit} bytes: the log is full") from None
-        except NotRegularFile:
-            # what ``append_line`` could not set aside itself (a folder): renamed aside, kept
-            os.replace(path, f"{path}.refused-{int(time.time())}")
-            append_line(path, line)
-        try:
-            return version_of(os.lstat(path))
-        except FileNotFoundError:
-            # another appender sealed the log right after this line landed in it: the line is
-            # written (not to be appended again); the version went with the name
-            return ""
 
 
 class ChangeLog:

@@ -12,12 +12,13 @@ untrusted input read as ``trust.read_json_lines`` reads: a damaged line is skipp
 (``damaged_line``), an unterminated last line (a writer killed mid-append) is ignored, and the
 next write then rewrites the file whole instead of gluing a line onto it.
 
-The file is read through the folder's ``PosixStore`` (``read_all``: a symlink or FIFO in its
-place is refused, never followed; ``stat``: its version). Several processes may share one
-ledger: every update re-reads the file under an exclusive ``flock`` of ``<file>.lock`` (the
-"no mark lost" rule between processes: a conditional put alone would lose a mark to a retry
-that read before it), appends with ``storage.files.append_line`` (a torn line cut back, fsync of
-settled states) and rewrites with ``atomic_write_json`` (a private file, renamed over).
+The file is read and written through the folder's ``state_store.StateFolder``, the store of the
+tool's state files (``read_all``: a symlink or FIFO in its place is refused, never followed;
+``put``: a private file renamed over, a stranger at the name set aside; ``append``: a torn line
+cut back, only settled states fsynced; ``set_aside``; ``version``: one ``lstat``). Several
+processes may share one ledger: every update re-reads the file under the store's exclusive
+``flock`` of ``<file>.lock`` (``StateFolder.locked``: the "no mark lost" rule between processes:
+a conditional put alone would lose a mark to a retry that read before it).
 """
 from __future__ import annotations
 
@@ -31,14 +32,11 @@ from typing import Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.engine.ledger_entries import LEDGER_VERSION, check_entry, check_ledger
-from tb_footprint_plugin.engine.trust import (BAD_LEDGER, DAMAGED_LINE, FOREIGN_LEDGER, Untrusted,
-                                              undo_partial_append)
-from tb_footprint_plugin.storage.files import append_line, atomic_write_json
-from tb_footprint_plugin.storage.lock import exclusive
+from tb_footprint_plugin.engine.state_store import StateFolder
+from tb_footprint_plugin.engine.trust import BAD_LEDGER, DAMAGED_LINE, FOREIGN_LEDGER, Untrusted
 from tb_footprint_plugin.storage.paths import is_state_name
 from tb_footprint_plugin.storage.private import ensure_private_dir
 from tb_footprint_plugin.storage.store import StoreFailure
-from tb_footprint_plugin.storage.store_posix import PosixStore, version_of
 
 #: a ledger file larger than this is refused unread (10,000 runs take about 3 MB)
 MAX_LEDGER_BYTES = 64 << 20
@@ -69,10 +67,10 @@ def ledger_paths(state: str) -> List[str]:
     return sorted(os.path.join(state, n) for n in names if n == LEDGER_NAME or _SHARD_LEDGER.match(n))
 
 
-def _folder_store(path: str) -> Optional[PosixStore]:
+def _folder_store(path: str) -> Optional[StateFolder]:
     """The store of the folder holding ``path``; None when there is no such folder (no ledger)."""
     try:
-        return PosixStore(os.path.dirname(path))
+        return StateFolder(os.path.dirname(path))
     except StoreFailure:
         return None
 
@@ -85,7 +83,7 @@ def load_ledger(path: str, logdir: Optional[str] = None) -> Tuple[Optional[dict]
     return data, problems
 
 
-def load(store: Optional[PosixStore], path: str, logdir: Optional[str]
+def load(store: Optional[StateFolder], path: str, logdir: Optional[str]
          ) -> Tuple[Optional[dict], List[Untrusted], _Tail]:
     """``load_ledger`` through the folder's ``store``, how many transition lines follow the
     snapshot, and whether the next write must rewrite the file whole (a torn last line; an
@@ -168,14 +166,14 @@ class FileLayout:
         self.key = os.path.basename(self.path)
         self.policy = policy
         self.logdir = logdir
-        self._store: Optional[PosixStore] = None
+        self._store: Optional[StateFolder] = None
         self._lock = threading.Lock()
         self.problems: List[dict] = []
         self._mine: Optional[Tuple[str, dict]] = None  # (version, data) of this process's last write
         self._tail: _Tail = (0, False)  # the file's transition lines after its snapshot, torn end
 
-    def store(self) -> Optional[PosixStore]:
-        """The folder's store, once the folder exists."""
+    def store(self) -> Optional[StateFolder]:
+        """The folder's store, once the folder exists (always, under ``locked``)."""
         if self._store is None:
             self._store = _folder_store(self.path)
         return self._store
@@ -187,16 +185,14 @@ class FileLayout:
             ensure_private_dir(d, tighten_root=True)  # the state folder: made 0700, checked ours
         elif not os.path.lexists(d):
             ensure_private_dir(d)
-        with self._lock, exclusive(self.path + ".lock"):  # a folder of ours, never through a link
+        with self._lock, self.store().locked(self.key):  # a folder of ours, never through a link
             yield
 
     def _version(self) -> Optional[str]:
-        """The file's version as its store gives it (``store_posix.version_of``: inode, size, mtime),
-        from one ``lstat`` of the path (the store's ``stat`` opens the folder first: twice a mark)."""
-        try:
-            return version_of(os.lstat(self.path))
-        except OSError:
-            return None
+        """The file's version as its store gives it (inode, size, mtime), from one ``lstat`` of the
+        path (the store's ``stat`` opens the folder first: twice a mark)."""
+        store = self.store()
+        return store.version(self.key) if store is not None else None
 
     def read(self) -> dict:
         """The ledger as checked; bad entries are left out and, like a file that is no ledger at
@@ -226,8 +222,7 @@ class FileLayout:
         """A ledger file refused as a whole is renamed aside (kept for inspection), never rewritten
         in place: the next write starts a fresh one beside it."""
         if any(p["code"] in (BAD_LEDGER, FOREIGN_LEDGER) for p in self.problems) and os.path.lexists(self.path):
-            aside = f"{self.path}.refused-{int(time.time())}"
-            os.replace(self.path, aside)
+            aside = self.store().set_aside(self.key, f"refused-{int(time.time())}")
             for p in self.problems:
                 p["kept_as"] = aside
 
@@ -236,7 +231,7 @@ class FileLayout:
         a fresh one started (its states say nothing about this policy)."""
         data = self.current()
         if data.get("policy") != self.policy and data["runs"]:
-            os.replace(self.path, f"{self.path}.{int(time.time())}.old")
+            self.store().set_aside(self.key, f"{int(time.time())}.old")
             data = self.read()
         return data
 
@@ -265,13 +260,12 @@ class FileLayout:
         # (the snapshot is written without a newline after it: ``append_line`` starts this
         # line with one, as after any unterminated last line)
         line = json.dumps({"run": run, "entry": entry}, sort_keys=True, separators=(",", ":")) + "\n"
-        # the line is known here, so a failed append's undo can tell its own bytes from another's
-        with undo_partial_append(self.path, line):
-            # an in-flight state lost to a power cut reads as the one before it, which a rerun
-            # treats alike (``RETRY_STATES``): only settled states are fsynced
-            append_line(self.path, line, create=False, sync=state not in ("reducing", "verifying"))
+        # an in-flight state lost to a power cut reads as the one before it, which a rerun
+        # treats alike (``RETRY_STATES``): only settled states are fsynced
+        version = self.store().append(self.key, line.encode("utf-8"), create=False,
+                                      sync=state not in ("reducing", "verifying"))
         self._tail = (lines + 1, False)
-        self._remember(data)
+        self._remember(version, data)
 
     def compact(self) -> None:
         """Rewrite the ledger as its snapshot alone (under ``locked``): one JSON document, as
@@ -281,14 +275,16 @@ class FileLayout:
             self.write_whole(data)
 
     def write_whole(self, data: dict) -> None:
-        atomic_write_json(self.path, data, compact=True)
+        """The file rewritten as its snapshot alone: one compact JSON document, as earlier
+        versions wrote it."""
+        version = self.store().put(self.key, json.dumps(data, sort_keys=True, separators=(",", ":")).encode("utf-8"))
         self._tail = (0, False)
-        self._remember(data)
+        self._remember(version, data)
 
-    def _remember(self, data: dict) -> None:
-        """This process's last write, so ``read`` need not parse it again (under the lock: every
-        writer holds it, so the file is exactly what this process wrote)."""
-        self._mine = (self._version(), data)
+    def _remember(self, version: str, data: dict) -> None:
+        """This process's last write (the version it left), so ``read`` need not parse it again
+        (under the lock: every writer holds it, so the file is exactly what this process wrote)."""
+        self._mine = (version, data)
 
     def snapshot(self) -> dict:
         """The ledger as a reader sees it (no lock)."""

@@ -290,20 +290,15 @@ def _private_folder(d: str) -> None:
         ensure_private_dir(d)
 
 
-def atomic_write_json(path: str, obj, compact: bool = False) -> None:
-    """Write JSON to ``path`` via a temp file, fsync and rename: readers see old or new, never half.
-    ``compact``: one line, by the C encoder (about ten times faster than the indented form, for
-    state rewritten often while it grows, like a batch's ledger). Only into a folder of ours
-    (the rename replaces a symlink at ``path`` itself, never its target)."""
+def atomic_write(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file, fsync and rename: readers see old or new, never
+    half. Only into a folder of ours (a symlink or stranger's file at ``path``: set aside, kept)."""
     d = os.path.dirname(os.path.abspath(path))
     _private_folder(d)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            if compact:
-                f.write(json.dumps(obj, sort_keys=True, separators=(",", ":")))
-            else:
-                json.dump(obj, f, indent=1, sort_keys=True)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             fsync_file(f)
         set_aside_stranger(path)  # a planted symlink or stranger's file: kept aside, reported
         fsops.replace(tmp, path)
@@ -312,6 +307,13 @@ def atomic_write_json(path: str, obj, compact: bool = False) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_json(path: str, obj, compact: bool = False) -> None:
+    """``atomic_write`` of ``obj`` as JSON: indented, or (``compact``) one line by the C encoder
+    (about ten times faster, for state rewritten often while it grows, like a batch's ledger)."""
+    atomic_write(path, json.dumps(obj, sort_keys=True, **({"separators": (",", ":")} if compact else {"indent": 1}))
+                 .encode("utf-8"))
 
 
 def create_json(path: str, obj) -> bool:
@@ -494,5 +496,5 @@ def copy_file(src: str, dst: str) -> None:
 
 
 __all__ = ["CHUNK", "hash_count_sparse", "sha256_stream", "sha256_file", "HashingReader", "matches", "is_regular", "fsync_file",
-           "fsync_dir", "atomic_write_json", "create_json", "append_line", "copy_file", "create_new", "create_exclusive", "unlink_if_same", "copy_new",
+           "fsync_dir", "atomic_write", "atomic_write_json", "create_json", "append_line", "copy_file", "create_new", "create_exclusive", "unlink_if_same", "copy_new",
            "CopyMismatch"]
