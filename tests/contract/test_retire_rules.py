@@ -3,6 +3,7 @@ names it refuses whatever the run holds, a nested run the plan did not name, and
 ``api.retired`` lists (restorable retirements, newest first, the row's fields), the same on a
 folder and on the three bucket servers."""
 import itertools
+import json
 import shutil
 import uuid
 from contract_stores import KINDS, buckets  # noqa: F401 - the bucket fixture
@@ -12,7 +13,9 @@ import pytest
 
 from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.codes import Failure, Outcome
+from tb_footprint_plugin.engine.context import TransactionError
 from tb_footprint_plugin.engine.front import open_engine
+from tb_footprint_plugin.storage.stores import open_store
 
 _n = itertools.count()
 
@@ -84,3 +87,23 @@ def test_retired_lists_the_same_rows_on_every_store(store, logdir):
     (back,) = api.restore(url, run="a/inner")  # the parent that took it along comes back
     assert (back.status, back.run) == (Outcome.RESTORED, "a"), back.to_dict()
     assert [r["run"] for r in api.retired(url)] == ["b"]
+
+
+@pytest.mark.parametrize("store", [k for k in KINDS if k != "posix"])  # a bucket's manifest objects
+def test_a_retirement_whose_manifest_says_it_did_not_verify_is_not_listed(store, logdir):
+    """Manifests are untrusted input: one of kind ``retire`` whose outcome is not ``verified``
+    never took the run out of the logdir (a disk writes such a manifest for a failed retirement,
+    and its ``retired`` has always left it out), so ``retired`` does not list it and a restore
+    does not act on it (a bucket listed it, which its restore then did not act on)."""
+    url = logdir(store)
+    o = _retire(url, "b")
+    assert o.status == Outcome.VERIFIED
+    st = open_store(url)
+    (key,) = [e.key for e in st.list(".tb-footprint/manifests") if e.key.endswith(f"/{o.op_id}.json")]
+    doc = json.loads(st.read_all(key))
+    doc["outcome"] = "failed"
+    st.put(key, json.dumps(doc).encode())
+    assert api.retired(url) == []
+    with pytest.raises(TransactionError) as e:
+        api.restore(url, run="b")
+    assert e.value.code == Failure.NOT_FOUND
