@@ -44,7 +44,7 @@ from tb_footprint_plugin.engine.bucket_steps import copy_matches, in_place, rena
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome
 from tb_footprint_plugin.engine.journal import OpJournal
 from tb_footprint_plugin.engine.manifest import A_RESTORE, bucket_form, op_id_of
-from tb_footprint_plugin.engine.putback import kept_said, late_records_said
+from tb_footprint_plugin.engine.putback import kept_said, late_records_said, restore_code, restored_said
 from tb_footprint_plugin.engine.manifest import read as read_manifest
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.salvage import salvage_name
@@ -300,14 +300,12 @@ class ObjectRestore(ObjectPutBack):
         must_delete(ostore, [self.jpath])
         self.jpath = None
         out.status = Outcome.RESTORED
-        # an object store keeps no modification time or mode of a file: a restored object is
-        # dated by the store at the copy, and the report says so (bytes are checked above)
-        out.code = Finding.MTIME_NOT_KEPT
-        out.reason = (f"{len(out.created_files)} file(s) restored byte for byte (checksums checked); "
-                      "the object store keeps no file modification times or modes: restored objects are "
-                      "dated now")
-        if any(d.get("late_records") for d in displaced):
-            out.code = Finding.LATE_RECORDS_RESTORED
+        # what it found in the originals' places first (the one rule of every store), else: an
+        # object store keeps no modification time or mode of a file, a restored object is dated
+        # by the store at the copy, and the report says so (bytes are checked above)
+        out.code = restore_code(displaced, Finding.MTIME_NOT_KEPT)
+        out.reason = (restored_said(len(out.created_files), "checksums") + "; the object store keeps no file "
+                      "modification times or modes: restored objects are dated now")
         out.reason += late_records_said(displaced)
         out.reason += kept_said(len(displaced), "object", "`tb-footprint status` shows where")
         if conflicts:

@@ -12,7 +12,8 @@ rules of a put-back that neither a disk's (``engine.restore``) nor a bucket's
 - **the outcome's code** (``restore_code``) from what the restore found in the originals'
   places: records back in the run, else bytes kept in the vault (a disk's blob, a bucket's
   kept object), else the store's own (a bucket's ``mtime_not_kept``, a disk's none);
-- **what the outcome says** of those (``late_records_said``, ``kept_said``).
+- **what the outcome says**: the originals back and how they were checked (``restored_said``),
+  records back in the run (``late_records_said``), bytes kept in the vault (``kept_said``).
 
 What stays each layout's own: how bytes take a name (a disk's temporary, fsync and rename or
 journaled copy; a bucket's server-side copy conditional on a version), where a grown file is
@@ -110,6 +111,12 @@ def restore_code(displaced: List[dict], default: Optional[str] = None) -> Option
     return default
 
 
+def restored_said(n: int, checked: str) -> str:
+    """The outcome's first words: ``n`` originals back, each checked by ``checked`` (a disk's
+    ``sha256``, a bucket's ``checksums``)."""
+    return f"{n} file(s) restored byte for byte ({checked} checked)"
+
+
 def late_records_said(displaced: List[dict]) -> str:
     """The outcome's words for the records a restore put back into the run ('' when none)."""
     late = [d["late_records"] for d in displaced if d.get("late_records")]
@@ -128,4 +135,4 @@ def kept_said(n: int, what: str, how: str) -> str:
 
 
 __all__ = ["Limited", "holds_original", "original_in_place", "copy_late_records", "restore_code",
-           "late_records_said", "kept_said"]
+           "restored_said", "late_records_said", "kept_said"]
