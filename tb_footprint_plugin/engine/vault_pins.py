@@ -46,7 +46,10 @@ class VaultPins:
 
     def unpin(self, op_id: str) -> int:
         """Drop every pin of ``op_id`` (its transaction committed, its manifest durable, or rolled
-        back); pins removed. Only digest-named regular files in a real folder are removed."""
+        back); pins removed. Only digest-named regular files in a real folder are removed. Another
+        process may drop them at the same moment (a start's ``upkeep`` drops the pins of an
+        operation whose journal is closed and whose manifest is there): a folder it removed
+        meanwhile is done, not an error."""
         with self._unsynced_lock:
             self._unsynced.pop(op_id, None)  # nothing of it needs syncing any more
         try:
@@ -56,7 +59,11 @@ class VaultPins:
         if os.path.islink(folder) or not os.path.isdir(folder) or os.path.islink(os.path.dirname(folder)):
             return 0
         n = 0
-        for name in os.listdir(folder):
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            return 0  # the other unpin removed it since the look above
+        for name in names:
             p = os.path.join(folder, name)
             if is_sha256(name) and not os.path.islink(p) and os.path.isfile(p):
                 with contextlib.suppress(FileNotFoundError):
