@@ -21,7 +21,7 @@ from tb_footprint_plugin.engine.ledger import with_restores
 from tb_footprint_plugin.engine.plan_notes import bucket_cost, bucket_traces
 from tb_footprint_plugin.engine.purge import PurgeReport
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
-from tb_footprint_plugin.engine.retire_rules import retired_row
+from tb_footprint_plugin.engine.retire_rules import retired_row, takes_out
 from tb_footprint_plugin.plan import shard as sharding
 from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD
 from tb_footprint_plugin.scan.model import LogdirFootprint
@@ -239,7 +239,7 @@ class BucketEngine(Engine):
             v = op_view(m)  # the one shape's fields, whichever shape the bucket wrote
             if (v.get("outcome") == Outcome.VERIFIED and not v.get("restored_by") and not v.get("backup_purged")
                     and (op is None or v.get("op_id") == op)
-                    and (run is None or m.get("run") == run or run in (m.get("takes_along") or []))):
+                    and (run is None or takes_out(m, run))):
                 todo.append((v.get("kind") != "retire", m))
         todo = [m for _later, m in sorted(todo, key=lambda t: t[0])]  # a retired run comes back first, as on disk
         damage = [d["detail"] for d in damaged]
