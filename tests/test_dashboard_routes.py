@@ -329,6 +329,11 @@ def test_crawl_group_runs_ahead_by_a_bounded_number_of_responses():
     q, stop = queue.Queue(maxsize=routes._AHEAD), threading.Event()
     t = threading.Thread(target=routes._produce, args=(group, q, stop))
     t.start()
+    # the queue filled (waited for: a loaded CI may not run the producer within a fixed sleep),
+    # then a moment for a producer that runs ahead to show it
+    deadline = time.monotonic() + 60
+    while q.qsize() < routes._AHEAD and time.monotonic() < deadline:
+        time.sleep(0.01)
     time.sleep(0.5)
     assert len(made) <= routes._AHEAD + 1 and q.qsize() == routes._AHEAD
     assert [q.get()[1] for _ in range(5)] == list(range(5))  # in order, as taken

@@ -214,7 +214,11 @@ def test_held_leases_are_renewed(tmp_path):
         lk = RunLock(str(tmp_path / "locks"), "r")
         with lk:
             first = lease.read_lease(lk.lease_path)["expires"]
-            time.sleep(1.3)  # the renewer wakes at least every second
+            # the renewer wakes at least every second; waited for, not slept: on a loaded CI the
+            # thread may not run within a fixed 1.3 s
+            deadline = time.monotonic() + 60
+            while lease.read_lease(lk.lease_path)["expires"] <= first and time.monotonic() < deadline:
+                time.sleep(0.05)
             assert lease.read_lease(lk.lease_path)["expires"] > first
     finally:
         lease.configure(lease_seconds=lease.DEFAULT_LEASE_S)
