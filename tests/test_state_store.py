@@ -9,10 +9,12 @@ import stat
 
 import pytest
 
+from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.engine import history
 from tb_footprint_plugin.engine.ledger import Ledger
 from tb_footprint_plugin.engine.state_store import StateFolder
 from tb_footprint_plugin.storage.private import UNTRUSTED_MARK
+from tb_footprint_plugin.storage.store import StoreFailure
 
 
 @pytest.fixture
@@ -96,3 +98,13 @@ def test_the_ledger_and_the_change_log_write_through_the_one_state_store(state, 
     assert [json.loads(m)["entry"]["state"] for m in marks if m] == ["reducing", "done"]
     assert first == json.dumps(json.loads(first), sort_keys=True, separators=(",", ":")).encode()
     assert isinstance(history.disk_log(str(state)).store, StateFolder)
+
+
+def test_a_key_leading_out_of_the_folder_is_refused_every_time(state, tmp_path):
+    store = StateFolder(str(state))
+    for _ in range(2):  # the checked paths are kept: a refused key never is
+        for write in (store.put, store.append):
+            with pytest.raises(StoreFailure) as ei:
+                write("../escaped.json", b"x\n")
+            assert ei.value.code == StoreError.UNSAFE_KEY
+    assert not (state.parent / "escaped.json").exists()

@@ -36,16 +36,28 @@ from tb_footprint_plugin.storage.store import StoreFailure, check_key
 from tb_footprint_plugin.storage.store_posix import PosixStore, version_of
 
 
+#: the checked paths of this many keys are kept per store
+_PATHS_KEPT = 64
+
+
 class StateFolder(PosixStore):
     """A folder of the tool's state files as a ``Store`` (the module docstring: its ``put`` and
     ``append`` keep the state files' rules)."""
 
     def path_of(self, key: str) -> str:
         """The path of ``key`` in the folder (``UNSAFE_KEY`` for one leading out of it)."""
-        try:
-            return contained(self.root, check_key(key))
-        except UnsafePath as e:
-            raise StoreFailure(StoreError.UNSAFE_KEY, key, str(e)) from None
+        paths = self.__dict__.setdefault("_paths", {})
+        path = paths.get(key)
+        if path is None:
+            # checked once per key: a ledger's marks write one key thousands of times a batch
+            try:
+                path = contained(self.root, check_key(key))
+            except UnsafePath as e:
+                raise StoreFailure(StoreError.UNSAFE_KEY, key, str(e)) from None
+            if len(paths) >= _PATHS_KEPT:
+                paths.clear()
+            paths[key] = path
+        return path
 
     def version(self, key: str) -> Optional[str]:
         """``key``'s version (``store_posix.version_of``: inode, size, mtime) from one ``lstat`` of
