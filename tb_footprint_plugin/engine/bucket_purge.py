@@ -12,7 +12,7 @@ from typing import Collection, List, Optional
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import faults, manifest, txn
 from tb_footprint_plugin.engine.context import CancelToken
-from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_row, not_purged
+from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_row, not_purged, originals_lost
 from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry, names_our_backup
 from tb_footprint_plugin.engine.bucket_catalogue import manifests, own_manifests
 from tb_footprint_plugin.engine.bucket_state import (
@@ -56,11 +56,15 @@ def purge(ostore: ObjectStore, vault: BucketVault, *, older_than: Optional[float
     busy = [m for m in chosen if BucketState.of(ostore).head(journal_path(ostore, m["op_id"])) is not None]
     chosen = [m for m in chosen if m not in busy]
     freed = sum(_size(m) for m in chosen)
-    # a retired run not restored has its only copy in the vault: every object of it goes for good
-    # (said, as on a disk: ``originals``)
+    # a run not restored has its originals only in the vault (a reduction's removed or rewritten
+    # objects, a retired run's every object): each whose copy goes is lost for good, as on a disk
+    # (``originals``; the report's ``originals_lost`` is their sum). A server-side copy is the
+    # operation's own; a blob of a local blob vault stays while an operation not purged names it
+    stays = {f.get("sha256") for m in every if not m["backup_purged"] and m not in chosen
+             for f in m["files"] if is_blob_entry(f) and f.get("sha256")}
     ops = [{"op_id": m["op_id"], "run": m["run"], "bytes": _size(m),
             "restored": bool(m["restored_by"]), "kind": m["kind"],
-            "originals": len(m["files"]) if m["kind"] == "retire" and not m["restored_by"] else 0}
+            "originals": originals_lost(m, lambda f: not is_blob_entry(f) or f.get("sha256") not in stays)}
            for m in chosen]
     # what is passed over, in a disk's rows (``purge_rules.kept_row``): bytes, what stays in the vault
     rows = [kept_row(m, _size(m), Finding.NOT_RESTORED,

@@ -36,7 +36,7 @@ from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, r
 from tb_footprint_plugin.engine.context import CancelToken, Context, writing
 from tb_footprint_plugin.engine.placement import starts_with
 from tb_footprint_plugin.engine.purge_choice import PurgeChoice
-from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_row, not_purged
+from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_row, not_purged, originals_lost
 from tb_footprint_plugin.engine.retire_purge import log_purge, purge_retired
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.engine.vault_reads import VaultRead
@@ -52,10 +52,15 @@ class PurgeReport:
     ops: List[dict]
     freed_bytes: int
     kept: List[dict] = field(default_factory=list)  # {op_id, run, code, detail, bytes}
-    #: original files that exist nowhere else once these backups are gone (runs not restored)
-    originals_lost: int = 0
+    #: original files that exist nowhere else once these backups are gone (runs not restored);
+    #: None: the sum of the rows' ``originals`` (``purge_rules.originals_lost``, on every store)
+    originals_lost: Optional[int] = None
     #: state on disk that was refused (planted, copied or malformed): reported, never acted on
     refused: List[dict] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.originals_lost is None:
+            self.originals_lost = sum(int(o.get("originals") or 0) for o in self.ops)
 
     def to_dict(self) -> dict:
         return {"dry_run": self.dry_run, "ops": self.ops, "freed_bytes": self.freed_bytes, "kept": self.kept,
@@ -196,7 +201,7 @@ def _blob_plan(vault: Vault, ms: List[dict], pending: set, known: Optional[List[
         size = sum(vault.blob_size_on_disk(s) for s in shas)  # as stored: a .zst frees its compressed size
         # a run not restored has its originals only in this backup: each of its files
         # whose blob goes (no other kept operation holds it) is lost for good
-        originals = 0 if m.get("restored_by") else sum(1 for f in m["files"] if f["sha256"] in doomed)
+        originals = originals_lost(m, lambda f: f["sha256"] in doomed)
         plan.append((m, shas, size, originals))
     return plan
 

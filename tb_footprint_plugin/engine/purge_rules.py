@@ -10,11 +10,14 @@ these rows; nothing here reads or writes a store.
   ``op_id``, ``run``, ``kind`` (``reduce`` or ``retire``, the manifest's), ``bytes`` (what stays
   in the vault), ``code``, ``detail``, and what a row adds (``sha256`` of a blob kept).
 - ``not_purged``: the row of an operation a cancel stopped before the purge's intent.
+- ``originals_lost``: how many of an operation's originals exist nowhere else once its backups
+  go (a row's ``originals``; the report's ``originals_lost`` is their sum, what the CLI's and the
+  tab's confirmation say is lost for good).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Collection, Optional
+from typing import Callable, Collection, Optional
 
 from tb_footprint_plugin.codes import Code
 
@@ -64,4 +67,12 @@ def not_purged(m: dict, size: int, stopped: BaseException, code: Code) -> dict:
                                    "nothing of this backup was deleted)")
 
 
-__all__ = ["PurgeFilter", "kept_row", "not_purged"]
+def originals_lost(m: dict, goes: Callable[[dict], bool]) -> int:
+    """The originals of operation ``m`` lost for good when its backups go: none once a restore
+    put them back (``restored_by``), else each file entry whose backup ``goes`` (no operation
+    that stays names the same bytes) — a reduction's removed or rewritten files and a retired
+    run's files alike exist only there."""
+    return 0 if m.get("restored_by") else sum(1 for f in m.get("files") or [] if goes(f))
+
+
+__all__ = ["PurgeFilter", "kept_row", "not_purged", "originals_lost"]

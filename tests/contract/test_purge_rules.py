@@ -108,3 +108,23 @@ def test_a_manifest_with_no_finish_time_is_never_old_enough():
     assert PurgeFilter(now=200.0).admits(m) and PurgeFilter(now=200.0, older_than=0.0).admits(m)
     assert not PurgeFilter(now=200.0, older_than=10.0).admits(dict(m, finished_at=True))
     assert PurgeFilter(now=200.0, older_than=10.0).admits(dict(m, finished_at=150.0))
+
+
+@pytest.mark.parametrize("store", KINDS)
+def test_the_originals_lost_for_good_are_counted_on_every_store(store, reduced_and_retired):
+    """What the confirmation says is lost for good (``originals_lost``, each row's ``originals``)
+    is one rule: a run not restored has its originals only in the backups a purge deletes — a
+    reduction's removed file as a retired run's files (a bucket said 0 for a reduction, and 0 in
+    all); a restored run loses nothing."""
+    url = reduced_and_retired(store)
+    rep = api.purge(url)
+    rows = {o["run"]: o["originals"] for o in rep.ops}
+    assert rows == {"exp": 1, "old": 1} and rep.originals_lost == 2, rep.to_dict()
+    (r,) = api.restore(url, run="exp")
+    assert r.status == "restored", r.to_dict()
+    # a disk's restore may have let its backup go already; a bucket keeps its copies until purge
+    rep = api.purge(url)
+    assert {o["run"]: o["originals"] for o in rep.ops if o["run"] == "old" or o["originals"]} == {"old": 1} \
+        and rep.originals_lost == 1, rep.to_dict()
+    rep = api.purge(url, yes=True)
+    assert rep.originals_lost == 1 and "old" in [o["run"] for o in rep.ops], rep.to_dict()
