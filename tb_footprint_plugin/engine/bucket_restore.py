@@ -44,7 +44,7 @@ from tb_footprint_plugin.engine.bucket_steps import copy_matches, in_place, rena
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome
 from tb_footprint_plugin.engine.journal import OpJournal
 from tb_footprint_plugin.engine.manifest import A_RESTORE, bucket_form, op_id_of
-from tb_footprint_plugin.engine.putback import kept_said, late_records_said, restore_code, restored_said
+from tb_footprint_plugin.engine.putback import kept_said, late_records_said, left_said, restore_code, restored_said
 from tb_footprint_plugin.engine.manifest import read as read_manifest
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.salvage import salvage_name
@@ -148,6 +148,7 @@ class ObjectRestore(ObjectPutBack):
         self.st = BucketState(ostore)
         self.conflicts: List[str] = []
         self.displaced: List[dict] = []
+        self.left: List[str] = []  # what the reduction made, changed since: left in place
 
     def failpoint(self, step: str) -> Optional[str]:
         return None  # ``restore.file`` is the swap's own, hit after each original put back
@@ -281,6 +282,8 @@ class ObjectRestore(ObjectPutBack):
                     must_delete_versioned(ostore, final, cur.version_token)
                     out.removed_files.append(f["final"])
                     out.bytes_after -= int(f.get("new_size") or 0)
+                elif cur is not None:
+                    self.left.append(f["final"])  # written again since: left, and said
 
     def commit(self, report: txn.Report) -> None:
         """The manifest marked restored, the journal removed, the outcome."""
@@ -308,6 +311,7 @@ class ObjectRestore(ObjectPutBack):
                       "modification times or modes: restored objects are dated now")
         out.reason += late_records_said(displaced)
         out.reason += kept_said(len(displaced), "object", "`tb-footprint status` shows where")
+        out.reason += left_said(self.left)
         if conflicts:
             out.reason += (f"; {len(conflicts)} file(s) exist again or were changed since the reduce and were left as "
                            f"they are, e.g. {conflicts[0]}: "

@@ -13,7 +13,9 @@ rules of a put-back that neither a disk's (``engine.restore``) nor a bucket's
   places: records back in the run, else bytes kept in the vault (a disk's blob, a bucket's
   kept object), else the store's own (a bucket's ``mtime_not_kept``, a disk's none);
 - **what the outcome says**: the originals back and how they were checked (``restored_said``),
-  records back in the run (``late_records_said``), bytes kept in the vault (``kept_said``).
+  records back in the run (``late_records_said``), bytes kept in the vault (``kept_said``), what
+  the reduction made that was changed since, left in place (``left_said``): a restore removes
+  only what still holds the reduction's bytes.
 
 What stays each layout's own: how bytes take a name (a disk's temporary, fsync and rename or
 journaled copy; a bucket's server-side copy conditional on a version), where a grown file is
@@ -126,6 +128,14 @@ def late_records_said(displaced: List[dict]) -> str:
                             f"{x['file']}" for x in late)
 
 
+def left_said(paths: List[str]) -> str:
+    """The outcome's words for what the reduction made that was changed since: a restore removes
+    only what still holds the reduction's bytes, and leaves the rest as it is ('' when none)."""
+    if not paths:
+        return ""
+    return f"; {len(paths)} file(s) changed since the reduction were left in place"
+
+
 def kept_said(n: int, what: str, how: str) -> str:
     """The outcome's words for ``n`` ``what`` (files, objects) kept in the vault as they stood
     before the restore ('' when none); ``how``: where to look."""
@@ -135,4 +145,4 @@ def kept_said(n: int, what: str, how: str) -> str:
 
 
 __all__ = ["Limited", "holds_original", "original_in_place", "copy_late_records", "restore_code",
-           "restored_said", "late_records_said", "kept_said"]
+           "restored_said", "late_records_said", "left_said", "kept_said"]

@@ -41,7 +41,7 @@ from tb_footprint_plugin.engine.context import (
     reason_of,
 )
 from tb_footprint_plugin.engine.history import append_history
-from tb_footprint_plugin.engine.putback import kept_said, late_records_said, restore_code, restored_said
+from tb_footprint_plugin.engine.putback import kept_said, late_records_said, left_said, restore_code, restored_said
 from tb_footprint_plugin.engine.journal import Journal, RunLocked
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
 from tb_footprint_plugin.engine.retire import is_restorable_retirement
@@ -514,8 +514,7 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
     detail = restored_said(len(originals), "sha256")
     if released and not (releases is not None and releases.defers(manifest["op_id"])):
         detail += f"; the vault's now redundant copy freed ({human_bytes(released)})"  # else said once finished
-    if kept_changed:
-        detail += f"; {len(kept_changed)} file(s) changed since the reduction were left in place"
+    detail += left_said(kept_changed)
     if changed:
         names = sorted(f["path"] for f in manifest["files"] if f["sha256"] in changed)
         detail += (f"; the vault's backup of {', '.join(names)} was kept: it changed since the reduction "
