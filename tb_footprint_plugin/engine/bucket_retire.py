@@ -78,7 +78,8 @@ from tb_footprint_plugin.engine.bucket_steps import backup_object, copy_matches,
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id
 from tb_footprint_plugin.engine.journal import Rec
 from tb_footprint_plugin.engine.journal_object import ObjectJournal, journal_entries
-from tb_footprint_plugin.engine.retire_rules import KIND, refused_names, restorable_retirements, unnamed_runs
+from tb_footprint_plugin.engine.retire_rules import (KIND, refused_names, restorable_retirements, unnamed_runs,
+                                                    unretire_refusal)
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.storage.paths import is_sha256
@@ -515,8 +516,9 @@ def unretire(ostore: ObjectStore, vault: BucketVault, m: dict, resume: bool = Fa
     except Untrusted as e:
         out.reason, out.code = f"{e}; nothing was changed", e.code
         return out
-    if m["restored_by"] or m["backup_purged"]:
-        out.reason = f"retirement {m['op_id']} holds no objects to put back (restored, purged or never committed)"
+    refusal = unretire_refusal(m)
+    if refusal:
+        out.reason = refusal
         return out
     prefix = f"{vault.root}/blobs/{m['op_id']}/files/"
     along = [a for a in m.get("takes_along") or [] if isinstance(a, str)]

@@ -61,7 +61,7 @@ from tb_footprint_plugin.engine.context import (
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec, RunLocked
 from tb_footprint_plugin.engine.placement import copies_begun
-from tb_footprint_plugin.engine.retire_rules import refused_names, unnamed_runs
+from tb_footprint_plugin.engine.retire_rules import refused_names, unnamed_runs, unretire_refusal
 from tb_footprint_plugin.engine.retire_tree import (
     OP_ID_RE,
     check_record,
@@ -553,11 +553,9 @@ def unretire(ctx: Context, manifest: dict) -> RunOutcome:
     t0 = time.monotonic()
     run = manifest["run"]
     out = RunOutcome(run=run, status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, bytes_before=0, bytes_after=0)
-    if manifest.get("restored_by"):
-        out.reason = f"retirement {manifest['op_id']} was already restored by {manifest['restored_by']}"
-        return out
-    if manifest.get("backup_purged") or manifest.get("outcome") != Outcome.VERIFIED:
-        out.reason = f"retirement {manifest['op_id']} holds no files (purged or never committed); nothing to restore"
+    refusal = unretire_refusal(manifest)
+    if refusal:
+        out.reason = refusal
         return out
     try:
         check_record(ctx, manifest)

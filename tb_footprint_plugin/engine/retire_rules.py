@@ -10,7 +10,9 @@ rules instead of spelling them each.
 - which manifests are retirements keeping a run out of the logdir now
   (``is_restorable_retirement``, ``retirements``, newest first), which one keeps a given run out
   (``retired_now``: its own run, or a parent taking it along), and the row ``api.retired`` shows
-  of one (``retired_row``).
+  of one (``retired_row``);
+- which retirements a restore (unretire) refuses whatever the vault holds (``unretire_refusal``:
+  restored, purged, or never verified).
 
 Each store's own rules stay in its layout: a disk's symlinks, permissions and free space, a
 bucket's key prefixes and the vault inside them.
@@ -86,6 +88,17 @@ def retired_now(manifests: Iterable[dict], run: str) -> Optional[dict]:
     return next((m for m in restorable_retirements(manifests) if takes_out(m, run)), None)
 
 
+def unretire_refusal(m: dict) -> Optional[str]:
+    """Why retirement ``m`` puts nothing back whatever the vault holds, or None: restored already,
+    its copies purged, or it never verified (a manifest is untrusted input: one that says so never
+    took the run out of the logdir, and a restore acts only on what did)."""
+    if m.get("restored_by"):
+        return f"retirement {m.get('op_id')} was already restored by {m['restored_by']}"
+    if m.get("backup_purged") or m.get("outcome") != Outcome.VERIFIED:
+        return f"retirement {m.get('op_id')} holds nothing to put back (purged or never committed); nothing to restore"
+    return None
+
+
 def retired_row(m: dict) -> dict:
     """What ``api.retired`` shows of a retirement: ``retired_at`` is when it finished (the run
     left the logdir at its commit), ``files`` the files of its tree; a store that records no tree
@@ -97,4 +110,4 @@ def retired_row(m: dict) -> dict:
 
 
 __all__ = ["KIND", "refused_names", "nested_runs", "unnamed_runs", "is_restorable_retirement", "retirements",
-           "restorable_retirements", "takes_out", "retired_now", "retired_row"]
+           "restorable_retirements", "takes_out", "retired_now", "unretire_refusal", "retired_row"]

@@ -107,3 +107,24 @@ def test_a_retirement_whose_manifest_says_it_did_not_verify_is_not_listed(store,
     with pytest.raises(TransactionError) as e:
         api.restore(url, run="b")
     assert e.value.code == Failure.NOT_FOUND
+
+
+@pytest.mark.parametrize("store", KINDS)
+def test_unretire_never_acts_on_a_retirement_that_says_it_did_not_verify(store, logdir):
+    """The restore of a retirement refuses one whose manifest says it never verified, whatever
+    the vault holds, with the same words on every store (a bucket's put the run back)."""
+    url = logdir(store)
+    o = _retire(url, "b")
+    assert o.status == Outcome.VERIFIED
+    (m,) = [dict(m, outcome="failed") for m in api.operations(url) if m.get("kind") == "retire"]
+    eng = open_engine(url, quiet_period=0)
+    if store == "posix":
+        from tb_footprint_plugin.engine.retire import unretire
+        back = unretire(eng.ctx, m)
+    else:
+        from tb_footprint_plugin.engine.bucket_retire import unretire
+        back = unretire(eng.ostore, eng.vault, m)
+    assert (back.status, back.code) == (Outcome.FAILED, Failure.RESTORE_BLOCKED), back.to_dict()
+    assert back.reason == (f"retirement {o.op_id} holds nothing to put back (purged or never committed); "
+                           "nothing to restore")
+    assert [r["run"] for r in api.retired(url)] == ["b"]  # nothing was changed
