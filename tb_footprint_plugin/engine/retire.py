@@ -61,7 +61,7 @@ from tb_footprint_plugin.engine.context import (
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec, RunLocked
 from tb_footprint_plugin.engine.placement import copies_begun
-from tb_footprint_plugin.engine.retire_rules import refused_names, unnamed_runs, unretire_refusal
+from tb_footprint_plugin.engine.retire_rules import KIND, refused_names, unnamed_runs, unretire_refusal
 from tb_footprint_plugin.engine.retire_tree import (
     OP_ID_RE,
     check_record,
@@ -281,7 +281,7 @@ class LocalRetire(txn.Txn):
         op_id = new_op_id()
         out.op_id = op_id
         self.jnl = Journal.create(ctx.journal_dir, op_id, {
-            "type": Rec.BEGIN, "kind": "retire", "op_id": op_id, "run": run, "takes_along": self.along,
+            "type": Rec.BEGIN, "kind": KIND, "op_id": op_id, "run": run, "takes_along": self.along,
             "logdir_id": identity["id"],
             "logdir": ctx.logdir, "vault": ctx.vault.root, "same_fs": same_fs, "rule": self.rule,
             "files": files, "dirs": dirs, "bytes": out.bytes_before,

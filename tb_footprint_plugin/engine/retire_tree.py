@@ -33,7 +33,7 @@ from tb_footprint_plugin.engine.context import Context, TransactionError, no_sym
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import OpJournal
 from tb_footprint_plugin.engine.placement import IN_PLACE, partial_copy, place_at_free_name, put_in_place, resume_copy, starts_with
-from tb_footprint_plugin.engine.retire_rules import is_restorable_retirement
+from tb_footprint_plugin.engine.retire_rules import KIND, is_restorable_retirement
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.salvage import salvage_name
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
@@ -342,7 +342,7 @@ def write_retire_manifest(ctx: Context, records: List[dict], outcome: str, reaso
             for f in begin["files"]]
     kept = outcome == Outcome.VERIFIED
     m = one_schema.new(
-        op_id=begin["op_id"], kind="retire", run=begin["run"], logdir=begin["logdir"], started_at=begin["t"],
+        op_id=begin["op_id"], kind=KIND, run=begin["run"], logdir=begin["logdir"], started_at=begin["t"],
         finished_at=time.time(), outcome=str(outcome), reason=reason,
         bytes_before=begin["bytes"], bytes_after=0 if kept else begin["bytes"],
         files=[],  # no content-addressed blobs: the retired tree is kept as a whole
@@ -355,7 +355,7 @@ def write_retire_manifest(ctx: Context, records: List[dict], outcome: str, reaso
     os.makedirs(vault.ops, exist_ok=True)
     vault.write_manifest(m)
     append_history(ctx.state, {
-        "op_id": m["op_id"], "kind": "retire", "run": m["run"], "policy": None,
+        "op_id": m["op_id"], "kind": KIND, "run": m["run"], "policy": None,
         "before": m["bytes_before"], "after": m["bytes_after"], "verified": kept, "outcome": str(outcome),
         "reason": reason or (f"retired with {len(m['takes_along'])} nested run(s)" if m["takes_along"] else None),
         "backup_kept": kept, "user": m["user"], "host": m["host"], "tool_version": __version__,
@@ -385,7 +385,7 @@ def retirement_recorded(vault: Vault, op_id: str) -> bool:
         return False
     except (OSError, ValueError):
         return True
-    return m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED
+    return m.get("kind") == KIND and m.get("outcome") == Outcome.VERIFIED
 
 
 def tree_size(d: str) -> int:
