@@ -6,6 +6,9 @@ finished; a retirement's journal is settled by ``engine.bucket_retire.settle``; 
 retired run's restore) stopped midway is finished (``_finish_restore``). Journals and
 locks are untrusted input: one that is not a journal's shape, or names a
 key outside the logdir, its vault or its run, is never acted on and is reported with a code.
+
+This is the bucket's layout of recovery; what it answers (``RecoveryOutcome`` and its codes, the
+settled runs, the reason of a rollback) is ``engine.recovery_rules``', as a disk's recovery's is.
 """
 from __future__ import annotations
 
@@ -45,7 +48,16 @@ from tb_footprint_plugin.engine.journal_object import (
     pending_objects,
 )
 from tb_footprint_plugin.engine.context import RunOutcome
-from tb_footprint_plugin.engine.recovery import RecoveryOutcome
+from tb_footprint_plugin.engine.recovery_rules import (
+    INTERRUPTED_REASON,
+    REDUCE,
+    RecoveryOutcome,
+    failed,
+    refused,
+    settled,
+    settled_run,
+    skipped_live,
+)
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.paths import is_op_id
@@ -54,8 +66,6 @@ from tb_footprint_plugin.storage.store_object import ObjectStore
 #: why a journal of the wrong shape is not acted on (``trust.BAD_RECORD``; any other refusal names
 #: keys outside the logdir, vault or run: ``trust.PATH_OUTSIDE``)
 MALFORMED = "journal is malformed"
-#: the reason of a reduction recovery rolled back, as a disk's recovery says it (``engine.recovery``)
-INTERRUPTED_REASON = "interrupted (crash or kill); rolled back on recovery"
 
 
 def _trusted(ostore: ObjectStore, vault: BucketVault, doc: dict) -> Optional[str]:
@@ -118,8 +128,7 @@ def recover(ostore: ObjectStore, vault: BucketVault) -> List[RecoveryOutcome]:
     scratch.sweep(scratch.system_root())
     # a damaged run lock is named here too (never acted on: a reduce or restore of its run takes
     # it over once no journal of the operation it names is left)
-    out += [RecoveryOutcome(op_id=d["file"].rsplit("/", 1)[-1], run="?", action=Recovery.REFUSED,
-                            detail=d["detail"], code=d["code"]) for d in damaged_locks(ostore)]
+    out += [refused(d["file"].rsplit("/", 1)[-1], "?", d["detail"], d["code"]) for d in damaged_locks(ostore)]
     for key, _info in pending_objects(BucketState.of(ostore)):
         rel = key.rsplit("/", 1)[-1]
         if not key.startswith(JOURNAL + "/") or not rel.endswith(".json"):
@@ -127,50 +136,44 @@ def recover(ostore: ObjectStore, vault: BucketVault) -> List[RecoveryOutcome]:
         try:
             path = ostore.path(key)
         except ValueError:  # S3 keeps 'journal/x/../<op>.json' as written: never read nor acted on (R12 F2)
-            out.append(RecoveryOutcome(op_id=rel, run="?", action=Recovery.REFUSED,
-                                       detail=f"{_named(ostore, key)}: not a plain key of the logdir; left in place",
-                                       code=trust.PATH_OUTSIDE))
+            out.append(refused(rel, "?", f"{_named(ostore, key)}: not a plain key of the logdir; left in place",
+                               trust.PATH_OUTSIDE))
             continue
         journal = ObjectJournal.read(st, path)  # read now (not at the listing's version): its owner may have moved on
         if journal is None:  # finished (or settled) by its owner since the listing
             continue
         doc = journal.doc
         if journal.unreadable():
-            out.append(RecoveryOutcome(op_id=rel, run="?", action=Recovery.REFUSED,
-                                       detail=f"{ostore.url_of(key)}: unreadable journal left in place",
-                                       code=Finding.DAMAGED_FILE))
+            out.append(refused(rel, "?", f"{ostore.url_of(key)}: unreadable journal left in place",
+                               Finding.DAMAGED_FILE))
             continue
         op_id = str(doc.get("op", rel[:-5]))
         every = journal.entries()
-        refused = trust_refusal(ostore, vault, journal, ostore.url_of(key))
+        refusal = trust_refusal(ostore, vault, journal, ostore.url_of(key))
         runs = [str(en.get("run")) for en in every if isinstance(en, dict)]
         label = runs[0] if len(runs) == 1 else f"{runs[0] if runs else '?'} and {max(0, len(runs) - 1)} more run(s)"
-        if refused:
-            out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.REFUSED,
-                                       detail=refused["detail"], code=refused["code"]))
+        if refusal:
+            out.append(refused(op_id, label, refusal["detail"], refusal["code"]))
             continue
         retiring = is_retire_journal(doc)
         # computed, never taken from the journal (a retirement's nested runs: checked to be inside its run)
         locks = [ostore.path(lock_key(r)) for r in (journal_runs(doc) if retiring else runs)]
         lock, _ = st.read(locks[0]) if locks else (None, None)
         if lock and lock.get("op") == op_id and not owner_gone(lock, st):
-            out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.SKIPPED_LIVE,
-                                       detail="its owner is still running", code=Finding.RUN_LOCKED))
+            out.append(skipped_live(op_id, label, "its owner is still running"))
             continue
         if journal.kind in (RESTORE_KIND, UNRETIRE_KIND):  # a restore stopped midway: finished
             out.append(_finish_restore(ostore, vault, st, journal, rel[:-5], label))
             continue
         try:
             if retiring and doc.get("runs"):  # a whole run moved to the vault: ``engine.bucket_retire``
-                settled = [_settled_run(st, vault, en, True) for en in journal.live_entries()]
+                ran = [_settled_run(st, vault, en, True) for en in journal.live_entries()]  # before a rollback
                 action, detail = settle_retire(ostore, vault, journal)
-                if action != Recovery.COMPLETED:
-                    for r in settled:
-                        r["bytes_after"] = r["bytes_before"]
+                ran = [settled_run(r["run"], r["op_id"], r["bytes_before"], r["bytes_after"],
+                                   action == Recovery.COMPLETED) for r in ran]
                 must_close(journal)
                 _drop_locks_of(st, locks, op_id)
-                out.append(RecoveryOutcome(op_id=op_id, run=label, action=action, detail=detail,
-                                           code=Finding.RECOVERED, runs=settled))
+                out.append(settled(op_id, label, action, detail, runs=ran))
                 continue
             # ``entries``: a batch's runs, or the one run journals of earlier versions held at top level
             dropped = [en for en in journal.entries() if en.get("dropped")]
@@ -179,7 +182,7 @@ def recover(ostore: ObjectStore, vault: BucketVault) -> List[RecoveryOutcome]:
             live = journal.live_entries()
             will = reduce_will(journal)
             finish = will["action"] == Recovery.COMPLETED
-            settled = [_settled_run(st, vault, en, finish) for en in live]  # sizes before rollback drops manifests
+            ran = [_settled_run(st, vault, en, finish) for en in live]  # sizes before rollback drops manifests
             if finish:
                 finish_op(ostore, vault, doc)
             else:
@@ -194,19 +197,17 @@ def recover(ostore: ObjectStore, vault: BucketVault) -> List[RecoveryOutcome]:
                 lines += [dict(rolled_back_line(
                     RunOutcome(run=r["run"], status=Outcome.ROLLED_BACK, reason=INTERRUPTED_REASON,
                                code=Failure.INTERRUPTED), r["op_id"], None),
-                    before=r["bytes_before"], after=r["bytes_before"]) for r in settled]  # None: no manifest yet
+                    before=r["bytes_before"], after=r["bytes_before"]) for r in ran]  # None: no manifest yet
             unwritten = _append_unwritten(ostore, lines)
             if unwritten:  # the rollback stands; its line's loss is said, never silent (review R19 P4)
                 detail = f"{detail}; {unwritten}" if detail else unwritten
             must_close(journal)
             _drop_locks_of(st, locks, op_id)
-            out.append(RecoveryOutcome(op_id=op_id, run=label, action=action, detail=detail, code=Finding.RECOVERED,
-                                       runs=settled, kind="reduce"))
+            out.append(settled(op_id, label, action, detail, runs=ran, kind=REDUCE))
         except (BucketTxnError, *STORE_FAILURES, ValueError) as e:
             # ValueError: a key the journal names that no store call can address (the trust check
             # above refuses those it knows of; one it misses must not stop every verb, review R12 F1)
-            out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED, detail=str(e),
-                                       code=Finding.RECOVERY_FAILED))
+            out.append(failed(op_id, label, str(e)))
     return out
 
 
@@ -264,9 +265,8 @@ def _finish_restore(ostore: ObjectStore, vault: BucketVault, st: BucketState, jo
         if isinstance(doc.get("takes_along"), list) else []
     if not is_op_id(op_id) or op_id != name or run == "." and unretiring or \
             any(not a.startswith(run_prefix(run)) or ".." in a.split("/") for a in along):
-        return RecoveryOutcome(op_id=str(op_id), run=label, action=Recovery.REFUSED,
-                               detail=f"{ostore.url_of(journal_key(JOURNAL, name))}: {MALFORMED}; left alone",
-                               code=trust.BAD_RECORD)
+        return refused(str(op_id), label, f"{ostore.url_of(journal_key(JOURNAL, name))}: {MALFORMED}; left alone",
+                       trust.BAD_RECORD)
     try:
         doc_m, version = st.read(vault.manifest(op_id))
         try:  # any shape ever written, in the one schema (untrusted: refused when it does not read)
@@ -274,36 +274,28 @@ def _finish_restore(ostore: ObjectStore, vault: BucketVault, st: BucketState, jo
         except Untrusted:
             m = None
         if m is None or m["op_id"] != op_id or m["run"] != run or (m["kind"] == "retire") != unretiring:
-            return RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED,
-                                   detail=f"{vault_url(ostore, vault.manifest(op_id))}: the manifest of the restore "
-                                          "is missing, unreadable or names another run; journal left in place",
-                                   code=Finding.RECOVERY_FAILED)
+            return failed(op_id, label, f"{vault_url(ostore, vault.manifest(op_id))}: the manifest of the restore "
+                                        "is missing, unreadable or names another run; journal left in place")
         wanted = sorted((str(f.get("path")), str(f.get("backup")), str(f.get("sha256")))
                         for f in doc.get("files") or [] if isinstance(f, dict))
         named = sorted((str(f.get("path")), str(f.get("backup")), str(f.get("sha256")))
                        for f in m["files"] if isinstance(f, dict))
         if wanted != named:
-            return RecoveryOutcome(op_id=op_id, run=label, action=Recovery.REFUSED,
-                                   detail=f"{ostore.url_of(journal_key(JOURNAL, name))}: journal and manifest name "
-                                          "different files or backups; left alone",
-                                   code=trust.BAD_RECORD)
+            return refused(op_id, label, f"{ostore.url_of(journal_key(JOURNAL, name))}: journal and manifest name "
+                                         "different files or backups; left alone", trust.BAD_RECORD)
         locks = [ostore.path(lock_key(r)) for r in [run] + along]
         if m["restored_by"]:  # stopped after its manifest record: only the journal is left
             must_close(journal)
             _drop_locks_of(st, locks, op_id)
-            return RecoveryOutcome(op_id=op_id, run=label, action=Recovery.COMPLETED,
-                                   detail="the restore was recorded; its journal was removed", code=Finding.RECOVERED)
+            return settled(op_id, label, Recovery.COMPLETED, "the restore was recorded; its journal was removed")
         _drop_locks_of(st, locks, op_id)  # its holder is gone (checked by the caller): the restore takes them again
         m["_version"] = version
         res = unretire(ostore, vault, m, resume=True) if unretiring else restore_op(ostore, vault, m, resume=True)
     except (BucketTxnError, *STORE_FAILURES, ValueError) as e:
-        return RecoveryOutcome(op_id=str(op_id), run=label, action=Recovery.FAILED, detail=str(e),
-                               code=Finding.RECOVERY_FAILED)
+        return failed(str(op_id), label, str(e))
     if res.status != Outcome.RESTORED:
-        return RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED,
-                               detail=f"restore not finished: {res.reason}", code=Finding.RECOVERY_FAILED)
-    return RecoveryOutcome(op_id=op_id, run=label, action=Recovery.COMPLETED,
-                           detail=f"a restore stopped midway was finished: {res.reason}", code=Finding.RECOVERED)
+        return failed(op_id, label, f"restore not finished: {res.reason}")
+    return settled(op_id, label, Recovery.COMPLETED, f"a restore stopped midway was finished: {res.reason}")
 
 
 def _settled_run(st: BucketState, vault: BucketVault, en: dict, finished: bool) -> dict:
@@ -319,9 +311,7 @@ def _settled_run(st: BucketState, vault: BucketVault, en: dict, finished: bool) 
         for k in sizes:
             v = m[k]
             sizes[k] = v if isinstance(v, int) and v >= 0 else None
-    if not finished:
-        sizes["bytes_after"] = sizes["bytes_before"]
-    return {"run": str(en["run"]), "op_id": str(en["op"]), **sizes}
+    return settled_run(str(en["run"]), str(en["op"]), sizes["bytes_before"], sizes["bytes_after"], finished)
 
 
 def _drop_locks_of(st: BucketState, locks: List[str], op_id: str) -> None:

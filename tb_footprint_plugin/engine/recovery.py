@@ -8,6 +8,10 @@ kill took it: once per operation); one whose swap was recorded after a passed ve
 forward; anything else is rolled back to its exact original bytes. A manifest of the
 operation that is not ours or unreadable is never replayed over. A run whose lock is held by a
 live process is left for that process.
+
+This is the disk's layout of recovery; what a recovery answers (``RecoveryOutcome`` and its codes,
+the settled runs, the reason of a rollback) is ``engine.recovery_rules``', shared with a bucket's
+(``engine.bucket_recover``). ``RecoveryOutcome`` is re-exported here.
 """
 from __future__ import annotations
 
@@ -27,6 +31,16 @@ from tb_footprint_plugin.engine.catalogue import (
     write_manifest,
 )
 from tb_footprint_plugin.engine.context import Context, reason_of
+from tb_footprint_plugin.engine.recovery_rules import (
+    INTERRUPTED_REASON,
+    REDUCE,
+    RecoveryOutcome,
+    failed,
+    refused,
+    settled,
+    settled_run,
+    skipped_live,
+)
 from tb_footprint_plugin.engine.journal import Rec, pending_journals
 from tb_footprint_plugin.engine.lease import LockRefused
 from tb_footprint_plugin.engine.run_lock import run_lock
@@ -34,22 +48,6 @@ from tb_footprint_plugin.engine.restore import finish_restore, restore_abandoned
 from tb_footprint_plugin.engine.retire import recover_retire
 from tb_footprint_plugin.engine.swap import roll_forward, rollback
 from tb_footprint_plugin.storage.access import is_permission_error
-
-
-@dataclass
-class RecoveryOutcome:
-    op_id: str
-    run: Optional[str]
-    action: str  # a codes.Recovery: 'rolled_back' | 'completed' | 'skipped_live' | 'failed' | 'refused' | ...
-    detail: str = ""
-    code: Optional[str] = None  # a codes.Finding, or why a journal was refused (``engine.trust`` codes)
-    #: the reductions this outcome settled, one per run (``run``, ``op_id``, ``bytes_before``,
-    #: ``bytes_after``): what a batch ledger records for runs a dead worker left (``ledger.mark_recovered``)
-    runs: Optional[List[dict]] = None
-    #: ``"reduce"`` when the operation settled was a reduction (its outcome says the run is now
-    #: reduced and verified, or as it was); None for the others (restore, salvage, retire, purge,
-    #: vault upkeep), whose ``detail`` says what was finished
-    kind: Optional[str] = None
 
 
 def recover(ctx: Context) -> List[RecoveryOutcome]:
@@ -66,23 +64,21 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
     try:
         identity = trust.bind(ctx.logdir, ctx.state)
     except trust.Untrusted as e:
-        return [RecoveryOutcome(j.op_id, None, Recovery.REFUSED, str(e), e.code) for j in journals]
+        return [refused(j.op_id, None, str(e), e.code) for j in journals]
     vaults = [ctx.state, ctx.vault.root] + known_vaults(ctx)
     for j in journals:
         try:
             log = trust.read_json_lines(j.path)
         except OSError as e:  # left for the next start, named
-            outcomes.append(RecoveryOutcome(j.op_id, None, Recovery.FAILED, f"{j.path}: unreadable journal "
-                                            f"({reason_of(e)})", Finding.RECOVERY_FAILED))
+            outcomes.append(failed(j.op_id, None, f"{j.path}: unreadable journal ({reason_of(e)})"))
             continue
         if log.damaged:
             # every record of a journal counts (a lost backup record would leave its original out
             # of a rollback): one damaged line and the operation is not replayed at all
             d = log.damaged[0]
-            outcomes.append(RecoveryOutcome(j.op_id, None, Recovery.REFUSED,
-                                            f"{j.path}: line {d.line} is damaged ({d.detail.split(': ', 1)[-1]}); not "
-                                            "replayed: its run and backups are left exactly as they are",
-                                            Finding.DAMAGED_FILE))
+            outcomes.append(refused(j.op_id, None,
+                                    f"{j.path}: line {d.line} is damaged ({d.detail.split(': ', 1)[-1]}); not "
+                                    "replayed: its run and backups are left exactly as they are", Finding.DAMAGED_FILE))
             continue
         records = log.records
         if not records:
@@ -94,28 +90,27 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
         if records[0].get("type") != Rec.BEGIN:
             # records without their begin (an older version split a hard-linked journal in two):
             # something happened and nothing says which run; never deleted, never replayed
-            outcomes.append(RecoveryOutcome(j.op_id, None, Recovery.REFUSED,
-                                            f"{j.path}: has no begin record (its first records may be in a "
+            outcomes.append(refused(j.op_id, None,
+                                    f"{j.path}: has no begin record (its first records may be in a "
                                             f"'{os.path.basename(j.path)}.refused-…' file beside it); not replayed: "
                                             "its run and backups are left exactly as they are", Finding.DAMAGED_FILE))
             continue
         try:
             trust.check_journal(j.path, j.op_id, records, logdir=ctx.logdir, vaults=vaults, identity=identity)
         except trust.Untrusted as e:
-            outcomes.append(RecoveryOutcome(j.op_id, None, Recovery.REFUSED, str(e), e.code))
+            outcomes.append(refused(j.op_id, None, str(e), e.code))
             continue
         begin = records[0]
         run = begin["run"]
         try:
             lock = run_lock(ctx, run).acquire()
         except LockRefused:
-            outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.SKIPPED_LIVE, "held by a running process",
-                                            Finding.RUN_LOCKED))
+            outcomes.append(skipped_live(begin["op_id"], run, "held by a running process"))
             continue
         try:
             if begin["kind"] in ("retire", "unretire"):  # whole runs moved out of the logdir, or back
                 action, detail = recover_retire(ctx, records)
-                outcomes.append(RecoveryOutcome(begin["op_id"], run, action, detail, Finding.RECOVERED))
+                outcomes.append(settled(begin["op_id"], run, action, detail))
                 j.close()
                 continue
             if begin["kind"] in ("restore", "salvage"):
@@ -129,8 +124,8 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                 # a restore's put-backs that copy record each copy in its journal (``placement.put_in_place``)
                 detail = finish_restore(ctx, records, journal=j) if begin["kind"] == "restore" else \
                     finish_salvage(ctx, records)
-                outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.ROLLED_BACK if undone else Recovery.COMPLETED,
-                                                detail, Finding.RECOVERED))
+                outcomes.append(settled(begin["op_id"], run, Recovery.ROLLED_BACK if undone else Recovery.COMPLETED,
+                                        detail))
                 j.close()
                 continue
             types = {r["type"] for r in records}
@@ -141,7 +136,7 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                 # a manifest of this very operation is there but cannot be taken at its word:
                 # replaying the journal would overwrite it (and perhaps the run); nothing is
                 # touched, the journal stays for the next start (after the manifest's rebuild)
-                outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.REFUSED, doubt.detail, doubt.code))
+                outcomes.append(refused(begin["op_id"], run, doubt.detail, doubt.code))
                 continue
             if committed is not None:
                 # the manifest is made durable before the commit marker, which is not fsynced:
@@ -167,7 +162,7 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                 write_manifest(ctx, records, "verified", None, recovered=True)
                 action, detail = Recovery.COMPLETED, "swap finished after a crash (verification had passed)"
             else:
-                reason = "interrupted (crash or kill); rolled back on recovery"
+                reason = INTERRUPTED_REASON
                 # recorded first, as a rollback in process is: a start after a kill in this one
                 # rolls back again, never forward over what this one put back (review R5 F2).
                 # Before a swap record nothing could roll forward: the journal is left as it is
@@ -178,17 +173,16 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                 # the words status promised (health.recover_will): nothing is "put back" before a swap
                 action, detail = Recovery.ROLLED_BACK, health.AFTER_SWAP if Rec.SWAP in types else health.BEFORE_SWAP
             j.close()
+            completed = action == Recovery.COMPLETED
             before = begin["plan"]["bytes_before"]
-            after = bytes_after_of(records) if action == Recovery.COMPLETED else before
-            outcomes.append(RecoveryOutcome(begin["op_id"], run, action, detail, Finding.RECOVERED,
-                                            runs=[{"run": run, "op_id": begin["op_id"], "bytes_before": before,
-                                                   "bytes_after": after}], kind="reduce"))
+            outcomes.append(settled(begin["op_id"], run, action, detail, kind=REDUCE, runs=[settled_run(
+                run, begin["op_id"], before, bytes_after_of(records) if completed else before, completed)]))
         except Exception as e:  # leave the journal for the next start, say why
             why = reason_of(e)
             if is_permission_error(e):  # every start fails so until a mode changes: say what to do
                 why += ("; this user may not change it: nothing is lost, and once it may (the mode or owner fixed) "
                         "the next start finishes it")
-            outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.FAILED, why, Finding.RECOVERY_FAILED))
+            outcomes.append(failed(begin["op_id"], run, why))
         finally:
             lock.release()
     return outcomes
@@ -239,3 +233,6 @@ def committed_manifest(ctx: Context, records: List[dict],
     if m.get("outcome") != Outcome.VERIFIED:
         return None, None  # a rollback's record, say: the journal says how to finish it
     return m, None
+
+
+__all__ = ["ManifestDoubt", "RecoveryOutcome", "committed_manifest", "recover"]

@@ -1,0 +1,70 @@
+"""What a recovery is, written once for every store (issue #26 item 2): the outcome it answers
+(``RecoveryOutcome``) and its codes, the reason a reduction rolled back on recovery gives, and the
+run a settled reduction reports (what a batch ledger records, ``ledger.mark_recovered``).
+
+The disk's recovery (``engine.recovery``, over a journal file and a ``Context``) and the bucket's
+(``engine.bucket_recover``, over journal objects) are the two layouts: each reads its own journals
+and decides by its own commit point (a disk's commit or verified swap record, a bucket's commit
+step with every backup verified); what each answers and says is made here, so both say the same.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+from tb_footprint_plugin.codes import Finding, Recovery
+
+#: the reason (and, with ``Failure.INTERRUPTED``, the code) of a reduction recovery rolled back:
+#: its manifest's and its change-log line's on every store
+INTERRUPTED_REASON = "interrupted (crash or kill); rolled back on recovery"
+#: the kind of a settled reduction's outcome (the others, restore, salvage, retire, purge and
+#: vault upkeep, carry none)
+REDUCE = "reduce"
+
+
+@dataclass
+class RecoveryOutcome:
+    op_id: str
+    run: Optional[str]
+    action: str  # a codes.Recovery: 'rolled_back' | 'completed' | 'skipped_live' | 'failed' | 'refused' | ...
+    detail: str = ""
+    code: Optional[str] = None  # a codes.Finding, or why a journal was refused (``engine.trust`` codes)
+    #: the reductions this outcome settled, one per run (``run``, ``op_id``, ``bytes_before``,
+    #: ``bytes_after``): what a batch ledger records for runs a dead worker left (``ledger.mark_recovered``)
+    runs: Optional[List[dict]] = None
+    #: ``"reduce"`` when the operation settled was a reduction (its outcome says the run is now
+    #: reduced and verified, or as it was); None for the others (restore, salvage, retire, purge,
+    #: vault upkeep), whose ``detail`` says what was finished
+    kind: Optional[str] = None
+
+
+def refused(op_id: str, run: Optional[str], detail: str, code: str) -> RecoveryOutcome:
+    """A journal (or lock) never acted on: foreign, damaged or naming what is not ours; left in
+    place, named with ``code`` (an ``engine.trust`` or ``codes`` code)."""
+    return RecoveryOutcome(op_id, run, Recovery.REFUSED, detail, code)
+
+
+def skipped_live(op_id: str, run: Optional[str], detail: str) -> RecoveryOutcome:
+    """An operation whose owner still holds its run: left for that owner."""
+    return RecoveryOutcome(op_id, run, Recovery.SKIPPED_LIVE, detail, Finding.RUN_LOCKED)
+
+
+def failed(op_id: str, run: Optional[str], detail: str) -> RecoveryOutcome:
+    """A settling that could not be done: its journal stays for the next start, ``detail`` says why."""
+    return RecoveryOutcome(op_id, run, Recovery.FAILED, detail, Finding.RECOVERY_FAILED)
+
+
+def settled(op_id: str, run: Optional[str], action: str, detail: str, *, runs: Optional[List[dict]] = None,
+            kind: Optional[str] = None) -> RecoveryOutcome:
+    """An operation recovery settled (``action`` a ``codes.Recovery``: completed or rolled back)."""
+    return RecoveryOutcome(op_id, run, action, detail, Finding.RECOVERED, runs=runs, kind=kind)
+
+
+def settled_run(run: str, op_id: str, before: Optional[int], after: Optional[int], completed: bool) -> dict:
+    """One run a recovery settled, as a batch ledger records it: a rolled-back run is as big as it
+    was (``after`` counts only when the reduction was completed)."""
+    return {"run": run, "op_id": op_id, "bytes_before": before, "bytes_after": after if completed else before}
+
+
+__all__ = ["INTERRUPTED_REASON", "REDUCE", "RecoveryOutcome", "failed", "refused", "settled", "settled_run",
+           "skipped_live"]
