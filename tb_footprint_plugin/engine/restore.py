@@ -24,7 +24,7 @@ import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Skip, StoreError
-from tb_footprint_plugin.engine import faults, remote_vault, trust, txn
+from tb_footprint_plugin.engine import faults, remote_vault, retire_rules, trust, txn
 from tb_footprint_plugin.engine import manifest as one_schema
 from tb_footprint_plugin.engine.catalogue import (is_kept, journal_blobs, known_vaults, manifest_binding, own_manifests,
                                                    unsettled_op)
@@ -44,7 +44,6 @@ from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.putback import kept_said, late_records_said, left_said, restore_code, restored_said
 from tb_footprint_plugin.engine.journal import Journal, RunLocked
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
-from tb_footprint_plugin.engine.retire import is_restorable_retirement
 from tb_footprint_plugin.engine.swap import (copies_begun, folder_times, make_dirs, put_back, put_back_token,
                                              settle_dirs, settle_folder_times)
 from tb_footprint_plugin.engine.restore_staged import (Prepared, PreparedVault, checked_in_place, prepare_streamed,
@@ -182,7 +181,7 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
     if manifest.get("backup_purged"):
         out.reason = f"the backup of {manifest['op_id']} was purged; nothing to restore from"
         return out
-    retired = _retired_now(mine, run)
+    retired = retire_rules.retired_now(mine, run)
     if retired:
         out.reason = f"run {run!r} is retired ({retired['op_id']}); restore the retirement first"
         return out
@@ -768,14 +767,6 @@ class Releases:
                     _mark_released(vault, [], last[-1], gone, None)
         self._by_vault.clear()
         return out
-
-
-def _retired_now(mine: List[dict], run: str) -> Optional[dict]:
-    """``retire.retired_now`` over ``mine`` (this logdir's manifests, just read): the newest
-    retirement keeping ``run`` (or a parent taking it along) out of the logdir."""
-    ms = sorted((m for m in mine if is_restorable_retirement(m)),
-                key=lambda m: (m.get("started_at", 0), m["op_id"]), reverse=True)
-    return next((m for m in ms if m["run"] == run or run in m.get("takes_along", [])), None)
 
 
 def _plain_size(vault: Vault, sha: str) -> Optional[int]:
