@@ -181,7 +181,9 @@ class ObjectBatchReduce(txn.Txn):
                     out.status, out.reason, out.code = Outcome.FAILED, str(e), lock_failure_code(e)
                     continue
                 out.op_id = op_id
-                self.entries.append({"run": rp.run, "op": op_id, "lock": self.held[rp.run].path, "files": files})
+                # its size before, for recovery to report of a run it rolls back before its manifest exists
+                self.entries.append({"run": rp.run, "op": op_id, "lock": self.held[rp.run].path, "files": files,
+                                     "bytes_before": rp.bytes_before})
             if settled_early:
                 taken = {en["run"] for en in self.entries}
                 for run, o in self.outs.items():

@@ -311,6 +311,11 @@ def _settled_run(st: BucketState, vault: BucketVault, en: dict, finished: bool) 
         for k in sizes:
             v = m[k]
             sizes[k] = v if isinstance(v, int) and v >= 0 else None
+    if sizes["bytes_before"] is None:
+        # no manifest yet (killed before it): the size the journal entry recorded, as a disk's
+        # recovery reports its plan's (untrusted: a whole number or nothing; older journals have none)
+        v = en.get("bytes_before")
+        sizes["bytes_before"] = v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
     return settled_run(str(en["run"]), str(en["op"]), sizes["bytes_before"], sizes["bytes_after"], finished)
 
 

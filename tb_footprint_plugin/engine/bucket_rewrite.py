@@ -258,7 +258,8 @@ class ObjectReduce(txn.Txn):
             return False
         out.op_id = self.op_id
         # what the journal names; the lock object is what this operation holds
-        self.en = {"run": self.rp.run, "op": self.op_id, "lock": self.lock.path, "files": self.files}
+        self.en = {"run": self.rp.run, "op": self.op_id, "lock": self.lock.path, "files": self.files,
+                   "bytes_before": self.rp.bytes_before}  # what recovery reports before a manifest exists
         ACTIVE_OPS.add(self.op_id)
         return True
 

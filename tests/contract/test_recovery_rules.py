@@ -1,9 +1,10 @@
 """What a recovery answers and writes, the same on a folder and the three bucket servers
 (``engine.recovery_rules``: the disk's ``engine.recovery`` and the bucket's ``engine.bucket_recover``
-are its two layouts). A reduce killed before its swap is rolled back, one killed inside its swap
+are its two layouts). A reduce killed before its swap (at its journal, its backups, its
+verification: on a bucket before or after its manifest is written) is rolled back, one killed inside its swap
 after a passed verification is finished; either way the outcome is the one rule's (action, code
-``recovered``, kind ``reduce``, the run it settled with its sizes: a rolled-back run as big as it
-was), the user's files are exactly as before or as the reduce leaves them, a rollback's change-log
+``recovered``, kind ``reduce``, the run it settled with its sizes, known on every store: a
+rolled-back run as big as it was), the user's files are exactly as before or as the reduce leaves them, a rollback's change-log
 line is written once with the one reason and code, and a second start settles nothing more."""
 import os
 import uuid
@@ -21,7 +22,8 @@ from tb_footprint_plugin.engine.recovery_rules import INTERRUPTED_REASON, REDUCE
 RUN = "exp"
 STATE = ".tb-footprint"
 #: killed before its swap (rolled back) and inside it, verification passed (finished), on every store
-KILLED_AT = {"reduce.verify": Recovery.ROLLED_BACK, "reduce.mid_swap": Recovery.COMPLETED}
+KILLED_AT = {"reduce.journal": Recovery.ROLLED_BACK, "reduce.backup": Recovery.ROLLED_BACK,
+             "reduce.verify": Recovery.ROLLED_BACK, "reduce.mid_swap": Recovery.COMPLETED}
 
 
 @pytest.fixture(autouse=True)
@@ -99,8 +101,9 @@ def test_a_killed_reduction_is_settled_and_said_by_the_one_rule(kind, step, plac
         assert files() != original
     lines = [e for e in api.history(url) if e.get("op_id") == o.op_id]
     if action == Recovery.ROLLED_BACK:
-        assert [(e["outcome"], e["reason"], e["code"]) for e in lines] == \
-            [(Outcome.ROLLED_BACK, INTERRUPTED_REASON, Failure.INTERRUPTED)], lines
+        assert [(e["outcome"], e["reason"], e["code"], e["before"], e["after"]) for e in lines] == \
+            [(Outcome.ROLLED_BACK, INTERRUPTED_REASON, Failure.INTERRUPTED, ran["bytes_before"], ran["bytes_before"])], \
+            lines
     # a second start finds nothing of it left, and writes no second line
     assert not [x for x in api.recover_logdir(url) if x.op_id == o.op_id]
     assert [e for e in api.history(url) if e.get("op_id") == o.op_id] == lines
