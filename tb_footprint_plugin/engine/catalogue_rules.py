@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Dict, List
 
 from tb_footprint_plugin.codes import Outcome
+from tb_footprint_plugin.engine import retire_rules
 
 
 def is_verified_reduction(m: dict) -> bool:
@@ -86,12 +87,12 @@ def summarize_operations(manifests: List[dict]) -> List[dict]:
         else:
             o["restore_note"] = f"restore the newer operation {newest[o['run']]} first"
     for o, m in zip(out, manifests):  # a retirement: the whole run comes back until it is purged
-        if m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED:
+        if m.get("kind") == retire_rules.KIND and m.get("outcome") == Outcome.VERIFIED:
             o["restorable"] = backup_kept(m)
             o["restore_note"] = None if o["restorable"] else ("restored" if m.get("restored_by") else "purged")
             o["backup_bytes"] = int(m.get("bytes_before") or 0)
             o["files"] = len(m.get("tree", []))
-            o["takes_along"] = list(m.get("takes_along", []))
+            o["takes_along"] = retire_rules.taken_along(m)
     return out
 
 

@@ -61,7 +61,7 @@ from tb_footprint_plugin.engine.context import (
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec, RunLocked
 from tb_footprint_plugin.engine.placement import copies_begun
-from tb_footprint_plugin.engine.retire_rules import KIND, refused_names, unnamed_runs, unretire_refusal
+from tb_footprint_plugin.engine.retire_rules import KIND, refused_names, taken_along, unnamed_runs, unretire_refusal
 from tb_footprint_plugin.engine.retire_tree import (
     OP_ID_RE,
     check_record,
@@ -575,7 +575,7 @@ def unretire(ctx: Context, manifest: dict) -> RunOutcome:
         out.reason = (f"{run}: something stands there now (a new run of the same name?); move it away first — "
                       "nothing was changed")
         return out
-    runs = [run] + list(manifest.get("takes_along", []))
+    runs = [run] + taken_along(manifest)
     locks = []
     try:
         for r in runs:

@@ -9,7 +9,8 @@ rules instead of spelling them each.
   which of them the plan did not name (``unnamed_runs``: the retirement is refused, plan again);
 - which manifests are retirements keeping a run out of the logdir now
   (``is_restorable_retirement``, ``retirements``, newest first), which one keeps a given run out
-  (``retired_now``: its own run, or a parent taking it along), and the row ``api.retired`` shows
+  (``retired_now``: its own run, or a parent taking it along, ``taken_along``: only names inside
+  it, whatever its manifest lists), and the row ``api.retired`` shows
   of one (``retired_row``);
 - which retirements a restore (unretire) refuses whatever the vault holds (``unretire_refusal``:
   restored, purged, or never verified).
@@ -77,10 +78,21 @@ def restorable_retirements(manifests: Iterable[dict]) -> List[dict]:
     return _newest_first([m for m in manifests if is_restorable_retirement(m)])
 
 
+def taken_along(m: dict) -> List[str]:
+    """The nested runs retirement ``m`` took along, as far as they can be: the names of its
+    ``takes_along`` inside its run. A manifest is untrusted input, and one written before a
+    retirement refused a name outside the run (or copied, or planted) may list one; read as
+    taken along, a restore of that other run would bring this one back and ``api.retired``
+    would show it gone."""
+    run, along = m.get("run"), m.get("takes_along")
+    if not isinstance(run, str) or not isinstance(along, list):
+        return []
+    return [a for a in along if isinstance(a, str) and refused_names(run, [a]) is None]
+
+
 def takes_out(m: dict, run: str) -> bool:
     """Whether retirement ``m`` took ``run`` out of the logdir: its own run, or one taken along."""
-    along = m.get("takes_along") or []
-    return m.get("run") == run or (isinstance(along, list) and run in along)
+    return m.get("run") == run or run in taken_along(m)
 
 
 def retired_now(manifests: Iterable[dict], run: str) -> Optional[dict]:
@@ -103,11 +115,11 @@ def retired_row(m: dict) -> dict:
     """What ``api.retired`` shows of a retirement: ``retired_at`` is when it finished (the run
     left the logdir at its commit), ``files`` the files of its tree; a store that records no tree
     digest says ``tree_sha256`` None."""
-    return {"op_id": m["op_id"], "run": m["run"], "takes_along": m.get("takes_along") or [],
+    return {"op_id": m["op_id"], "run": m["run"], "takes_along": taken_along(m),
             "bytes": m.get("bytes_before", 0), "files": len(m.get("tree") or []),
             "retired_at": m.get("finished_at"), "user": m.get("user"), "tree_sha256": m.get("tree_sha256"),
             "rule": m.get("rule")}
 
 
 __all__ = ["KIND", "refused_names", "nested_runs", "unnamed_runs", "is_restorable_retirement", "retirements",
-           "restorable_retirements", "takes_out", "retired_now", "unretire_refusal", "retired_row"]
+           "restorable_retirements", "taken_along", "takes_out", "retired_now", "unretire_refusal", "retired_row"]
