@@ -1,6 +1,9 @@
 """The stores every contract suite runs on: the local disk and the three object-store servers
 (fixtures: a module imports them by name)."""
 import itertools
+import shutil
+import uuid
+from pathlib import Path
 
 import pytest
 
@@ -38,3 +41,50 @@ def store(request, tmp_path) -> Store:
         s = ObjectStore(request.getfixturevalue("buckets")(request.param).url(f"c{next(_prefixes)}/root"))
     yield s
     s.close()
+
+
+@pytest.fixture
+def logdir_on(tmp_path, buckets):
+    """``logdir_on(store, src)``: a copy of the logdir folder ``src`` on ``store`` (a folder, or a
+    fresh prefix of a bucket), its URL."""
+    def place(kind: str, src: Path) -> str:
+        n = next(_prefixes)
+        if kind == "posix":
+            url = str(tmp_path / f"logs{n}")
+            shutil.copytree(src, url)
+            return url
+        return buckets(kind).upload(src, f"l{n}-{uuid.uuid4().hex[:6]}")
+    return place
+
+
+def reduced_and_retired_source(root: Path) -> Path:
+    """A logdir folder: ``exp``, scalars and a profile session the drop policy removes; ``old``,
+    scalars (to be retired)."""
+    from tb_footprint_plugin import synth
+
+    with synth.EventWriter(str(root / "exp")) as w:
+        for s in range(20):
+            w.scalar("loss", s, 1.0 / (s + 1))
+    session = root / "exp" / "plugins" / "profile" / "2026_01_01_00_00_00"
+    session.mkdir(parents=True)
+    (session / "host.xplane.pb").write_bytes(b"x" * 3000)
+    with synth.EventWriter(str(root / "old")) as w:
+        w.scalar("loss", 0, 1.0)
+    return root
+
+
+@pytest.fixture
+def reduced_and_retired(tmp_path, logdir_on):
+    """``reduced_and_retired(store)``: a logdir on ``store`` with one reduction (run ``exp``, the
+    profile dropped) and one retirement (run ``old``), its URL."""
+    from tb_footprint_plugin import api
+
+    def make(kind: str) -> str:
+        url = logdir_on(kind, reduced_and_retired_source(tmp_path / f"src{next(_prefixes)}"))
+        drop = {"name": "drop-profiles", "rules": {c: "delete" for c in ("profile_xplane", "profile_other")}}
+        rep = api.reduce_logdir(url, policy=drop, dry_run=False, quiet_period=0, verify_backends=("python",))
+        assert [o.status for o in rep.outcomes if o.run == "exp"] == ["verified"], rep.to_dict()
+        rep = api.retire(url, api.retire_rule(runs=["old"]), dry_run=False, quiet_period=0)
+        assert [o.status for o in rep.outcomes] == ["verified"], rep.to_dict()
+        return url
+    return make

@@ -4,9 +4,7 @@ summary's ``saved_bytes`` and ``restore_note``, and the history's ``removed_from
 the same on a folder and on the three bucket servers as the operations go from kept to restored
 and purged."""
 import itertools
-import shutil
-import uuid
-from contract_stores import KINDS, buckets  # noqa: F401 - the bucket fixture
+from contract_stores import KINDS, buckets, logdir_on  # noqa: F401 - fixtures
 from pathlib import Path
 
 import pytest
@@ -31,14 +29,9 @@ def _logdir(root: Path) -> Path:
 
 
 @pytest.fixture
-def reduced(tmp_path, buckets):  # noqa: F811 - the fixture imported above
+def reduced(tmp_path, logdir_on):
     def make(store):
-        src = _logdir(tmp_path / f"src{next(_n)}")
-        if store == "posix":
-            url = str(tmp_path / f"logs{next(_n)}")
-            shutil.copytree(src, url)
-        else:
-            url = buckets(store).upload(src, f"cr{next(_n)}-{uuid.uuid4().hex[:6]}")
+        url = logdir_on(store, _logdir(tmp_path / f"src{next(_n)}"))
         rep = api.reduce_logdir(url, policy=DROP, dry_run=False, quiet_period=0, verify_backends=("python",))
         assert sorted(o.run for o in rep.outcomes if o.status == "verified") == ["a", "b"], rep.to_dict()
         return url

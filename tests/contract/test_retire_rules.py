@@ -4,9 +4,7 @@ names it refuses whatever the run holds, a nested run the plan did not name, and
 folder and on the three bucket servers."""
 import itertools
 import json
-import shutil
-import uuid
-from contract_stores import KINDS, buckets  # noqa: F401 - the bucket fixture
+from contract_stores import KINDS, buckets, logdir_on  # noqa: F401 - fixtures
 from pathlib import Path
 
 import pytest
@@ -31,14 +29,9 @@ def _logdir(root: Path) -> Path:
 
 
 @pytest.fixture
-def logdir(tmp_path, buckets):  # noqa: F811 - the fixture imported above
+def logdir(tmp_path, logdir_on):
     def make(store):
-        src = _logdir(tmp_path / f"src{next(_n)}")
-        if store == "posix":
-            url = str(tmp_path / f"logs{next(_n)}")
-            shutil.copytree(src, url)
-            return url
-        return buckets(store).upload(src, f"rr{next(_n)}-{uuid.uuid4().hex[:6]}")
+        return logdir_on(store, _logdir(tmp_path / f"src{next(_n)}"))
     return make
 
 
