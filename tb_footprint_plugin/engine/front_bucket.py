@@ -14,7 +14,7 @@ from typing import Callable, Collection, List, Mapping, Optional, Sequence, Tupl
 from tb_footprint_plugin.codes import Failure, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import health, usage
 from tb_footprint_plugin.engine.bucket_objects import BucketState
-from tb_footprint_plugin.engine.catalogue_rules import is_kept, summarize_operations
+from tb_footprint_plugin.engine.catalogue_rules import backup_kept, is_kept, summarize_operations
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError
 from tb_footprint_plugin.engine.front_base import DEFAULT_BACKENDS, Engine, Progress, refused_rows
 from tb_footprint_plugin.engine.ledger import with_restores
@@ -237,7 +237,7 @@ class BucketEngine(Engine):
         todo = []
         for m in bk.manifests(ostore, vault, damaged):
             v = op_view(m)  # the one shape's fields, whichever shape the bucket wrote
-            if (v.get("outcome") == Outcome.VERIFIED and not v.get("restored_by") and not v.get("backup_purged")
+            if (v.get("outcome") == Outcome.VERIFIED and backup_kept(v)
                     and (op is None or v.get("op_id") == op)
                     and (run is None or takes_out(m, run))):
                 todo.append((v.get("kind") != "retire", m))
