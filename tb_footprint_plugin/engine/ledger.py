@@ -33,8 +33,7 @@ from tb_footprint_plugin.engine.ledger_entries import (IN_FLIGHT_STATES, LEDGER_
                                                        check_entry, check_ledger, committed, completed_fields,
                                                        is_stale, keeps_done, marked, merged_view, pid_gone,
                                                        recovered_marks, report_refusals, rolled_back_by,
-                                                       rolled_back_fields, same_mark, should_run, with_restores,
-                                                       worker)
+                                                       rolled_back_fields, should_run, with_restores, worker)
 from tb_footprint_plugin.engine.ledger_file import (LEDGER_NAME, MAX_LEDGER_BYTES, FileLayout, ledger_name,
                                                     ledger_path, ledger_paths, load_ledger)
 from tb_footprint_plugin.engine.ledger_objects import (INFLIGHT, LEDGERS, ObjectLayout, held_by, markers,
@@ -115,19 +114,12 @@ class Ledger:
         wrote it), ``policy`` its own where entries of several policies share the ledger. Written
         only while the run's entry is still ``e``, the one judged (review R2-5: a live worker that
         marked the run since keeps its mark): a folder's file is read again under its ``flock``
-        and its entry compared (``same_mark``); a bucket's object is put on condition of the
-        version the listing this ledger was opened with gave it (``ObjectLayout.write_settled``).
+        and its entry compared (``FileLayout.write_settled``); a bucket's object is put on condition
+        of the version the listing this ledger was opened with gave it (``ObjectLayout.write_settled``).
         Returns whether it was written."""
         who = dict(self.who, shard=e.get("shard"))
         with self.layout.locked():
-            if isinstance(self.layout, ObjectLayout):
-                return self.layout.write_settled(run, marked(dict(e), state, fields, who), policy)
-            data = self.layout.current()
-            now = data["runs"].get(run)
-            if not same_mark(now, e):
-                return False
-            self.layout.write_mark(run, marked(now, state, fields, who), data, state, policy)
-            return True
+            return self.layout.write_settled(run, e, lambda entry: marked(entry, state, fields, who), state, policy)
 
     def compact(self) -> None:
         """The end of a batch: a folder's file rewritten as its snapshot alone; nothing on a bucket."""

@@ -28,10 +28,10 @@ import os
 import re
 import threading
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import StoreError
-from tb_footprint_plugin.engine.ledger_entries import LEDGER_VERSION, check_entry, check_ledger
+from tb_footprint_plugin.engine.ledger_entries import LEDGER_VERSION, check_entry, check_ledger, same_mark
 from tb_footprint_plugin.engine.state_store import StateFolder
 from tb_footprint_plugin.engine.trust import BAD_LEDGER, DAMAGED_LINE, FOREIGN_LEDGER, Untrusted
 from tb_footprint_plugin.storage.paths import is_state_name
@@ -266,6 +266,19 @@ class FileLayout:
                                       sync=state not in ("reducing", "verifying"))
         self._tail = (lines + 1, False)
         self._remember(version, data)
+
+    def write_settled(self, run: str, judged: dict, mark: Callable[[dict], dict], state: str,
+                      policy: Optional[str] = None) -> bool:
+        """A settling's mark of another worker's run (``Ledger.settle_mark``, under ``locked``):
+        the file read again and ``mark`` applied to the run's entry only while it is still
+        ``judged`` (``same_mark``: a live worker that marked it since keeps its mark). Returns
+        whether it was written."""
+        data = self.current()
+        now = data["runs"].get(run)
+        if not same_mark(now, judged):
+            return False
+        self.write_mark(run, mark(now), data, state, policy)
+        return True
 
     def compact(self) -> None:
         """Rewrite the ledger as its snapshot alone (under ``locked``): one JSON document, as

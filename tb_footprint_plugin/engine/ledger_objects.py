@@ -36,7 +36,7 @@ import re
 import secrets
 import threading
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.engine.ledger_entries import (IN_FLIGHT_STATES, LEDGER_VERSION, check_entry,
@@ -256,9 +256,10 @@ class ObjectLayout:
                 except OSError:
                     pass
 
-    def write_settled(self, run: str, entry: dict, policy: Optional[str] = None) -> bool:
-        """A settling's mark of another worker's run (``Ledger.settle_mark``): one PUT of ``entry``
-        conditional on the version the listing this layout was opened with gave the run's object,
+    def write_settled(self, run: str, judged: dict, mark: Callable[[dict], dict], state: str,
+                      policy: Optional[str] = None) -> bool:
+        """A settling's mark of another worker's run (``Ledger.settle_mark``): one PUT of
+        ``mark(judged)`` conditional on the version the listing this layout was opened with gave the run's object,
         the one its judged entry was read from. False, nothing written, when the object is no
         longer at that version (a live worker marked the run since; or the entry was read after a
         later write than the one listed: the next start judges it again) or was not listed."""
@@ -266,6 +267,7 @@ class ObjectLayout:
         info = (self._listing or {}).get(key)
         if info is None:
             return False
+        entry = mark(dict(judged))
         doc = {"version": LEDGER_VERSION, "run": run, "policy": self.policy if policy is None else policy,
                "entry": entry}
         try:
