@@ -5,6 +5,7 @@ full log rolls over (sealed aside, every line of it still read) and a refused ap
 the recovery's detail. On moto's S3, the limit made small."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -56,7 +57,9 @@ def test_recovery_writes_its_lines_though_the_log_is_full(s3_bucket, tmp_path, m
     planted = _old_lines(n)
     assert LIMIT - 300 < len(planted) <= LIMIT  # full: one more line takes it past its limit
     url = _killed_reduce(s3_bucket, tmp_path, "full", planted)
-    monkeypatch.setattr(history, "READ_ALL_LIMIT", LIMIT)
+    # the bound a bucket declares for its appends (its change log takes it as its limit)
+    monkeypatch.setattr(store_object, "BUCKET_CAPABILITIES",
+                        dataclasses.replace(store_object.BUCKET_CAPABILITIES, append_limit=LIMIT))
     monkeypatch.setattr(store_object, "READ_ALL_LIMIT", LIMIT)
     settled = api.recover_logdir(url)
     assert [s.action for s in settled] == ["rolled_back"], settled

@@ -66,7 +66,7 @@ from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.engine.vault_reads import refuse_unreadable, unreadable_file
 from tb_footprint_plugin.storage.files import CHUNK
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
-from tb_footprint_plugin.storage.store import READ_ALL_LIMIT, Entry, RangeReader, Store, StoreFailure
+from tb_footprint_plugin.storage.store import Entry, RangeReader, Store, StoreFailure
 from tb_footprint_plugin.version import __version__
 
 HISTORY_NAME = "history.jsonl"
@@ -136,7 +136,7 @@ class ChangeLog:
     folder in which each worker of a sharded batch appends to a file of its own (None: none),
     found by a shallow listing of it, and the sealed logs (rolled over) with them; ``limit``: the
     largest log an append makes on this store (a larger one was planted; default
-    ``MAX_STATE_BYTES``, never above ``READ_ALL_LIMIT`` where an append rewrites the object)."""
+    ``MAX_STATE_BYTES``, never above the store's ``capabilities.append_limit``)."""
 
     def __init__(self, store: Store, folder: str = "", *, workers: Optional[str] = "",
                  limit: Optional[int] = None):
@@ -144,10 +144,10 @@ class ChangeLog:
         self.folder = folder
         self.workers = workers
         self.limit = MAX_STATE_BYTES if limit is None else limit
-        if store.capabilities.append == "conditional_rewrite":
-            # an append rewrites the whole object: it never makes one past what one read takes
-            # (``Store.append``), so a larger one was planted
-            self.limit = min(self.limit, READ_ALL_LIMIT)
+        if store.capabilities.append_limit is not None:
+            # the store's appends never make a larger key (a bucket's rewrites the object whole):
+            # a larger one was planted, and a log at that bound is full, to be sealed
+            self.limit = min(self.limit, store.capabilities.append_limit)
 
     def key(self, name: str) -> str:
         """The key of the single log file ``name``."""
@@ -726,7 +726,7 @@ def bucket_log(store: Store) -> ChangeLog:
     rewrite. Not beside the single one as on a disk: the state folder of a bucket holds its vault,
     and a listing of it would list every backup; this folder's is one request (one page) a read.
     Only a rollback writes a line: a clean reduce makes no request more."""
-    return ChangeLog(store, STATE_DIR_NAME, workers=BUCKET_WORKERS, limit=READ_ALL_LIMIT)
+    return ChangeLog(store, STATE_DIR_NAME, workers=BUCKET_WORKERS)  # bounded by the store's append_limit
 
 
 def reduce_line(*, op_id: str, run: str, policy: Optional[str], before, after, outcome: str,

@@ -71,7 +71,9 @@ class Capabilities:
     writing. ``server_side_copy``: ``copy`` moves no bytes through this process.
     ``conditional_put``: if-absent and if-version writes are enforced. ``folders``: ``mkdir``
     makes something (buckets have only keys). ``append``: how ``append`` works
-    (``"o_append"`` or ``"conditional_rewrite"``). ``retention_query``: ``retention`` can say
+    (``"o_append"`` or ``"conditional_rewrite"``). ``append_limit``: the largest key an ``append``
+    makes (a conditional rewrite reads the object whole: ``READ_ALL_LIMIT``), None where the store
+    sets none of its own. ``retention_query``: ``retention`` can say
     whether deleted bytes stay stored (a bucket's versioning, lifecycle and soft delete); a
     folder cannot tell (its filesystem's snapshots are out of its sight).
     """
@@ -88,6 +90,7 @@ class Capabilities:
     folders: bool
     append: str
     retention_query: bool = False
+    append_limit: Optional[int] = None
 
     def to_dict(self) -> dict:
         """The capabilities as JSON (what a status or a dry run can show)."""
@@ -351,8 +354,9 @@ class Store(abc.ABC):
         ``StoreFailure(TOO_LARGE)`` naming the key is raised (an absent or empty key takes any
         first append). The size is the one the append itself sees where it is atomic (a folder:
         under its ``flock``; a bucket: the version its conditional rewrite is on), so appenders
-        that each found room never take a key past its limit together. A bucket's append
-        rewrites the whole object: its limit is never above ``READ_ALL_LIMIT`` (None: that)."""
+        that each found room never take a key past its limit together. Nor past the store's own
+        ``capabilities.append_limit`` (a bucket's append rewrites the whole object), whatever
+        ``limit`` says."""
 
     def mkdir(self, key: str) -> None:
         """Make the folder ``key`` and its parents where the store has folders; a no-op on

@@ -50,7 +50,7 @@ _APPENDING_MU = threading.Lock()
 BUCKET_CAPABILITIES = Capabilities(
     rename_atomic=False, hard_link=False, fsync=False, versions=True, mtime_kept=False, mode_kept=False,
     open_writer_detection=False, server_side_copy=True, conditional_put=True, folders=False,
-    append="conditional_rewrite", retention_query=True)
+    append="conditional_rewrite", retention_query=True, append_limit=READ_ALL_LIMIT)
 
 #: what the objects under a URL of another fsspec scheme offer (``hdfs://``, a scheme fsspec
 #: registers): a listing and ranged reads through the same ``Store`` calls, nothing written (there

@@ -1,5 +1,6 @@
 """A change log with its limits made small, on a disk and on moto's S3: the fixture and the line
 maker the roll-over tests share (``test_change_log_rollover``, ``test_change_log_seal_cut_short``)."""
+import dataclasses
 import json
 import uuid
 
@@ -26,7 +27,9 @@ def where(request, tmp_path, monkeypatch):
     """(kind, the store, the key of a log name, the change log) with a limit of ``LIMIT`` bytes on
     either store."""
     monkeypatch.setattr(history, "MAX_STATE_BYTES", LIMIT)
-    monkeypatch.setattr(history, "READ_ALL_LIMIT", LIMIT)
+    # the bound a bucket declares for its appends (its change log takes it as its limit)
+    monkeypatch.setattr(store_object, "BUCKET_CAPABILITIES",
+                        dataclasses.replace(store_object.BUCKET_CAPABILITIES, append_limit=LIMIT))
     monkeypatch.setattr(store_object, "READ_ALL_LIMIT", LIMIT)
     if request.param == "posix":
         state = tmp_path / "logs" / STATE
