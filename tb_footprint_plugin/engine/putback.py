@@ -76,12 +76,6 @@ def holds_original(store: Store, key: str, f: dict, size: int, checksums: Mappin
     return h.hexdigest() == sha
 
 
-def original_in_place(store: Store, key: str, f: dict) -> bool:
-    """``holds_original`` of what stands at ``key`` now (one stat; nothing there: False)."""
-    e = store.stat(key)
-    return e is not None and holds_original(store, key, f, e.size, e.checksums)
-
-
 def copy_late_records(src: BinaryIO, start: int, size: int, sink, name: str) -> dict:
     """Copy the complete records ``src`` holds between ``start`` and ``size`` to ``sink``
     (anything with ``write``), byte for byte: ``{records, bytes, sha256, partial_bytes,
@@ -144,5 +138,5 @@ def kept_said(n: int, what: str, how: str) -> str:
     return f"; {n} {what}(s) as they stood before the restore kept in the vault ({how})"
 
 
-__all__ = ["Limited", "holds_original", "original_in_place", "copy_late_records", "restore_code",
+__all__ = ["Limited", "holds_original", "copy_late_records", "restore_code",
            "restored_said", "late_records_said", "left_said", "kept_said"]
