@@ -62,7 +62,7 @@ setup(
         # s3 also brings boto3 because TensorBoard reads s3:// through boto3 (and verification
         # reads through TensorBoard). s3fs pins aiobotocore, which pins botocore: pip then picks
         # the boto3 that matches (no pin of our own to fight it).
-        "s3": ["s3fs>=2024.6", "boto3>=1.34"],
+        "s3": ["s3fs>=2024.12", "boto3>=1.34"],
         "gcs": ["gcsfs>=2024.6"],
         "azure": ["adlfs>=2024.7"],
         "test": [
@@ -72,7 +72,7 @@ setup(
             "pytest-xdist>=3.5",
             "playwright>=1.40",
             "tensorboard-plugin-profile>=2.15",
-            "s3fs>=2024.6",
+            "s3fs>=2024.12",
             "boto3>=1.34",
             "gcsfs>=2024.6",
             "adlfs>=2024.7",

@@ -554,7 +554,8 @@ class RemoteFS:
         ``locks/``, ``ledgers/``, the change log's shards) at every ``status``: s3fs asks whether
         ``base`` is itself an object (a HEAD, then a LIST of one key), so it is asked for the
         parent's objects under ``<leaf>/`` (``prefix=``: the one LIST of ``base/``, nothing
-        cached); gcsfs and adlfs, see below."""
+        cached; s3fs from 2024.12, the extra's floor: older ones HEAD and LIST the parent when
+        that listing is empty); gcsfs and adlfs, see below."""
         from fsspec.asyn import sync as fsspec_sync
 
         parent, _, leaf = base.rstrip("/").rpartition("/")
