@@ -10,7 +10,9 @@ file written through a store — the change log (``engine.history``) and a batch
   user controls is refused, ``private.NotPrivate``), each file private (0600);
 * a symlink, FIFO, folder or another user's file planted under the name is set aside (the name
   itself, never its target; kept for inspection) and a fresh file written;
-* a put is whole (a temporary file, fsync, rename, fsync of the folder);
+* a put is whole (a temporary file, fsync, rename, fsync of the folder), its conditions kept
+  under the same rules: ``if_absent`` a link into place (fails when the name is a file of ours),
+  ``if_version`` the version ``version`` reports, compared under the file's ``flock``;
 * an append lands whole or not at all: under the ``flock`` every appender of this tool takes
   (``trust.undo_partial_append``), a line a full disk cut short is cut back, a torn last line is
   never glued onto the next (``store.on_a_new_line``), the size ``limit`` is decided under that
@@ -22,15 +24,19 @@ The bytes are those the state-file helpers always wrote (``tests/contract/test_o
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import stat
+import tempfile
 import time
 from typing import Iterator, Optional
 
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.engine.trust import undo_partial_append
-from tb_footprint_plugin.storage.files import append_line, atomic_write
+from tb_footprint_plugin.storage.files import append_line, atomic_write, fsync_dir, private_folder
 from tb_footprint_plugin.storage.lock import exclusive
 from tb_footprint_plugin.storage.paths import UnsafePath, contained
+from tb_footprint_plugin.storage.private import open_private, set_aside_stranger
 from tb_footprint_plugin.storage.regular import NotRegularFile
 from tb_footprint_plugin.storage.store import StoreFailure, check_key
 from tb_footprint_plugin.storage.store_posix import PosixStore, version_of
@@ -69,13 +75,71 @@ class StateFolder(PosixStore):
 
     def put(self, key: str, data: bytes, *, if_absent: bool = False, if_version: Optional[str] = None,
             mode: Optional[int] = None) -> str:
-        """A state file written whole (``files.atomic_write``: a private temporary file, fsync, a
-        stranger at the name set aside, rename, fsync of the folder). The conditions and ``mode``
-        are the folder store's (``PosixStore.put``): no state file is written under them."""
-        if if_absent or if_version is not None or mode is not None:
-            return super().put(key, data, if_absent=if_absent, if_version=if_version, mode=mode)
-        atomic_write(self.path_of(key), data)
+        """A state file written whole: a private temporary file in a folder checked ours, fsynced,
+        then put in place and the folder fsynced; a stranger at the name (a symlink, FIFO, folder,
+        another user's file) set aside, kept. Unconditional: renamed over (``files.atomic_write``).
+        ``if_absent``: linked into place, ``ALREADY_EXISTS`` when a state file of ours is there
+        (``Journal.create``'s way: the name never shows a partial file). ``if_version``: renamed
+        over only while the file is at that version (``version``: inode, size, mtime), compared
+        under the ``flock`` every appender takes on the file; ``PRECONDITION_FAILED`` otherwise (a
+        stranger there is set aside and the condition fails). ``mode``: its owner bits only (a
+        state file is never opened to others)."""
+        path = self.path_of(key)
+        if not if_absent and if_version is None and mode is None:
+            atomic_write(path, data)
+            return self.version(key) or ""
+        folder = os.path.dirname(path)
+        private_folder(folder)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)  # 0600, O_EXCL
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                if mode is not None:
+                    os.fchmod(fd, stat.S_IMODE(mode) & 0o700)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if if_version is not None:
+                with self._at_version(path, key, if_version):
+                    os.replace(tmp, path)
+            else:
+                set_aside_stranger(path)  # a planted link would otherwise stand for the file
+                if if_absent:
+                    try:
+                        os.link(tmp, path)
+                    except FileExistsError:
+                        raise StoreFailure(StoreError.ALREADY_EXISTS, key, "already exists; not written") from None
+                else:
+                    os.replace(tmp, path)
+            fsync_dir(folder)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)  # the temporary's name after a link (gone after a rename)
         return self.version(key) or ""
+
+    @contextlib.contextmanager
+    def _at_version(self, path: str, key: str, version: str) -> Iterator[None]:
+        """Hold the ``flock`` of the state file at ``path`` (the one ``append`` takes) while it is
+        still at ``version``; ``PRECONDITION_FAILED`` when it is not, is gone or is no state file
+        of ours (``private.open_private``: such a stranger is set aside)."""
+        try:
+            fd = open_private(path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise StoreFailure(StoreError.PRECONDITION_FAILED, key, "is gone; not written") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held = os.fstat(fd)
+            try:
+                now = os.lstat(path)
+            except FileNotFoundError:
+                now = None
+            if now is None or (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino) or version_of(now) != version:
+                raise StoreFailure(StoreError.PRECONDITION_FAILED, key, "changed since it was read; not written")
+            yield
+        finally:
+            os.close(fd)  # releases the flock
 
     def append(self, key: str, data: bytes, *, limit: Optional[int] = None, sync: bool = True,
                create: bool = True) -> str:

@@ -280,7 +280,7 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _private_folder(d: str) -> None:
+def private_folder(d: str) -> None:
     """The folder a state file is written into: made 0700 if missing, else it must be a folder of
     ours (``private.NotPrivate``): a temp file and a rename in a folder someone else controls
     (a symlink to theirs, a planted one) would put state wherever they say."""
@@ -294,7 +294,7 @@ def atomic_write(path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temp file, fsync and rename: readers see old or new, never
     half. Only into a folder of ours (a symlink or stranger's file at ``path``: set aside, kept)."""
     d = os.path.dirname(os.path.abspath(path))
-    _private_folder(d)
+    private_folder(d)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -322,7 +322,7 @@ def create_json(path: str, obj) -> bool:
     NFS). True if this call created it; False if another writer got there first (its file stands).
     Only into a folder of ours, like ``atomic_write_json``."""
     d = os.path.dirname(os.path.abspath(path))
-    _private_folder(d)
+    private_folder(d)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -496,5 +496,5 @@ def copy_file(src: str, dst: str) -> None:
 
 
 __all__ = ["CHUNK", "hash_count_sparse", "sha256_stream", "sha256_file", "HashingReader", "matches", "is_regular", "fsync_file",
-           "fsync_dir", "atomic_write", "atomic_write_json", "create_json", "append_line", "copy_file", "create_new", "create_exclusive", "unlink_if_same", "copy_new",
+           "fsync_dir", "private_folder", "atomic_write", "atomic_write_json", "create_json", "append_line", "copy_file", "create_new", "create_exclusive", "unlink_if_same", "copy_new",
            "CopyMismatch"]
