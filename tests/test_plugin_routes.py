@@ -714,7 +714,7 @@ def test_a_purge_is_cancellable_until_its_intent(app, logdir, monkeypatch):
     deleted (the job ends ``cancelled``, the backup kept with code ``interrupted``, still listed
     by a preview); held past its intent (``purge.intent``) it finishes: the job says
     ``cancellable: false`` and a cancel is refused (409) with why."""
-    from tb_footprint_plugin.engine.purge import LocalPurge
+    from tb_footprint_plugin.engine.txn import Purge
 
     start = file_shas(logdir)
     r = app.post("/reduce", {"runs": ["mid"]})
@@ -727,7 +727,7 @@ def test_a_purge_is_cancellable_until_its_intent(app, logdir, monkeypatch):
         reached.set()
         go.wait(30)
 
-    monkeypatch.setattr(LocalPurge, "journal", pause)  # the driver's first step: nothing recorded yet
+    monkeypatch.setattr(Purge, "journal", pause)  # the driver's first step: nothing recorded yet
     r = app.post("/purge", {"confirm": True})
     jid = r.get_json()["job"]["id"]
     assert r.get_json()["job"]["cancellable"] is True, r.get_json()

@@ -84,7 +84,7 @@ def test_a_local_purge_is_a_LocalPurge_run_by_the_driver_step_by_step(tmp_path, 
     _reduce(logdir)
     seen, log = _observe(monkeypatch)
     rep = api.purge(str(logdir), yes=True)
-    assert seen == ["LocalPurge"]
+    assert seen == ["Purge"]
     assert sorted(o["run"] for o in rep.ops) == list(RUNS) and rep.freed_bytes > 0 and rep.kept == []
     assert log[:len(BEFORE_INTENT) + 2] == BEFORE_INTENT + ["purge.intent", "swap"], log
     rest = log[len(BEFORE_INTENT) + 2:]
@@ -162,7 +162,7 @@ def test_a_bucket_purge_is_an_ObjectPurge_run_by_the_driver_with_the_requests_it
     before = eng.request_counts()
     rep = eng.purge(older_than=None, yes=True, op=None, runs=None, op_ids=None)
     after = eng.request_counts()
-    assert seen == ["ObjectPurge"]
+    assert seen == ["Purge"]
     assert sorted(o["run"] for o in rep.ops) == list(RUNS) and rep.kept == [], rep.to_dict()
     assert log == BEFORE_INTENT + ["purge.intent", "swap", "purge.blob", "purge.blob", "commit"], log
     # the listing of the manifests and the journal HEADs before the transaction, then 2 puts and 2 deletes

@@ -65,7 +65,7 @@ def test_a_retired_purge_is_a_LocalRetiredPurge_run_by_the_driver_step_by_step(t
     sizes = {run: m["bytes_before"] for run, m in _retirements(logdir).items()}
     seen, log = observe_txn(monkeypatch, ["purge.intent", "purge.blob", "purge.marked"])
     rep = api.purge(str(logdir), yes=True)
-    assert seen == ["LocalRetiredPurge"]
+    assert seen == ["Purge"]
     assert log == BEFORE_INTENT + ["purge.intent", "swap", "purge.blob", "purge.blob", "commit"], log
     assert sorted((o["run"], o["bytes"]) for o in rep.ops) == sorted(sizes.items()) and rep.kept == []
     assert rep.freed_bytes == sum(sizes.values()) and rep.originals_lost == 4

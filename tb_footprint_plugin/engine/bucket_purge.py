@@ -1,18 +1,19 @@
 """Free a bucket logdir's vault: the backups of verified or restored operations (never an
 original a restore could not put back), and what a reduction frees on this bucket and when.
 
-A purge is one transaction, ``ObjectPurge``, run by the one driver ``engine.txn.run`` (issue
-#26), as a disk's ``purge.LocalPurge``: its intent, each manifest marked purged, is its commit
-record, so a cancel is honoured up to it (nothing marked or deleted, the operations listed as
-held with code ``interrupted``) and never after (the purge finishes)."""
+A purge is the one purge of every store (``engine.purge_run``, issue #26), this store's steps
+``BucketCopies``: its intent, a manifest marked purged, is its commit record, so a cancel is
+honoured up to it (nothing marked or deleted, the operations listed as kept with code
+``interrupted``) and never after (the purge finishes)."""
 from __future__ import annotations
 
-from typing import Collection, List, Optional
+import contextlib
+from typing import Collection, Iterator, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip, StoreError
-from tb_footprint_plugin.engine import faults, manifest, txn
+from tb_footprint_plugin.engine import faults, manifest, purge_run, txn
 from tb_footprint_plugin.engine.context import CancelToken
-from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_row, not_purged, originals_lost
+from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_row, originals_lost
 from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry, names_our_backup
 from tb_footprint_plugin.engine.bucket_catalogue import manifests, own_manifests
 from tb_footprint_plugin.engine.bucket_state import (
@@ -32,61 +33,141 @@ def purge(ostore: ObjectStore, vault: BucketVault, *, older_than: Optional[float
           run: Optional[str] = None, op: Optional[str] = None, yes: bool = False,
           runs: Optional[Collection[str]] = None, op_ids: Optional[Collection[str]] = None,
           cancel: Optional[CancelToken] = None, progress: Optional[txn.Report] = None) -> dict:
-    """Delete the backups of verified or restored bucket operations (without ``yes``: list them).
-    The manifest is marked purged before its blobs go, so a restore never points at them
-    (``ObjectPurge``). ``cancel``: honoured before the first manifest is marked (every chosen
-    operation then kept with code ``interrupted``, nothing deleted), never after. ``progress``:
-    told ``("purge", 0.5)`` right before the first mark (``txn.intent_hook``), if one is chosen."""
+    """Delete the backups of verified or restored bucket operations (without ``yes``: list them):
+    the one purge (``purge_run.purge``) over ``BucketCopies``. The manifest is marked purged
+    before its copies go, so a restore never points at them. ``cancel``: honoured before the
+    first manifest is marked (every chosen operation then kept with code ``interrupted``, nothing
+    deleted), never after. ``progress``: told ``("purge", 0.5)`` right before the first mark
+    (``txn.intent_hook``), if one is chosen."""
     now = now_s()
-    # a manifest that does not read, or names a backup outside this vault (planted, copied from
-    # another logdir), is listed and left as it is; the other operations are purged
-    refused: List[dict] = []
-    every = own_manifests(ostore, vault, manifests(ostore, vault, refused), refused)
-    # manifests in the one schema (``engine.manifest``): a bucket keeps only verified ones; the
-    # filters are a disk's (``purge_rules.PurgeFilter``)
     which = PurgeFilter(now=now, older_than=older_than, run=run, runs=runs, op=op, op_ids=op_ids)
-    chosen = [m for m in every if m["outcome"] == Outcome.VERIFIED and which.admits(m)]
-    # a restore that found a file written again at an original's name left that original in the
-    # vault only (``not_restored``): its operation is not purged, and the listing says why
-    kept = [m for m in chosen if m["restored_by"] and m.get("not_restored")]
-    chosen = [m for m in chosen if m not in kept]
-    # an operation whose journal is still there is under way (a retire writes its manifest before
-    # its commit record and may still roll back onto these copies) or awaits recovery: its
-    # copies may be the only ones, so it is left for a purge after it settled (one HEAD each)
-    busy = [m for m in chosen if BucketState.of(ostore).head(journal_path(ostore, m["op_id"])) is not None]
-    chosen = [m for m in chosen if m not in busy]
-    freed = sum(_size(m) for m in chosen)
-    # a run not restored has its originals only in the vault (a reduction's removed or rewritten
-    # objects, a retired run's every object): each whose copy goes is lost for good, as on a disk
-    # (``originals``; the report's ``originals_lost`` is their sum). A server-side copy is the
-    # operation's own; a blob of a local blob vault stays while an operation not purged names it
-    stays = {f.get("sha256") for m in every if not m["backup_purged"] and m not in chosen
-             for f in m["files"] if is_blob_entry(f) and f.get("sha256")}
-    ops = [{"op_id": m["op_id"], "run": m["run"], "bytes": _size(m),
-            "restored": bool(m["restored_by"]), "kind": m["kind"],
-            "originals": originals_lost(m, lambda f: not is_blob_entry(f) or f.get("sha256") not in stays)}
-           for m in chosen]
-    # what is passed over, in a disk's rows (``purge_rules.kept_row``): bytes, what stays in the vault
-    rows = [kept_row(m, _size(m), Finding.NOT_RESTORED,
-                     f"{len(m['not_restored'])} original(s) were not put back by its restore (a file was written "
-                     f"again at the name, e.g. {m['not_restored'][0]}): the vault holds the only copy")
-            for m in kept]
-    rows += [kept_row(m, _size(m), Skip.LOCKED, "the operation is still under way or awaits recovery (its journal "
-                                                "is there); purge it once it has settled") for m in busy]
-    finished: List[dict] = []
-    if yes:
-        # a purge killed between an operation's mark and its deletes left that operation's copies:
-        # its manifest (the intent) says purged, so no restore will use them; they go first
-        finished = finish_purged(ostore, vault, every) if cancel is None or not cancel.cancelled else []
-        t = ObjectPurge(ostore, vault, chosen, now)
-        t.on_intent = txn.intent_hook(progress) if chosen else None
-        txn.run(t, cancel or CancelToken())
-        if t.stopped is not None:  # before any mark: nothing of these was deleted or recorded
-            rows += [not_purged(m, _size(m), t.stopped, t.stopped.code) for m in chosen]
-            ops, freed = [], 0
-    ops += finished
-    freed += sum(x["bytes"] for x in finished)
-    return {"dry_run": not yes, "ops": ops, "freed_bytes": freed, "kept": rows, "refused": refused}
+    rep = purge_run.purge([BucketCopies(ostore, vault, now)], which, yes=yes, cancel=cancel, progress=progress)
+    return {"dry_run": rep.dry_run, "ops": rep.ops, "freed_bytes": rep.freed_bytes, "kept": rep.kept,
+            "refused": rep.refused}
+
+
+class BucketCopies(purge_run.PurgeLayout):
+    """A bucket's vault in the one purge (``purge_run``): chosen from one listing of the manifests
+    (no run lock: each mark is conditional on the version read there), one transaction for every
+    chosen operation, whose copies are its own (never shared):
+
+    - intent: the first operation's manifest marked purged (``backup_purged``, ``purged_at``:
+      from then on no restore points at its copies), then ``purge.intent``;
+    - delete: each operation marked (the first already is), then its backup copies deleted
+      (``purge.blob`` after each operation): one at a time, so a purge killed half-way leaves at
+      most one marked operation whose copies stayed;
+    - settle: a vault of blobs forgets what no manifest or journal in the bucket names any more
+      (``purge.forget``), also what a purge stopped after its intent, or a rollback, left.
+
+    A mark the store refuses (a manifest changed since it was read) stops the purge there, the
+    operations before it purged, then the refusal is raised, as it always was; a delete that
+    fails does not keep the next operations' copies: they are purged, then the first failure is
+    raised. What a purge killed past an operation's mark left is finished by the next purge
+    (``finish_killed``)."""
+
+    def __init__(self, ostore: ObjectStore, vault: BucketVault, now: float) -> None:
+        self.ostore, self.vault, self.now = ostore, vault, now
+        self.st = BucketState(ostore)
+        self.every: List[dict] = []
+        self.refused_rows: List[dict] = []
+
+    @contextlib.contextmanager
+    def choose(self, which: PurgeFilter, yes: bool) -> Iterator[purge_run.Chosen]:
+        ostore, vault = self.ostore, self.vault
+        # a manifest that does not read, or names a backup outside this vault (planted, copied from
+        # another logdir), is listed and left as it is; the other operations are purged
+        refused: List[dict] = self.refused_rows
+        every = self.every = own_manifests(ostore, vault, manifests(ostore, vault, refused), refused)
+        # manifests in the one schema (``engine.manifest``): a bucket keeps only verified ones
+        chosen = [m for m in every if m["outcome"] == Outcome.VERIFIED and which.admits(m)]
+        # a restore that found a file written again at an original's name left that original in the
+        # vault only (``not_restored``): its operation is not purged, and the listing says why
+        kept = [m for m in chosen if m["restored_by"] and m.get("not_restored")]
+        chosen = [m for m in chosen if m not in kept]
+        # an operation whose journal is still there is under way (a retire writes its manifest before
+        # its commit record and may still roll back onto these copies) or awaits recovery: its
+        # copies may be the only ones, so it is left for a purge after it settled (one HEAD each)
+        busy = [m for m in chosen if BucketState.of(ostore).head(journal_path(ostore, m["op_id"])) is not None]
+        chosen = [m for m in chosen if m not in busy]
+        # a run not restored has its originals only in the vault (a reduction's removed or rewritten
+        # objects, a retired run's every object): each whose copy goes is lost for good, as on a disk
+        # (``originals``; the report's ``originals_lost`` is their sum). A server-side copy is the
+        # operation's own; a blob of a local blob vault stays while an operation not purged names it
+        stays = {f.get("sha256") for m in every if not m["backup_purged"] and m not in chosen
+                 for f in m["files"] if is_blob_entry(f) and f.get("sha256")}
+        ops = [{"op_id": m["op_id"], "run": m["run"], "bytes": _size(m),
+                "restored": bool(m["restored_by"]), "kind": m["kind"],
+                "originals": originals_lost(m, lambda f: not is_blob_entry(f) or f.get("sha256") not in stays)}
+               for m in chosen]
+        # what is passed over, in a disk's rows (``purge_rules.kept_row``): bytes, what stays in the vault
+        rows = [kept_row(m, _size(m), Finding.NOT_RESTORED,
+                         f"{len(m['not_restored'])} original(s) were not put back by its restore (a file was "
+                         f"written again at the name, e.g. {m['not_restored'][0]}): the vault holds the only copy")
+                for m in kept]
+        rows += [kept_row(m, _size(m), Skip.LOCKED, "the operation is still under way or awaits recovery (its "
+                                                    "journal is there); purge it once it has settled") for m in busy]
+        # one transaction, run even with none chosen: the vault of blobs forgets what nothing names
+        yield purge_run.Chosen([purge_run.Group(chosen, ops, plan=[])], rows)
+
+    def finish_killed(self, cancel: CancelToken) -> List[dict]:
+        """A purge killed between an operation's mark and its deletes left that operation's copies:
+        its manifest (the intent) says purged, so no restore will use them; they go first."""
+        return finish_purged(self.ostore, self.vault, self.every) if not cancel.cancelled else []
+
+    def intent(self, group: purge_run.Group) -> int:
+        """The first operation's manifest marked purged (one conditional write). The others are
+        marked in the deletes, each right before its own copies go: a purge killed in between
+        leaves at most one marked operation whose copies stayed (marking them all first left
+        every one's)."""
+        group.done = None  # a mark the store refused: raised once the marked are purged
+        if group.manifests:
+            self._mark(group, group.manifests[0])
+        return len(group.plan)
+
+    def _mark(self, group: purge_run.Group, m: dict) -> bool:
+        """``m``'s manifest marked purged, conditionally on the version the choice read; False
+        (and the refusal kept in ``group.done``) when the store refused it."""
+        try:
+            self.st.update(m["_path"], manifest.bucket_form(dict(m, backup_purged=True, purged_at=self.now)),
+                           m["_version"])
+        except (BucketTxnError, *STORE_FAILURES) as e:
+            group.done = e
+            return False
+        group.plan.append(m)  # the marked
+        return True
+
+    def delete(self, group: purge_run.Group, report: txn.Report) -> None:
+        """Each chosen operation marked (the first was, by ``intent``), then its backup copies
+        deleted. A mark the store refuses stops the purge there; a failed delete does not keep
+        the next operations' copies: the first failure is raised once the others are done."""
+        failure: Optional[BaseException] = None
+        for i, m in enumerate(group.manifests):
+            if group.done is not None or (i and not self._mark(group, m)):
+                break
+            try:
+                must_delete(self.ostore, [f["backup"] for f in m["files"] if not is_blob_entry(f)])
+            except (BucketTxnError, *STORE_FAILURES) as e:
+                failure = failure or e
+            faults.hit("purge.blob")
+        if group.done is not None or failure is not None:
+            raise group.done or failure
+
+    def settle(self, group: purge_run.Group, report: txn.Report) -> None:
+        """The blob vault forgets what no manifest or journal in the bucket names any more."""
+        ostore, vault = self.ostore, self.vault
+        if vault.blobs is None:
+            return
+        fig = collect(ostore, vault)
+        if fig.get("blocked"):
+            raise BucketTxnError(Failure.STORE_ERROR, f"{vault.blobs.folder}: {fig['blocked']}")
+        if fig.get("blocked_by_damaged_index"):
+            raise BucketTxnError(Failure.STORE_ERROR, f"{vault.blobs.folder}: its index object(s) "
+                                 f"{', '.join(fig['blocked_by_damaged_index'][:3])} do not read; nothing is "
+                                 "deleted while one is damaged: repair or remove them, then purge again")
+        faults.hit("purge.forget")
+
+    def refused(self) -> List[dict]:
+        return self.refused_rows
 
 
 def _size(m: dict) -> int:
@@ -120,91 +201,6 @@ def finish_purged(ostore: ObjectStore, vault: BucketVault, every: List[dict]) ->
         out.append({"op_id": m["op_id"], "run": m["run"], "bytes": sum(f["size"] for f in left),
                     "restored": bool(m["restored_by"]), "kind": m["kind"], "originals": 0, "finished": True})
     return out
-
-
-class ObjectPurge(txn.Purge):
-    """The purge of a bucket's chosen operations (its entries: their manifests) for
-    ``engine.txn.run``; a ``txn.Purge`` (no begin record, backup, stage, transform, verification or
-    last look of its own: the operations were chosen from one listing of the manifests, each
-    marked conditionally on the version read there; never rolled back; a cancel honoured before
-    its intent only):
-
-    - the swap record, ``record("swap")``: the first operation's manifest marked purged
-      (``backup_purged``, ``purged_at``: from then on no restore points at its copies), then
-      ``purge.intent``;
-    - **swap**: each operation marked (the first already is), then its backup copies deleted
-      (``purge.blob`` after each operation): one at a time, so a purge killed half-way leaves at
-      most one marked operation whose copies stayed;
-    - **commit**: a vault of blobs forgets what no manifest or journal in the bucket names any
-      more (``purge.forget``), also what a purge stopped after its intent, or a rollback, left.
-
-    A mark the store refuses (a manifest changed since it was read) stops the purge there, the
-    operations before it purged, then the refusal is raised, as it always was; a delete that
-    fails does not keep the next operations' copies: they are purged, then the first failure is
-    raised."""
-
-    def __init__(self, ostore: ObjectStore, vault: BucketVault, chosen: List[dict], now: float) -> None:
-        self.ostore, self.vault, self.chosen, self.now = ostore, vault, chosen, now
-        self.st = BucketState(ostore)
-        self.marked: List[dict] = []
-        self.refused: Optional[BaseException] = None  # a mark the store refused: raised once the marked are purged
-
-    def failpoint(self, step: str) -> Optional[str]:
-        # with no operation chosen nothing is recorded: no intent to mark (the blob vault's forget still runs)
-        return super().failpoint(step) if self.chosen else None
-
-    def record(self, step: str) -> None:
-        """The first operation's manifest marked purged (one conditional write); never a
-        rollback record (``journaled`` is False). The others are marked in the swap, each right
-        before its own copies go: a purge killed in between leaves at most one marked operation
-        whose copies stayed (marking them all first left every one's)."""
-        if self.chosen:
-            self._mark(self.chosen[0])
-
-    def _mark(self, m: dict) -> bool:
-        """``m``'s manifest marked purged, conditionally on the version the choice read; False
-        (and ``refused`` set) when the store refused it."""
-        try:
-            self.st.update(m["_path"], manifest.bucket_form(dict(m, backup_purged=True, purged_at=self.now)),
-                           m["_version"])
-        except (BucketTxnError, *STORE_FAILURES) as e:
-            self.refused = e
-            return False
-        self.marked.append(m)
-        return True
-
-    def swap(self, report: txn.Report) -> None:
-        """Each chosen operation marked (the first was, by ``record``), then its backup copies
-        deleted. A mark the store refuses stops the purge there; a failed delete does not keep
-        the next operations' copies: the first failure is raised once the others are done."""
-        failure: Optional[BaseException] = None
-        for i, m in enumerate(self.chosen):
-            if self.refused is not None or (i and not self._mark(m)):
-                break
-            try:
-                must_delete(self.ostore, [f["backup"] for f in m["files"] if not is_blob_entry(f)])
-            except (BucketTxnError, *STORE_FAILURES) as e:
-                failure = failure or e
-            faults.hit("purge.blob")
-        if self.refused is not None or failure is not None:
-            raise self.refused or failure
-
-    def commit(self, report: txn.Report) -> None:
-        """The blob vault forgets what no manifest or journal in the bucket names any more."""
-        ostore, vault = self.ostore, self.vault
-        if vault.blobs is None:
-            return
-        fig = collect(ostore, vault)
-        if fig.get("blocked"):
-            raise BucketTxnError(Failure.STORE_ERROR, f"{vault.blobs.folder}: {fig['blocked']}")
-        if fig.get("blocked_by_damaged_index"):
-            raise BucketTxnError(Failure.STORE_ERROR, f"{vault.blobs.folder}: its index object(s) "
-                                 f"{', '.join(fig['blocked_by_damaged_index'][:3])} do not read; nothing is "
-                                 "deleted while one is damaged: repair or remove them, then purge again")
-        faults.hit("purge.forget")
-
-    def committed(self) -> bool:
-        return bool(self.marked)
 
 
 def retention_report(ostore: ObjectStore, vault: BucketVault, removable: int) -> dict:

@@ -9,9 +9,9 @@ unfinished one needs is never deleted.
 
 A purge first records its intent (which blobs) in the operation's log, then deletes the
 blobs, then marks the manifest purged; a purge killed at any point is finished by the next
-start from that intent, so no blob is ever left belonging to nothing. That order is one
-transaction, ``LocalPurge``, run by the one driver ``engine.txn.run`` (issue #26): the intents
-are its commit record, so a cancel is honoured up to them (nothing deleted, nothing recorded,
+start from that intent, so no blob is ever left belonging to nothing. That order is the one
+purge of every store (``engine.purge_run``, issue #26), this store's steps ``DiskBackups``: the
+intents are its commit record, so a cancel is honoured up to them (nothing deleted, nothing recorded,
 the operations reported kept with code ``interrupted``) and never after (the purge finishes).
 
 The plan is read before the deletions: under the blobs' locks each is checked again
@@ -24,47 +24,25 @@ the purge is logged as done, so a kill in between forgets them again at the next
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
-from dataclasses import dataclass, field
-from typing import Collection, Dict, Iterable, List, Optional
+from typing import Collection, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Code, Finding
-from tb_footprint_plugin.engine import faults, manifest, offload, oplog, txn
+from tb_footprint_plugin.engine import faults, manifest, offload, oplog, purge_run, txn
 from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, read_vaults, vault_problems
 from tb_footprint_plugin.engine.context import CancelToken, Context, writing
 from tb_footprint_plugin.engine.placement import starts_with
 from tb_footprint_plugin.engine.purge_choice import PurgeChoice
-from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_row, not_purged, originals_lost
-from tb_footprint_plugin.engine.retire_purge import log_purge, purge_retired
+from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_row, originals_lost
+from tb_footprint_plugin.engine.purge_run import PurgeReport
+from tb_footprint_plugin.engine.retire_purge import DiskRetired, log_purge
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.engine.vault_reads import VaultRead
 from tb_footprint_plugin.storage.files import sha256_file
 from tb_footprint_plugin.storage.openfiles import find_writers
-
-
-@dataclass
-class PurgeReport:
-    """What a purge freed (or, without ``yes``, would free), and what it kept and why."""
-
-    dry_run: bool
-    ops: List[dict]
-    freed_bytes: int
-    kept: List[dict] = field(default_factory=list)  # {op_id, run, code, detail, bytes}
-    #: original files that exist nowhere else once these backups are gone (runs not restored);
-    #: None: the sum of the rows' ``originals`` (``purge_rules.originals_lost``, on every store)
-    originals_lost: Optional[int] = None
-    #: state on disk that was refused (planted, copied or malformed): reported, never acted on
-    refused: List[dict] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if self.originals_lost is None:
-            self.originals_lost = sum(int(o.get("originals") or 0) for o in self.ops)
-
-    def to_dict(self) -> dict:
-        return {"dry_run": self.dry_run, "ops": self.ops, "freed_bytes": self.freed_bytes, "kept": self.kept,
-                "originals_lost": self.originals_lost, "refused": list(self.refused)}
 
 
 def _backup_size(m: dict, vault: Vault) -> int:
@@ -124,65 +102,125 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
                   progress: Optional[txn.Report] = None) -> PurgeReport:
     """Purge (``yes``) or list the backups of this logdir's operations selected by the filters
     (``runs``: these runs' together, so shared blobs and lost originals are counted once;
-    ``op_ids``: only these operations, the ones a preview showed and the user confirmed).
-    ``cancel``: honoured before a vault's intents are recorded (those operations are listed in
-    ``kept`` with code ``interrupted``, nothing of them deleted), never after. ``progress``:
-    told ``("purge", 0.5)`` right before the first intent (``txn.intent_hook``)."""
+    ``op_ids``: only these operations, the ones a preview showed and the user confirmed), then
+    its retired runs' vault copies by the same filters: the one purge (``purge_run.purge``) over
+    ``DiskBackups`` and ``retire_purge.DiskRetired``. ``cancel``: honoured before a vault's
+    intents are recorded (those operations are listed in ``kept`` with code ``interrupted``,
+    nothing of them deleted), never after. ``progress``: told ``("purge", 0.5)`` right before
+    the first intent (``txn.intent_hook``)."""
     now = time.time()
-    cancel = cancel or CancelToken()
-    on_intent = txn.intent_hook(progress)
     which = PurgeFilter(now=now, older_than=older_than, run=run, runs=runs, op=op, op_ids=op_ids)
-    candidates = [m for m in own_manifests(ctx) if m.get("kind") == "reduce" and which.admits(m)]
-    blob_paths = [Vault(m["vault"]).blob_path(f["sha256"]) for m in candidates for f in m["files"]]
-    held = {h.path for h in find_writers(blob_paths).holders}
-    report = PurgeReport(dry_run=not yes, ops=[], freed_bytes=0)
-    with PurgeChoice(ctx, yes) as choice:
-        chosen = choice.choose(candidates, lambda m: _backup_size(m, Vault(m["vault"])),
-                               check=lambda m: _problem(m, Vault(m["vault"]), held, now, ctx.quiet_period))
-        pending = journal_blobs(ctx)
-        lost = 0
-        by_vault: Dict[str, List[dict]] = {}
-        for m in chosen:
-            by_vault.setdefault(m["vault"], []).append(m)
-        for root, ms in by_vault.items():
-            vault = Vault(root)
-            plan = _blob_plan(vault, ms, pending)
-            if yes:
-                t = LocalPurge(ctx, vault, [(m, shas, size) for m, shas, size, _o in plan], now)
-                t.on_intent = on_intent
-                txn.run(t, cancel)
-                if t.stopped is not None:  # before the intents: nothing of these was deleted or recorded
-                    choice.kept += [not_purged(m, size, t.stopped, t.stopped.code) for m, _s, size, _o in plan]
-                    continue
-                freed = t.result
-                # a blob kept under the locks (a transaction under way pinned or claimed it) keeps
-                # its originals too: only the files whose blob actually went are lost
-                stayed = {sha for _f, kept in freed.values() for sha in kept}
-                plan = [(m, shas, freed[m["op_id"]][0],
-                         originals - (0 if m.get("restored_by") else sum(1 for f in m["files"] if f["sha256"] in stayed)))
-                        for m, shas, _size, originals in plan]
-                choice.kept += [kept_row(m, vault.blob_size_on_disk(sha), Finding.UNFINISHED,
-                                         f"backup {sha[:12]}… was kept: a transaction under way relies on the "
-                                         "same bytes (it backed them up since this purge was planned)", sha256=sha)
-                                for m, _s, _z, _o in plan for sha in freed[m["op_id"]][1]]
-            for m, _shas, size, originals in plan:
-                report.freed_bytes += size
-                lost += originals
-                report.ops.append({"op_id": m["op_id"], "run": m["run"], "bytes": size, "originals": originals,
-                                   "finished_at": m.get("finished_at"), "restored": bool(m.get("restored_by"))})
-    report.kept = choice.kept
-    # retired runs: the same choice (filters, locks, kept rows), a transaction of their own on the
-    # driver (``retire_purge``): a cancel seen before its intent stops them too
-    retired = purge_retired(ctx, which, yes=yes, cancel=cancel, on_intent=on_intent)
-    report.kept += retired.kept + [not_purged(x, x["bytes"], stopped, stopped.code) for x, stopped in retired.stopped]
-    r_listed, r_freed = retired.listed, retired.freed
-    report.ops += r_listed
-    report.freed_bytes += r_freed
-    # a retired run's vault copy is its only copy: every file of it goes for good
-    lost += sum(x.get("originals", 0) for x in r_listed if not x.get("restored"))
-    report.originals_lost = lost
-    report.refused = [p.to_dict() for p in vault_problems(ctx)]
-    return report
+    return purge_run.purge([DiskBackups(ctx, now), DiskRetired(ctx, now)], which, yes=yes, cancel=cancel,
+                           progress=progress)
+
+
+class DiskBackups(purge_run.PurgeLayout):
+    """A disk's reductions' backups in the one purge (``purge_run``): chosen under their runs'
+    locks (``PurgeChoice``), a backup damaged, grown, open for writing or salvaged within the
+    quiet period kept (``_problem``); one transaction per vault, whose blobs operations may share:
+
+    - intent: every operation's ``purge`` record in its log, naming its blobs (operations sharing
+      a blob are purged together, so none is left claiming it), then ``purge.intent``;
+    - delete: the blobs (``purge.blob`` after each), what a transaction under way pinned or named
+      since the plan kept (``Group.done``);
+    - settle: the manifests marked purged (``purge.marked`` after each), the remote vault's
+      forget, the ``purged`` records and the change log's lines.
+
+    Past its intents a purge is finished, now or by the next start (``finish_purges`` reads the
+    intents)."""
+
+    def __init__(self, ctx: Context, now: float) -> None:
+        self.ctx, self.now = ctx, now
+
+    @contextlib.contextmanager
+    def choose(self, which: PurgeFilter, yes: bool) -> Iterator[purge_run.Chosen]:
+        ctx, now = self.ctx, self.now
+        candidates = [m for m in own_manifests(ctx) if m.get("kind") == "reduce" and which.admits(m)]
+        blob_paths = [Vault(m["vault"]).blob_path(f["sha256"]) for m in candidates for f in m["files"]]
+        held = {h.path for h in find_writers(blob_paths).holders}
+        with PurgeChoice(ctx, yes) as choice:
+            chosen = choice.choose(candidates, lambda m: _backup_size(m, Vault(m["vault"])),
+                                   check=lambda m: _problem(m, Vault(m["vault"]), held, now, ctx.quiet_period))
+            pending = journal_blobs(ctx)
+            groups = []
+            for root, ms in _by_vault(chosen).items():
+                vault = Vault(root)
+                plan = _blob_plan(vault, ms, pending)
+                groups.append(purge_run.Group([m for m, *_ in plan], [_row(m, size, o) for m, _s, size, o in plan],
+                                              (vault, plan)))
+            yield purge_run.Chosen(groups, choice.kept)
+
+    def intent(self, group: purge_run.Group) -> int:
+        """Every intent, before any blob goes; a full disk stops the purge here, naming the log it
+        could not write."""
+        vault, plan = group.plan
+        n = 0
+        for m, shas, _size, _o in plan:
+            with writing(oplog.log_path(vault.root, m["op_id"]), 80 + 67 * len(shas)):
+                oplog.append(vault.root, m["op_id"], {"type": "purge", "run": m["run"], "blobs": shas})
+            n += 1
+        return n
+
+    def delete(self, group: purge_run.Group, report: txn.Report) -> None:
+        """The blobs deleted: per operation the bytes freed and the digests kept because a
+        transaction under way relies on them (such an operation is marked purged all the same:
+        the bytes stay, named by that transaction's manifest once it commits, or deleted by its
+        rollback)."""
+        vault, plan = group.plan
+        freed = _deleted(self.ctx, vault, [m["op_id"] for m, *_ in plan], [sha for _m, shas, *_ in plan for sha in shas])
+        group.done = {m["op_id"]: (sum(freed.get(sha, 0) for sha in shas),
+                                   [sha for sha in shas if not freed.get(sha)
+                                    and (vault.local_form(sha) or vault.blob_form(sha) == "packed")])
+                      for m, shas, *_ in plan}
+
+    def settle(self, group: purge_run.Group, report: txn.Report) -> None:
+        """The marks, the remote vault's forget, the ``purged`` records and the change log."""
+        ctx, (vault, plan) = self.ctx, group.plan
+        for m, *_ in plan:
+            m["backup_purged"] = True
+            m["purged_at"] = self.now
+            with writing(oplog.log_path(vault.root, m["op_id"]), len(json.dumps(m)), at=vault.root):
+                vault.write_manifest(m)  # on a full disk the next start finishes it from the intent
+            faults.hit("purge.marked")
+        # the remote vault forgets only what the manifests now say is purged; a kill before the
+        # 'purged' records below leaves the intents, which the next start finishes (forget again)
+        offload.forget_remote(vault, [sha for _m, shas, *_ in plan for sha in shas],
+                              lambda: vault.referenced_blobs() | journal_blobs(ctx))
+        for m, *_ in plan:
+            size = group.done[m["op_id"]][0]
+            oplog.append(vault.root, m["op_id"], {"type": "purged", "freed": size})
+            _log_purge(ctx, m, size)
+
+    def outcome(self, group: purge_run.Group) -> Tuple[List[dict], List[dict]]:
+        """A blob kept under the locks (a transaction under way pinned or claimed it) keeps its
+        originals too: only the files whose blob actually went are lost; each such blob a kept row."""
+        vault, plan = group.plan
+        freed = group.done
+        stayed = {sha for _f, kept in freed.values() for sha in kept}
+        rows = [_row(m, freed[m["op_id"]][0],
+                     originals - (0 if m.get("restored_by") else sum(1 for f in m["files"] if f["sha256"] in stayed)))
+                for m, _shas, _size, originals in plan]
+        kept = [kept_row(m, vault.blob_size_on_disk(sha), Finding.UNFINISHED,
+                         f"backup {sha[:12]}… was kept: a transaction under way relies on the "
+                         "same bytes (it backed them up since this purge was planned)", sha256=sha)
+                for m, *_ in plan for sha in freed[m["op_id"]][1]]
+        return rows, kept
+
+    def refused(self) -> List[dict]:
+        return [p.to_dict() for p in vault_problems(self.ctx)]
+
+
+def _by_vault(ms: List[dict]) -> Dict[str, List[dict]]:
+    by: Dict[str, List[dict]] = {}
+    for m in ms:
+        by.setdefault(m["vault"], []).append(m)
+    return by
+
+
+def _row(m: dict, size: int, originals: int) -> dict:
+    """A reduction's purge row (``docs/json-schema.md``)."""
+    return {"op_id": m["op_id"], "run": m["run"], "bytes": size, "originals": originals,
+            "finished_at": m.get("finished_at"), "restored": bool(m.get("restored_by"))}
 
 
 def _blob_plan(vault: Vault, ms: List[dict], pending: set, known: Optional[List[dict]] = None) -> list:
@@ -241,72 +279,6 @@ def _deleted(ctx: Context, vault: Vault, op_ids: List[str], shas: List[str]) -> 
     return vault.delete_blobs(shas, needed, after_each=lambda: faults.hit("purge.blob"))
 
 
-class LocalPurge(txn.Purge):
-    """The purge of one vault's chosen operations (its entries, ``plan``: ``(manifest, the blobs
-    that go, their bytes)``) for ``engine.txn.run``, the runs' locks held by the caller since it
-    chose them; a ``txn.Purge`` (no begin record, backup, stage, transform, verification or last
-    look of its own; never rolled back; a cancel honoured before its intents only):
-
-    - the swap record, ``record("swap")``: every operation's intent (its log's ``purge`` record,
-      naming the blobs), then ``purge.intent``;
-    - **swap**: the blobs deleted (``purge.blob`` after each), what a transaction under way
-      pinned or named since the plan kept (``result``);
-    - **commit**: the manifests marked purged (``purge.marked`` after each), the remote vault's
-      forget, the ``purged`` records and the change log's lines.
-
-    Past its intents a purge is finished, now or by the next start (``finish_purges`` reads the
-    intents)."""
-
-    def __init__(self, ctx: Context, vault: Vault, plan: list, now: float) -> None:
-        self.ctx, self.vault, self.plan, self.now = ctx, vault, plan, now
-        self.intents = 0  # operations whose intent is written
-        #: per operation: (bytes freed, digests kept because a transaction under way relies on them)
-        self.result: Dict[str, tuple] = {}
-
-    def record(self, step: str) -> None:
-        """Every intent, before any blob goes (operations sharing a blob are purged together, so
-        none is left claiming it); a full disk stops the purge here, naming the log it could not
-        write. Never a rollback record (``journaled`` is False)."""
-        vault = self.vault
-        for m, shas, _size in self.plan:
-            with writing(oplog.log_path(vault.root, m["op_id"]), 80 + 67 * len(shas)):
-                oplog.append(vault.root, m["op_id"], {"type": "purge", "run": m["run"], "blobs": shas})
-            self.intents += 1
-
-    def swap(self, report: txn.Report) -> None:
-        """The blobs deleted: per operation the bytes freed and the digests kept because a
-        transaction under way relies on them (such an operation is marked purged all the same:
-        the bytes stay, named by that transaction's manifest once it commits, or deleted by its
-        rollback)."""
-        vault, plan = self.vault, self.plan
-        freed = _deleted(self.ctx, vault, [m["op_id"] for m, _s, _z in plan], [sha for _m, shas, _z in plan for sha in shas])
-        self.result = {m["op_id"]: (sum(freed.get(sha, 0) for sha in shas),
-                                    [sha for sha in shas if not freed.get(sha)
-                                     and (vault.local_form(sha) or vault.blob_form(sha) == "packed")])
-                       for m, shas, _size in plan}
-
-    def commit(self, report: txn.Report) -> None:
-        """The marks, the remote vault's forget, the ``purged`` records and the change log."""
-        ctx, vault, plan = self.ctx, self.vault, self.plan
-        for m, _shas, _size in plan:
-            m["backup_purged"] = True
-            m["purged_at"] = self.now
-            with writing(oplog.log_path(vault.root, m["op_id"]), len(json.dumps(m)), at=vault.root):
-                vault.write_manifest(m)  # on a full disk the next start finishes it from the intent
-            faults.hit("purge.marked")
-        # the remote vault forgets only what the manifests now say is purged; a kill before the
-        # 'purged' records below leaves the intents, which the next start finishes (forget again)
-        offload.forget_remote(vault, [sha for _m, shas, _size in plan for sha in shas],
-                              lambda: vault.referenced_blobs() | journal_blobs(ctx))
-        for m, _shas, _size in plan:
-            size = self.result[m["op_id"]][0]
-            oplog.append(vault.root, m["op_id"], {"type": "purged", "freed": size})
-            _log_purge(ctx, m, size)
-
-    def committed(self) -> bool:
-        return self.intents > 0
-
-
 def finish_purges(ctx: Context, vault: Vault, intents: Dict[str, dict]) -> List[str]:
     """Finish purges killed after their intents were recorded (call holding their runs' locks):
     the blobs they named go (unless an operation not being purged needs them), then the marks."""
@@ -342,4 +314,4 @@ def _log_purge(ctx: Context, m: dict, freed: int) -> None:
               + (" (run restored before)" if m.get("restored_by") else ""))
 
 
-__all__ = ["LocalPurge", "PurgeReport", "purge_backups", "finish_purges"]
+__all__ = ["DiskBackups", "PurgeReport", "purge_backups", "finish_purges"]

@@ -1,6 +1,6 @@
 """What a purge on a disk may take, by one rule for both kinds of backup (review R r20 R15): a
 reduction's backups (``purge.purge_backups``) and a retired run's vault copy
-(``retire_purge.purge_retired``) are chosen by the same filters, under the same run locks, and
+(``retire_purge.DiskRetired``) are chosen by the same filters, under the same run locks, and
 passed over with the same ``kept`` rows.
 
 - ``PurgeFilter`` and ``kept_row``: the store-neutral rules a bucket's purge uses too

@@ -1,5 +1,5 @@
 """What a purge asks for and how it says what it kept, on every store (issue #26 item 2): a
-disk's purges (``purge.purge_backups``, ``retire_purge.purge_retired``, through
+disk's purges (``purge.purge_backups``, ``retire_purge.DiskRetired``, through
 ``purge_choice``) and a bucket's (``bucket_purge.purge``) choose by these rules and report with
 these rows; nothing here reads or writes a store.
 

@@ -1,17 +1,18 @@
 """Purge retired runs from a disk's vault: a retired run's vault copy (``retired/<op_id>/``) goes
-for good, after the grace period and the user's confirmation (``purge.purge_backups`` calls it).
+for good, after the grace period and the user's confirmation (``purge.purge_backups`` runs it
+after the reductions' backups).
 
-It is a transaction on the one driver, ``LocalRetiredPurge`` (a ``txn.Purge``, as the purge of a
-reduction's backups), one per vault over the retirements chosen in it, their runs' locks held by
-the caller since it chose them:
+It is this store's steps of the one purge (``purge_run``), ``DiskRetired``: one ``txn.Purge`` on
+the one driver per vault over the retirements chosen in it, their runs' locks held since the
+choice:
 
 - its intent, the commit record (``record("swap")``): each retirement's manifest, read again
   under its run's lock (an unretire or another purge may have finished since the list was read:
   review R19 P2), marked purged (``backup_purged``, ``purged_at``, and ``LINE_FIRST``), then
   ``purge.intent``. The driver's last cancel check comes right before: a cancel is honoured with
   nothing marked or deleted (``stopped``), never after;
-- **swap**: each retired run's files deleted (``purge.blob`` after each run);
-- **commit**: per run its change-log line, then its emptied folder removed.
+- **swap** (``delete``): each retired run's files deleted (``purge.blob`` after each run);
+- **commit** (``settle``): per run its change-log line, then its emptied folder removed.
 
 Never rolled back. A purge killed past its intent (by this code or by the one before it, which
 marked the manifest then deleted the folder, the same record) leaves a manifest marked purged
@@ -25,13 +26,12 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from dataclasses import dataclass, field
-from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
+from typing import Callable, FrozenSet, Iterator, List, Optional
 
 from tb_footprint_plugin.codes import Finding, Recovery
-from tb_footprint_plugin.engine import faults, txn
+from tb_footprint_plugin.engine import faults, purge_run, txn
 from tb_footprint_plugin.engine.catalogue import known_vaults
-from tb_footprint_plugin.engine.context import Cancelled, CancelToken, Context, TransactionError, reason_of
+from tb_footprint_plugin.engine.context import Context, TransactionError, reason_of
 from tb_footprint_plugin.engine.health import VaultRoots, purged_retirement, retired_purge_unfinished
 from tb_footprint_plugin.engine.history import append_history, logged_operations
 from tb_footprint_plugin.engine.journal import RunLocked
@@ -44,75 +44,90 @@ from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.version import __version__
 
 
-#: set in a retirement's manifest with its purge mark (``LocalRetiredPurge.record``): that purge
+#: set in a retirement's manifest with its purge mark (``DiskRetired.intent``): that purge
 #: writes the run's change-log line before its folder goes, so a folder gone says the line is
 #: there. A manifest marked purged without it (an earlier version deleted the folder, then wrote
 #: the line) is looked up in the change log once by ``finish_retired_purges``, then marked.
 LINE_FIRST = "purge_line_first"
 
 
-@dataclass
-class RetiredPurge:
-    """What a purge of retired runs did (or, without ``yes``, would do)."""
+class DiskRetired(purge_run.PurgeLayout):
+    """A disk's retired runs in the one purge (``purge_run``; module doc): chosen by the rule a
+    reduction's purge chooses by (``purge_choice``: a run being changed right now — locked, or
+    its lock not taken — or with an unfinished operation is passed over and listed in ``kept``
+    with its code), each manifest read again under its run's lock; one transaction per vault:
+    the marks its intent, the files its deletes, the lines and the emptied folders its settling.
+    A failure past the intent propagates as it always did (an injected fault as a crash), the
+    marks left for the next start (``finish_retired_purges``)."""
 
-    #: one row per retired run purged (or listed): op_id, run, bytes, finished_at, restored, kind, originals
-    listed: List[dict] = field(default_factory=list)
-    freed: int = 0
-    #: the rows a cancel stopped before their intent (nothing of them deleted or recorded), with it
-    stopped: List[Tuple[dict, Cancelled]] = field(default_factory=list)
-    #: retired runs passed over, as a reduction's purge lists what it keeps: op_id, run, bytes,
-    #: kind, code (``Skip.LOCKED`` / a lock's failure, ``Finding.UNFINISHED``), detail
-    kept: List[dict] = field(default_factory=list)
+    def __init__(self, ctx: Context, now: float) -> None:
+        self.ctx, self.now = ctx, now
 
+    @contextlib.contextmanager
+    def choose(self, which: PurgeFilter, yes: bool) -> Iterator[purge_run.Chosen]:
+        ctx = self.ctx
+        # never deleted through a link or a stranger's folder: health names it
+        found = [m for m in retirements(ctx) if which.admits(m) and _own_folder(Vault(m["vault"]), m)]
+        # each retirement in the vault it was listed in: a manifest read again is not asked where it is
+        where = {m["op_id"]: Vault(m["vault"]) for m in found}
 
-def purge_retired(ctx: Context, which: PurgeFilter, *, yes: bool, cancel: Optional[CancelToken] = None,
-                  on_intent: Optional[Callable[[], None]] = None) -> RetiredPurge:
-    """Free the vault of the retired runs ``which`` admits; without ``yes`` only list them.
-    Chosen by the rule a reduction's purge chooses by (``purge_choice``): a run being changed
-    right now (locked, or its lock not taken), or with an unfinished operation, is passed over
-    and listed in ``kept`` with its code. ``cancel``: honoured before a vault's intent (its runs
-    then in ``stopped``, nothing of them deleted or recorded), never after. ``on_intent``: each
-    transaction's ``txn.Purge.on_intent``."""
-    out = RetiredPurge()
-    cancel = cancel or CancelToken()
-    chosen: Dict[str, List[dict]] = {}  # vault root -> the rows of the retirements purged there
-    # never deleted through a link or a stranger's folder: health names it
-    found = [m for m in retirements(ctx) if which.admits(m) and _own_folder(Vault(m["vault"]), m)]
-    # each retirement in the vault it was listed in: a manifest read again is not asked where it is
-    where = {m["op_id"]: Vault(m["vault"]) for m in found}
+        def size_of(m: dict) -> int:
+            return tree_size(retired_dir(where[m["op_id"]], m["op_id"]))
 
-    def size_of(m: dict) -> int:
-        return tree_size(retired_dir(where[m["op_id"]], m["op_id"]))
+        def fresh(m: dict) -> Optional[dict]:
+            # read again under its run's lock: an unretire or another purge may have finished since
+            # the list was read, and the copy marked purged is written whole (review R19 P2)
+            vault = where[m["op_id"]]
+            again = _still_purgeable(vault, m)
+            return again if again is not None and _own_folder(vault, again) else None
 
-    def fresh(m: dict) -> Optional[dict]:
-        # read again under its run's lock: an unretire or another purge may have finished since
-        # the list was read, and the copy marked purged is written whole (review R19 P2)
-        vault = where[m["op_id"]]
-        again = _still_purgeable(vault, m)
-        return again if again is not None and _own_folder(vault, again) else None
-
-    with PurgeChoice(ctx, yes) as choice:
-        for m in choice.choose(found, size_of, fresh):
-            size = size_of(m)
+        with PurgeChoice(ctx, yes) as choice:
+            ms = choice.choose(found, size_of, fresh)
             # the vault holds a retired run's only copy: every file of it is lost for good
-            row = {"op_id": m["op_id"], "run": m["run"], "bytes": size,
-                   "finished_at": m.get("finished_at"), "restored": bool(m.get("restored_by")), "kind": "retire",
-                   "originals": 0 if m.get("restored_by") else len(m.get("tree", []))}
-            if not yes:
-                out.listed.append(row)
-                continue
-            chosen.setdefault(where[m["op_id"]].root, []).append(dict(row, manifest=m))
-        for root, rows in chosen.items():
-            t = LocalRetiredPurge(ctx, Vault(root), [r.pop("manifest") for r in rows], rows, which.now)
-            t.on_intent = on_intent
-            txn.run(t, cancel)
-            if t.stopped is not None:  # before the intent: nothing of these was marked or deleted
-                out.stopped += [(r, t.stopped) for r in rows]
+            rows = [{"op_id": m["op_id"], "run": m["run"], "bytes": size_of(m), "finished_at": m.get("finished_at"),
+                     "restored": bool(m.get("restored_by")), "kind": "retire",
+                     "originals": 0 if m.get("restored_by") else len(m.get("tree", []))} for m in ms]
+            if not yes:  # listed in the order chosen
+                groups = [purge_run.Group(ms, rows)]
             else:
-                out.listed += rows
-    out.kept = choice.kept
-    out.freed = sum(r["bytes"] for r in out.listed)
-    return out
+                groups = list(purge_run.groups_of(ms, rows, lambda m: where[m["op_id"]].root))
+                for g in groups:
+                    g.plan = where[g.manifests[0]["op_id"]]
+            yield purge_run.Chosen(groups, choice.kept)
+
+    def intent(self, group: purge_run.Group) -> int:
+        """Each manifest marked purged, before any file goes: from here on no restore points at
+        the run's copy, and the next start finishes the purge."""
+        n = 0
+        for m in group.manifests:
+            m["backup_purged"] = True
+            m["purged_at"] = self.now
+            m[LINE_FIRST] = True
+            group.plan.write_manifest(m)
+            n += 1
+        return n
+
+    def delete(self, group: purge_run.Group, report: txn.Report) -> None:
+        """Each retired run's files deleted (its folder stays until its line is written); the
+        folders from the vault down looked at again first: one a link or a stranger's now is
+        left as it is (health names it), never deleted through."""
+        group.done = set()  # retirements whose folder became a link or a stranger's: not deleted
+        for m in group.manifests:
+            try:
+                check_retired_dir(group.plan, m["op_id"])
+            except TransactionError:
+                group.done.add(m["op_id"])
+                continue
+            drop_files(group.plan, m["op_id"])
+            faults.hit("purge.blob")
+
+    def settle(self, group: purge_run.Group, report: txn.Report) -> None:
+        """Per run its change-log line, then its emptied folder removed."""
+        for m, row in zip(group.manifests, group.rows):
+            if m["op_id"] in group.done:
+                continue
+            log_retired_purge(self.ctx, m, row["bytes"])
+            drop_folder(group.plan, m["op_id"])
 
 
 def _own_folder(vault: Vault, m: dict) -> bool:
@@ -133,52 +148,6 @@ def _still_purgeable(vault: Vault, m: dict) -> Optional[dict]:
     except (OSError, ValueError):
         return None
     return fresh if is_restorable_retirement(fresh) and fresh.get("run") == m["run"] else None
-
-
-class LocalRetiredPurge(txn.Purge):
-    """The purge of one vault's chosen retirements (``manifests``, with their report ``rows``) for
-    ``engine.txn.run`` (module doc): the marks its intent, the files its swap, the lines and the
-    emptied folders its commit. A failure past the intent propagates as it always did (an
-    injected fault as a crash), the marks left for the next start (``finish_retired_purges``)."""
-
-    def __init__(self, ctx: Context, vault: Vault, manifests: List[dict], rows: List[dict], now: float) -> None:
-        self.ctx, self.vault, self.manifests, self.rows, self.now = ctx, vault, manifests, rows, now
-        self.marked = 0
-        self.left: set = set()  # retirements whose folder became a link or a stranger's: not deleted
-
-    def record(self, step: str) -> None:
-        """Each manifest marked purged, before any file goes: from here on no restore points at
-        the run's copy, and the next start finishes the purge."""
-        for m in self.manifests:
-            m["backup_purged"] = True
-            m["purged_at"] = self.now
-            m[LINE_FIRST] = True
-            self.vault.write_manifest(m)
-            self.marked += 1
-
-    def swap(self, report: txn.Report) -> None:
-        """Each retired run's files deleted (its folder stays until its line is written); the
-        folders from the vault down looked at again first: one a link or a stranger's now is
-        left as it is (health names it), never deleted through."""
-        for m in self.manifests:
-            try:
-                check_retired_dir(self.vault, m["op_id"])
-            except TransactionError:
-                self.left.add(m["op_id"])
-                continue
-            drop_files(self.vault, m["op_id"])
-            faults.hit("purge.blob")
-
-    def commit(self, report: txn.Report) -> None:
-        """Per run its change-log line, then its emptied folder removed."""
-        for m, row in zip(self.manifests, self.rows):
-            if m["op_id"] in self.left:
-                continue
-            log_retired_purge(self.ctx, m, row["bytes"])
-            drop_folder(self.vault, m["op_id"])
-
-    def committed(self) -> bool:
-        return self.marked > 0
 
 
 def drop_files(vault: Vault, op_id: str) -> None:
@@ -330,4 +299,4 @@ def _settle_line(ctx: Context, m: dict, line_written: Callable[[str], bool]) -> 
         lock.release()
 
 
-__all__ = ["LINE_FIRST", "LocalRetiredPurge", "RetiredPurge", "finish_retired_purges", "log_purge", "purge_retired"]
+__all__ = ["DiskRetired", "LINE_FIRST", "finish_retired_purges", "log_purge"]

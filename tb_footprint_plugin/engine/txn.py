@@ -171,17 +171,39 @@ class PutBack(Txn):
         """Nothing: a restore journals its begin record only (and never a rollback)."""
 
 
+class PurgeSteps(abc.ABC):
+    """What one store does at each instant of a purge (``Purge``; the order is not its own):
+    ``group`` is one transaction's chosen operations, in the store's own form."""
+
+    @abc.abstractmethod
+    def intent(self, group) -> int:
+        """Record the intent (the commit record), before anything goes; how many operations it
+        names now (0: nothing recorded)."""
+
+    @abc.abstractmethod
+    def delete(self, group, report: Report) -> None:
+        """Delete what the intent names (``purge.blob`` after each backup or operation)."""
+
+    @abc.abstractmethod
+    def settle(self, group, report: Report) -> None:
+        """What follows the deletes: the marks, the change log, what a vault forgets."""
+
+
 class Purge(Txn):
-    """A transaction that only deletes what nothing needs any more (a purge of the vault: a
-    disk's, a bucket's, a disk's retired runs): it writes no new byte, so it has no begin record,
+    """The one purge transaction, on every store (a disk's vault, its retired runs, a bucket's
+    vault): ``steps`` (a store's ``PurgeSteps``) says what each instant does to ``group``. It
+    only deletes what nothing needs any more: it writes no new byte, so it has no begin record,
     backup, staged file, transform or verification of its own, and no last look (what may go was
     checked as the entries were chosen, and is checked again as it goes). Its intent is its commit
-    record (``record("swap")``, the failpoint ``purge.intent`` right after): the driver's last
-    cancel check comes right before it, so a cancel is honoured with nothing deleted or recorded
-    (``stopped``, the caller reports the entries as not purged), never after. Past its intent a
-    purge is finished, now or by the next start, never rolled back: it journals no rollback record
-    and the driver catches only a cancel (``errors``); any other failure propagates, an injected
-    fault as a crash, the intent left for the next start."""
+    record (``record("swap")`` → ``steps.intent``, the failpoint ``purge.intent`` right after);
+    the swap deletes (``steps.delete``), the commit settles (``steps.settle``). The driver's last
+    cancel check comes right before the intent, so a cancel is honoured with nothing deleted or
+    recorded (``stopped``, the caller reports the entries as not purged), never after. Past its
+    intent a purge is finished, now or by the next start, never rolled back: it journals no
+    rollback record and the driver catches only a cancel (``errors``); any other failure
+    propagates, an injected fault as a crash, the intent left for the next start. With no entry
+    (``entries`` False: a bucket's purge that chose none still lets its vault of blobs forget)
+    nothing is recorded and no failpoint is hit."""
 
     verb = "purge"
     errors: Tuple[Type[BaseException], ...] = (Cancelled,)
@@ -195,8 +217,12 @@ class Purge(Txn):
     #: check and none is accepted after it (the tab's purge job)
     on_intent: Optional[Callable[[], None]] = None
 
+    def __init__(self, steps: PurgeSteps, group, entries: bool = True) -> None:
+        self.steps, self.group, self.entries = steps, group, entries
+        self.intents = 0  # operations the intent names
+
     def failpoint(self, step: str) -> Optional[str]:
-        return self.FAILPOINTS.get(step)
+        return self.FAILPOINTS.get(step) if self.entries else None
 
     def journal(self, report: Report) -> None:
         """Nothing is recorded yet: the intent is the commit record (``record``)."""
@@ -218,8 +244,21 @@ class Purge(Txn):
         if self.on_intent is not None:
             self.on_intent()
 
+    def record(self, step: str) -> None:
+        """The intent (``steps.intent``); never a rollback record (``journaled`` is False)."""
+        self.intents = self.steps.intent(self.group)
+
+    def swap(self, report: Report) -> None:
+        self.steps.delete(self.group, report)
+
+    def commit(self, report: Report) -> None:
+        self.steps.settle(self.group, report)
+
     def journaled(self) -> bool:
         return False  # never a rollback record: past its intent a purge is finished
+
+    def committed(self) -> bool:
+        return self.intents > 0
 
     def failed(self, error: BaseException) -> None:
         """A cancel (the only failure caught), before the intent: the caller reports the entries
@@ -292,4 +331,4 @@ def _hit(txn: Txn, step: str) -> None:
         faults.hit(name)
 
 
-__all__ = ["CANCELLABLE", "NotStarted", "Purge", "PutBack", "Report", "STEPS", "Settled", "Txn", "intent_hook", "run"]
+__all__ = ["CANCELLABLE", "NotStarted", "Purge", "PurgeSteps", "PutBack", "Report", "STEPS", "Settled", "Txn", "intent_hook", "run"]
