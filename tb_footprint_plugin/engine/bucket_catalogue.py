@@ -19,6 +19,7 @@ from tb_footprint_plugin.engine.bucket_state import (
 )
 from tb_footprint_plugin.engine.bucket_steps import in_place, staged_match
 from tb_footprint_plugin.engine.catalogue_rules import backup_kept, removed_bytes
+from tb_footprint_plugin.engine.retire_rules import KIND, retire_line, unretire_line
 from tb_footprint_plugin.engine.checks import unchecked
 from tb_footprint_plugin.engine.context import CancelToken
 from tb_footprint_plugin.engine.journal_object import pending_objects
@@ -186,18 +187,28 @@ def history(ostore: ObjectStore, vault: BucketVault) -> List[dict]:
         out.append(e)
     for m in manifests(ostore, vault):
         kept = backup_kept(m)
-        out.append({"time": m["finished_at"], "op_id": m["op_id"], "kind": m["kind"], "run": m["run"],
-                    "before": m.get("bytes_before"), "after": m.get("bytes_after"), "verified": True,
-                    "outcome": Outcome.VERIFIED, "backup_kept": kept, "policy": m.get("policy"),
-                    "user": m.get("user"), "host": m.get("host"),
-                    "shard": m["shard"] if isinstance(m.get("shard"), str) else None})
+        shard = m["shard"] if isinstance(m.get("shard"), str) else None
+        if m["kind"] == KIND:  # a retirement's line, as a disk's change log has it
+            tool = m.get("tool_version") if isinstance(m.get("tool_version"), str) else None
+            out.append(dict(retire_line(m, Outcome.VERIFIED, kept=kept, tool_version=tool),
+                            time=m["finished_at"], shard=shard))
+        else:
+            out.append({"time": m["finished_at"], "op_id": m["op_id"], "kind": m["kind"], "run": m["run"],
+                        "before": m.get("bytes_before"), "after": m.get("bytes_after"), "verified": True,
+                        "outcome": Outcome.VERIFIED, "backup_kept": kept, "policy": m.get("policy"),
+                        "user": m.get("user"), "host": m.get("host"), "shard": shard})
         if m["kind"] == "reduce":  # the columns a local history has (``local_views.history_view``)
             e = out[-1]
             e["removed_from_logdir_bytes"] = removed_bytes(m)
             e["freed_now_bytes"], e["freed_after_purge_bytes"] = usage.bucket_freed_by_op(
                 m, e["removed_from_logdir_bytes"])
             e["backup"] = "purged" if m["backup_purged"] else "kept"  # a restore keeps the copies: purge frees them
-        if m["restored_at"]:
+        if m["restored_at"] and m["kind"] == KIND:  # the restore's own op id, as a disk's line
+            by = m.get("restored_with") if isinstance(m.get("restored_with"), dict) else {}
+            out.append(dict(unretire_line(m, m["restored_by"], kept=not m["backup_purged"],
+                                          **{k: by[k] if isinstance(by.get(k), str) else None for k in ("user", "host")}),
+                            time=m["restored_at"]))
+        elif m["restored_at"]:
             out.append({"time": m["restored_at"], "op_id": m["op_id"], "kind": "restore", "run": m["run"],
                         "of_op": m["op_id"], "before": m.get("bytes_after"), "after": m.get("bytes_before"),
                         "verified": True, "outcome": Outcome.RESTORED, "backup_kept": not m["backup_purged"],

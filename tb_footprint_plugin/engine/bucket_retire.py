@@ -592,6 +592,9 @@ class ObjectUnretire(ObjectPutBack):
         if not self.resume:  # before the first put-back: the next start finishes a restore stopped midway
             start_journal(self.st, restore_journal(ostore, vault, m, UNRETIRE_KIND, self.run, self.along))
         self.jpath = journal_path(ostore, self.held_as)
+        # started: the outcome names the restore by its own op id (the manifest's ``restored_by``,
+        # its history line's), as a disk's does
+        out.op_id = self.op_id
 
     def verify(self, report: txn.Report) -> None:
         """Nothing: each put-back is checked by the store's checksums as it is made."""

@@ -61,7 +61,8 @@ from tb_footprint_plugin.engine.context import (
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec, RunLocked
 from tb_footprint_plugin.engine.placement import copies_begun
-from tb_footprint_plugin.engine.retire_rules import KIND, refused_names, taken_along, unnamed_runs, unretire_refusal
+from tb_footprint_plugin.engine.retire_rules import (KIND, refused_names, taken_along, unnamed_runs, unretire_line,
+                                                    unretire_refusal)
 from tb_footprint_plugin.engine.retire_tree import (
     OP_ID_RE,
     check_record,
@@ -777,12 +778,8 @@ def unretire_commit(ctx: Context, begin: dict, vault: Vault, m: dict) -> str:
         vault=vault.root, tool_version=__version__, **who(),
         **({"logdir_id": begin["logdir_id"]} if begin.get("logdir_id") else {}),
         restored_files=[f["path"] for f in m["tree"]], tree_sha256=m["tree_sha256"]))
-    append_history(ctx.state, {
-        "op_id": begin["op_id"], "kind": "restore", "run": m["run"], "policy": None, "before": 0,
-        "after": m.get("bytes_before"), "verified": True, "outcome": Outcome.RESTORED,
-        "reason": f"restored retirement {op_id}", "backup_kept": False,
-        "user": who()["user"], "host": who()["host"], "tool_version": __version__,
-    })
+    # the retired tree went above: nothing of it is kept
+    append_history(ctx.state, unretire_line(m, begin["op_id"], kept=False, **who(), tool_version=__version__))
     return f"{len(m['tree'])} file(s) back byte for byte (tree sha256 {m['tree_sha256'][:12]}… checked)"
 
 

@@ -13,7 +13,11 @@ rules instead of spelling them each.
   it, whatever its manifest lists), and the row ``api.retired`` shows
   of one (``retired_row``);
 - which retirements a restore (unretire) refuses whatever the vault holds (``unretire_refusal``:
-  restored, purged, or never verified).
+  restored, purged, or never verified);
+- the history line of a retirement (``retire_line``: its reason says the nested runs it took
+  along) and of its restore (``unretire_line``: the restore's own op id, ``of_op`` the retirement
+  restored, reason "restored retirement X"): a disk appends them to its change log, a bucket builds
+  its entries from the manifests with them (its manifest is its record), one shape on both.
 
 Each store's own rules stay in its layout: a disk's symlinks, permissions and free space, a
 bucket's key prefixes and the vault inside them.
@@ -23,6 +27,7 @@ from __future__ import annotations
 from typing import Iterable, List, Optional
 
 from tb_footprint_plugin.codes import Outcome
+from tb_footprint_plugin.storage.paths import is_op_id
 
 #: a retirement's ``kind`` in its journal and manifest, on every store
 KIND = "retire"
@@ -121,5 +126,34 @@ def retired_row(m: dict) -> dict:
             "rule": m.get("rule")}
 
 
+def retire_line(m: dict, outcome: str, reason: Optional[str] = None, *, kept: Optional[bool] = None,
+                tool_version: Optional[str] = None) -> dict:
+    """The history line of retirement ``m`` (its time is the caller's): ``outcome`` and ``reason``
+    as it ended (a verified one's reason, when none is given, the nested runs it took along);
+    ``kept`` whether its copy of the run is kept (by default: it verified; a bucket says whether
+    it is kept now, as its entries read the manifest now); ``tool_version`` of the tool that made it."""
+    verified = outcome == Outcome.VERIFIED
+    along = taken_along(m)
+    return {"op_id": m.get("op_id"), "kind": KIND, "run": m.get("run"), "policy": None,
+            "before": m.get("bytes_before"), "after": m.get("bytes_after"), "verified": verified,
+            "outcome": str(outcome), "reason": reason or (f"retired with {len(along)} nested run(s)" if along else None),
+            "backup_kept": verified if kept is None else kept, "user": m.get("user"), "host": m.get("host"),
+            "tool_version": tool_version}
+
+
+def unretire_line(m: dict, restore_op: Optional[str], *, kept: bool, user: Optional[str], host: Optional[str],
+                  tool_version: Optional[str] = None) -> dict:
+    """The history line of the restore ``restore_op`` of retirement ``m`` (its time is the
+    caller's): the run back whole, ``of_op`` the retirement; ``kept`` whether the vault still holds
+    its copy (a disk drops it at the restore, a bucket keeps it until a purge). A restore that
+    recorded no op id of its own (``restore_op`` no operation id) is named by the retirement's."""
+    op = m.get("op_id")
+    return {"op_id": restore_op if is_op_id(restore_op) else op, "kind": "restore", "run": m.get("run"),
+            "policy": None, "before": 0, "after": m.get("bytes_before"), "verified": True,
+            "outcome": Outcome.RESTORED, "reason": f"restored retirement {op}", "backup_kept": kept, "of_op": op,
+            "user": user, "host": host, "tool_version": tool_version}
+
+
 __all__ = ["KIND", "refused_names", "nested_runs", "unnamed_runs", "is_restorable_retirement", "retirements",
-           "restorable_retirements", "taken_along", "takes_out", "retired_now", "unretire_refusal", "retired_row"]
+           "restorable_retirements", "taken_along", "takes_out", "retired_now", "unretire_refusal", "retired_row",
+           "retire_line", "unretire_line"]

@@ -354,12 +354,7 @@ def write_retire_manifest(ctx: Context, records: List[dict], outcome: str, reaso
         stored_in=os.path.relpath(retired_dir(vault, begin["op_id"]), vault.root))
     os.makedirs(vault.ops, exist_ok=True)
     vault.write_manifest(m)
-    append_history(ctx.state, {
-        "op_id": m["op_id"], "kind": KIND, "run": m["run"], "policy": None,
-        "before": m["bytes_before"], "after": m["bytes_after"], "verified": kept, "outcome": str(outcome),
-        "reason": reason or (f"retired with {len(m['takes_along'])} nested run(s)" if m["takes_along"] else None),
-        "backup_kept": kept, "user": m["user"], "host": m["host"], "tool_version": __version__,
-    })
+    append_history(ctx.state, rules.retire_line(m, outcome, reason, tool_version=__version__))
     return m
 
 

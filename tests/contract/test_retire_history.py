@@ -1,0 +1,74 @@
+"""A retirement's history line and its restore's, one builder on every store (issue #26,
+``retire_rules.retire_line`` / ``unretire_line``): a disk appends them to its change log, a bucket
+builds its entries from the manifests with them. The same fields and words on a folder and on the
+three bucket servers: the retirement's reason names the nested runs it took along, the restore is
+named by its own op id (the one its outcome gives) with ``of_op`` the retirement restored."""
+import itertools
+from contract_stores import KINDS, buckets, logdir_on  # noqa: F401 - fixtures
+from pathlib import Path
+
+import pytest
+
+from tb_footprint_plugin import api, synth
+from tb_footprint_plugin.codes import Outcome
+from tb_footprint_plugin.engine.front import open_engine
+from tb_footprint_plugin.version import __version__
+
+_n = itertools.count()
+
+#: the fields of a retirement's line on every store (a bucket's entries add ``shard``)
+LINE = {"time", "op_id", "kind", "run", "policy", "before", "after", "verified", "outcome", "reason", "backup_kept",
+        "user", "host", "tool_version", "code"}
+
+
+@pytest.fixture
+def logdir(tmp_path, logdir_on):
+    def make(store):
+        root = tmp_path / f"src{next(_n)}"
+        for run in ("a", "a/inner", "b"):
+            with synth.EventWriter(str(root / run)) as w:
+                for s in range(3):
+                    w.scalar("loss", s, 1.0 / (s + 1))
+        return logdir_on(store, root)
+    return make
+
+
+def _fields(e: dict) -> set:
+    return set(e) - {"shard"}
+
+
+@pytest.mark.parametrize("store", KINDS)
+def test_a_retirement_and_its_restore_have_the_same_lines_on_every_store(store, logdir):
+    url = logdir(store)
+    o = open_engine(url, quiet_period=0).retire_run("a", takes_along=["a/inner"], rule={"run_glob": "a"},
+                                                    quiet_period=0)
+    assert o.status == Outcome.VERIFIED, o.to_dict()
+    (line,) = [e for e in api.history(url) if e["kind"] == "retire"]
+    assert _fields(line) == LINE, line
+    assert (line["op_id"], line["run"], line["outcome"], line["verified"], line["backup_kept"]) == \
+        (o.op_id, "a", "verified", True, True), line
+    assert line["reason"] == "retired with 1 nested run(s)", line
+    assert (line["before"], line["after"], line["policy"]) == (o.bytes_before, 0, None), line
+    assert line["tool_version"] == __version__, line
+
+    (back,) = api.restore(url, run="a")
+    assert back.status == Outcome.RESTORED, back.to_dict()
+    # the restore is an operation of its own, named as its line names it
+    assert back.op_id and back.op_id != o.op_id, back.to_dict()
+    (again,) = [e for e in api.history(url) if e["kind"] == "restore"]
+    assert _fields(again) == LINE | {"of_op"}, again
+    assert (again["op_id"], again["of_op"], again["run"]) == (back.op_id, o.op_id, "a"), again
+    assert again["reason"] == f"restored retirement {o.op_id}", again
+    assert (again["before"], again["after"], again["verified"], again["outcome"]) == \
+        (0, o.bytes_before, True, "restored"), again
+    # a disk drops the retired tree at the restore; a bucket keeps its copies until a purge
+    assert again["backup_kept"] is (store != "posix"), again
+
+
+@pytest.mark.parametrize("store", KINDS)
+def test_a_retirement_taking_nothing_along_gives_no_reason(store, logdir):
+    url = logdir(store)
+    o = open_engine(url, quiet_period=0).retire_run("b", takes_along=[], rule={"run_glob": "b"}, quiet_period=0)
+    assert o.status == Outcome.VERIFIED, o.to_dict()
+    (line,) = [e for e in api.history(url) if e["kind"] == "retire"]
+    assert (line["op_id"], line["reason"]) == (o.op_id, None), line
