@@ -64,7 +64,7 @@ class Ledger:
         if isinstance(where, Store):
             if where.capabilities.append == "o_append":
                 self.layout = FileLayout(os.path.join(where.root, key or ledger_name(_shard_pair(shard))),
-                                         policy, logdir)
+                                         policy, logdir, store=where)
             else:
                 self.layout = ObjectLayout(where, policy, shard, self.who, listing, folder)
         else:

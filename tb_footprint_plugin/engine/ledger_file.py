@@ -32,11 +32,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.engine.ledger_entries import LEDGER_VERSION, check_entry, check_ledger, same_mark
-from tb_footprint_plugin.engine.state_store import StateFolder
+from tb_footprint_plugin.engine.state_store import StateFolder, state_folder_of
 from tb_footprint_plugin.engine.trust import BAD_LEDGER, DAMAGED_LINE, FOREIGN_LEDGER, Untrusted
-from tb_footprint_plugin.storage.paths import is_state_name
-from tb_footprint_plugin.storage.private import ensure_private_dir
-from tb_footprint_plugin.storage.store import StoreFailure
+from tb_footprint_plugin.storage.store import Store, StoreFailure
 
 #: a ledger file larger than this is refused unread (10,000 runs take about 3 MB)
 MAX_LEDGER_BYTES = 64 << 20
@@ -83,7 +81,7 @@ def load_ledger(path: str, logdir: Optional[str] = None) -> Tuple[Optional[dict]
     return data, problems
 
 
-def load(store: Optional[StateFolder], path: str, logdir: Optional[str]
+def load(store: Optional[Store], path: str, logdir: Optional[str]
          ) -> Tuple[Optional[dict], List[Untrusted], _Tail]:
     """``load_ledger`` through the folder's ``store``, how many transition lines follow the
     snapshot, and whether the next write must rewrite the file whole (a torn last line; an
@@ -161,18 +159,20 @@ class FileLayout:
     #: dropped (``keeps_done``'s ``since``): several processes share one file
     guards_in_flight = True
 
-    def __init__(self, path: str, policy: str, logdir: Optional[str]):
+    def __init__(self, path: str, policy: str, logdir: Optional[str], store: Optional[Store] = None):
         self.path = os.path.abspath(path)
         self.key = os.path.basename(self.path)
         self.policy = policy
         self.logdir = logdir
-        self._store: Optional[StateFolder] = None
+        #: the folder's store of state files (``state_store.state_folder_of``): the one given, so a
+        #: wrapper around it counts every read and write, else the folder's own once it exists
+        self._store: Optional[Store] = None if store is None else state_folder_of(store)
         self._lock = threading.Lock()
         self.problems: List[dict] = []
         self._mine: Optional[Tuple[str, dict]] = None  # (version, data) of this process's last write
         self._tail: _Tail = (0, False)  # the file's transition lines after its snapshot, torn end
 
-    def store(self) -> Optional[StateFolder]:
+    def store(self) -> Optional[Store]:
         """The folder's store, once the folder exists (always, under ``locked``)."""
         if self._store is None:
             self._store = _folder_store(self.path)
@@ -180,12 +180,10 @@ class FileLayout:
 
     @contextlib.contextmanager
     def locked(self):
-        d = os.path.dirname(self.path)
-        if is_state_name(os.path.basename(d)):
-            ensure_private_dir(d, tighten_root=True)  # the state folder: made 0700, checked ours
-        elif not os.path.lexists(d):
-            ensure_private_dir(d)
-        with self._lock, self.store().locked(self.key):  # a folder of ours, never through a link
+        if self._store is None:
+            # made as a state folder is (0700; ``.tb-footprint`` checked ours) when missing
+            self._store = StateFolder(os.path.dirname(self.path), create=True)
+        with self._lock, self._store.locked(self.key):  # a folder of ours, never through a link
             yield
 
     def _version(self) -> Optional[str]:

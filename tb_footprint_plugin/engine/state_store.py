@@ -35,10 +35,10 @@ from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.engine.trust import undo_partial_append
 from tb_footprint_plugin.storage.files import append_line, atomic_write, fsync_dir, private_folder
 from tb_footprint_plugin.storage.lock import exclusive
-from tb_footprint_plugin.storage.paths import UnsafePath, contained
-from tb_footprint_plugin.storage.private import open_private, set_aside_stranger
+from tb_footprint_plugin.storage.paths import UnsafePath, contained, is_state_name
+from tb_footprint_plugin.storage.private import NotPrivate, ensure_private_dir, open_private, set_aside_stranger
 from tb_footprint_plugin.storage.regular import NotRegularFile
-from tb_footprint_plugin.storage.store import StoreFailure, check_key
+from tb_footprint_plugin.storage.store import Store, StoreFailure, Wrapper, check_key
 from tb_footprint_plugin.storage.store_posix import PosixStore, version_of
 
 
@@ -48,7 +48,20 @@ _PATHS_KEPT = 64
 
 class StateFolder(PosixStore):
     """A folder of the tool's state files as a ``Store`` (the module docstring: its ``put`` and
-    ``append`` keep the state files' rules)."""
+    ``append`` keep the state files' rules). ``create``: a missing folder is made as every state
+    folder is (``private.ensure_private_dir``: 0700, its parents too; a state folder's own name,
+    ``.tb-footprint…``, checked ours and tightened)."""
+
+    def __init__(self, root: str, *, create: bool = False):
+        if create and not os.path.lexists(root):
+            self.make_root(root)
+        super().__init__(root)
+
+    @staticmethod
+    def make_root(root: str) -> None:
+        """Make the folder ``root`` of state files (0700), or check it is ours (``NotPrivate``)."""
+        root = os.path.abspath(root)
+        ensure_private_dir(root, tighten_root=is_state_name(os.path.basename(root)))
 
     def path_of(self, key: str) -> str:
         """The path of ``key`` in the folder (``UNSAFE_KEY`` for one leading out of it)."""
@@ -182,9 +195,43 @@ class StateFolder(PosixStore):
     def locked(self, key: str) -> Iterator[None]:
         """Hold the exclusive ``flock`` of ``<key>.lock`` (a state file of its own: never through a
         link) for the ``with`` block: the lock the writers of one state file share across
-        processes."""
-        with exclusive(self.path_of(key) + ".lock"):
+        processes. A folder gone meanwhile is made again first (``make_root``)."""
+        path = self.path_of(key) + ".lock"
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(exclusive(path))
+            except NotPrivate:
+                if os.path.lexists(self.root):
+                    raise
+                # the folder went since this store was made (a state folder removed mid-batch):
+                # made again as at the start; ``exclusive`` checks it ours
+                self.make_root(self.root)
+                stack.enter_context(exclusive(path))
             yield
 
 
-__all__ = ["StateFolder"]
+def state_folder_of(store: Store) -> Store:
+    """``store`` as a store of state files: itself when it is a ``StateFolder`` (or wrappers around
+    one); for another folder store, the same wrappers (sharing their counters and token buckets:
+    what goes through it is counted and throttled as through ``store``) around a ``StateFolder``
+    of its root. A ledger or a change log given a store keeps the state files' rules this way."""
+    chain = []
+    inner = store
+    while isinstance(inner, Wrapper):
+        chain.append(inner)
+        inner = inner.inner
+    if isinstance(inner, StateFolder):
+        return store
+    if not isinstance(inner, PosixStore):
+        raise StoreFailure(StoreError.NOT_SUPPORTED, inner.location, "not a folder: no state files there")
+    out: Store = StateFolder(inner.root)
+    for w in reversed(chain):
+        # a wrapper's own state shared (its ``__getattr__`` forwards to ``inner``: no copy.copy)
+        again = object.__new__(type(w))
+        again.__dict__.update(w.__dict__)
+        again.inner = out
+        out = again
+    return out
+
+
+__all__ = ["StateFolder", "state_folder_of"]

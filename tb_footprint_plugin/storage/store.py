@@ -491,8 +491,8 @@ class Wrapper(Store):
         keys = [keys] if isinstance(keys, str) else list(keys)
         return self._call("delete", self.inner.delete, keys, versions, n=max(1, len(keys)), precheck=precheck)
 
-    def append(self, key, data, *, limit=None):
-        return self._call("append", self.inner.append, key, data, up=len(data), limit=limit)
+    def append(self, key, data, *, limit=None, **kw):  # ``kw``: a store's own options (a state folder's)
+        return self._call("append", self.inner.append, key, data, up=len(data), limit=limit, **kw)
 
     def mkdir(self, key):
         return self._call("mkdir", self.inner.mkdir, key)
