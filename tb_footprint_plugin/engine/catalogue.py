@@ -17,7 +17,7 @@ from tb_footprint_plugin.engine import manifest, oplog
 # the store-neutral rules (a bucket's catalogue asks them too), re-exported for the disk's callers
 from tb_footprint_plugin.engine.catalogue_rules import is_kept, operation_summary, summarize_operations  # noqa: F401
 from tb_footprint_plugin.engine.context import Context, NoSpace, TransactionError, writing
-from tb_footprint_plugin.engine.history import append_history, disk_log, history_path, logged_operations, reduce_line
+from tb_footprint_plugin.engine.history import append_history, disk_log, history_path, reduce_line
 from tb_footprint_plugin.engine.manifest_form import stored_plan, stored_policy
 from tb_footprint_plugin.engine.journal import ensure_state_subdir, pending_journals
 from tb_footprint_plugin.engine.vault import ManifestMemo, Vault, who
@@ -362,7 +362,7 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
     )
     os.makedirs(vault.ops, exist_ok=True)  # empty: it marks the folder as a vault (``paths.recorded_vaults``)
     # a rollback's manifest already there: an earlier attempt of this rollback wrote it (and perhaps
-    # its line) before a kill, and recovery redoes it: one line per operation (``history.logged_operations``)
+    # its line) before a kill, and recovery redoes it: one line per operation (``ChangeLog.append_once``)
     again = outcome != Outcome.VERIFIED and vault.has_manifest(m["op_id"])
     # one line of the operation log, its only record (``NoSpace`` names the file)
     size = len(json.dumps(m, sort_keys=True))
@@ -379,11 +379,12 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
     entry = reduce_line(op_id=m["op_id"], run=m["run"], policy=(begin.get("policy") or {}).get("name"),
                         before=m["bytes_before"], after=after, outcome=outcome, reason=reason, code=code,
                         user=m["user"], host=m["host"])
-    if again and m["op_id"] in logged_operations(ctx.state, kind="reduce", outcome=outcome):
-        return m  # one line per operation: the first attempt's stands
     try:
         with writing(history_path(ctx.state), len(json.dumps(entry)) + 64):
-            append_history(ctx.state, entry)
+            if again:  # one line per operation: the first attempt's stands (``ChangeLog.append_once``)
+                disk_log(ctx.state, create=True).append_once([dict(entry, time=time.time())])
+            else:
+                append_history(ctx.state, entry)
     except NoSpace as e:
         if outcome == Outcome.VERIFIED:
             raise
@@ -400,8 +401,6 @@ def write_committed_line(ctx: Context, records: List[dict], m: dict) -> bool:
     wrote it; raises what the append raises (recovery then leaves the journal for the next start)."""
     begin = records[0]
     op_id = begin["op_id"]
-    if op_id in logged_operations(ctx.state, kind="reduce", outcome=Outcome.VERIFIED):
-        return False
 
     def number(v, default):
         return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else default
@@ -417,6 +416,7 @@ def write_committed_line(ctx: Context, records: List[dict], m: dict) -> bool:
     at = m.get("finished_at")
     entry["time"] = float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) and math.isfinite(at) \
         and 0 < at <= time.time() else time.time()
+    # one line per operation (the kill came after the line: it stands), checked as a bucket's
+    # recovery checks its rollback's line: ``ChangeLog.append_once``, one read of the logs
     with writing(history_path(ctx.state), len(json.dumps(entry)) + 64):
-        disk_log(ctx.state, create=True).append_lines([entry])
-    return True
+        return bool(disk_log(ctx.state, create=True).append_once([entry]))

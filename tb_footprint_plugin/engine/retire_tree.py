@@ -30,7 +30,7 @@ from tb_footprint_plugin.engine import manifest as one_schema
 from tb_footprint_plugin.engine import retire_rules as rules
 from tb_footprint_plugin.engine.catalogue import own_manifests
 from tb_footprint_plugin.engine.context import Context, TransactionError, no_symlink
-from tb_footprint_plugin.engine.history import append_history
+from tb_footprint_plugin.engine.history import append_history, disk_log
 from tb_footprint_plugin.engine.journal import OpJournal
 from tb_footprint_plugin.engine.placement import IN_PLACE, partial_copy, place_at_free_name, put_in_place, resume_copy, starts_with
 from tb_footprint_plugin.engine.retire_rules import KIND, is_restorable_retirement
@@ -353,8 +353,15 @@ def write_retire_manifest(ctx: Context, records: List[dict], outcome: str, reaso
         tree=tree, dirs=begin["dirs"], dir_times=begin.get("dir_times") or [], tree_sha256=tree_sha256(tree),
         stored_in=os.path.relpath(retired_dir(vault, begin["op_id"]), vault.root))
     os.makedirs(vault.ops, exist_ok=True)
+    # a rollback's manifest already there: an earlier attempt of this rollback wrote it (and perhaps
+    # its line) before a kill, and recovery redoes it: one line per operation, the first attempt's
+    again = not kept and vault.has_manifest(m["op_id"])
     vault.write_manifest(m)
-    append_history(ctx.state, rules.retire_line(m, outcome, reason, tool_version=__version__))
+    line = rules.retire_line(m, outcome, reason, tool_version=__version__)
+    if again:
+        disk_log(ctx.state, create=True).append_once([dict(line, time=time.time())])
+    else:
+        append_history(ctx.state, line)
     return m
 
 
