@@ -1,7 +1,10 @@
 """``PosixStore``: the ``Store`` interface over a local (or NFS/Lustre) folder.
 
-Every key is checked (``store.check_key``, ``paths.contained``) and then reached by walking its
-folders one at a time from the root's descriptor with ``O_DIRECTORY | O_NOFOLLOW`` (``openat``):
+Every key is checked (``store.check_key``, ``paths.contained``) and then its folder is reached
+from the root's descriptor without following any symlink: in one ``openat2`` with
+``RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH`` where Linux has it (one call a key, not two a folder),
+else, and whenever that call fails but for a folder missing where none is made, by walking its
+folders one at a time with ``O_DIRECTORY | O_NOFOLLOW`` (``openat``), which names what it found:
 a symlink anywhere on the way, planted before the call or swapped in during it, is refused with
 ``StoreError.SYMLINK``, never followed. Files are opened with ``O_NOFOLLOW | O_NONBLOCK`` and
 checked with ``fstat`` (the guard of ``storage.regular``): a FIFO or a device is never read.
@@ -21,10 +24,12 @@ guarantees one method gives the others.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import functools
 import os
+import platform
 import secrets
 import stat
 import sys
@@ -44,6 +49,45 @@ from tb_footprint_plugin.storage.store import (READ_ALL_LIMIT, TMP_PREFIX, Capab
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+#: openat2(2)'s number where Linux has it (5.6 on; the same on these machines) and its ``resolve``:
+#: RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH
+_SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437, "arm64": 437, "ppc64le": 437, "s390x": 437, "riscv64": 437}
+_RESOLVE = 0x02 | 0x04 | 0x08
+#: errors that say openat2 is not there (an old kernel, a sandbox's filter): never asked again
+_NO_OPENAT2 = (errno.ENOSYS, errno.EPERM, errno.EINVAL, errno.E2BIG)
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+@functools.lru_cache(maxsize=1)
+def _openat2():
+    """openat2(dir_fd, path, flags) -> fd, resolving the whole path in one call with no symlink
+    followed and never above ``dir_fd`` (``OSError`` with the call's errno); None where the system
+    has none. The walk of ``_open_dir`` costs two calls a folder; this one, one a path."""
+    nr = _SYS_OPENAT2.get(platform.machine()) if sys.platform.startswith("linux") else None
+    if nr is None:
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).syscall
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_long
+
+    def call(dir_fd: int, path: bytes, flags: int) -> int:
+        how = _OpenHow(flags, 0, _RESOLVE)
+        fd = fn(ctypes.c_long(nr), ctypes.c_long(dir_fd), ctypes.c_char_p(path), ctypes.byref(how),
+                ctypes.c_size_t(ctypes.sizeof(how)))
+        if fd < 0:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e))
+        return fd
+
+    return call
+
+
+_openat2_off = False  # set once openat2 said it is not there
 
 
 def version_of(st: os.stat_result) -> str:
@@ -123,7 +167,13 @@ class PosixStore(Store):
 
     def _open_dir(self, parts: List[str], key: str, create: bool = False) -> int:
         """A descriptor of the folder ``parts`` below the root, reached without following any
-        symlink (made, with its parents, when ``create``)."""
+        symlink (made, with its parents, when ``create``): in one openat2 where the system has it,
+        else (and whenever that one fails but for a folder missing where none is made, so every
+        refusal is the walk's, with its code) by the walk, a folder at a time."""
+        if parts:
+            fd = self._open_beneath(parts, create)
+            if fd is not None:
+                return fd
         fsops.op()
         fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
@@ -154,6 +204,28 @@ class PosixStore(Store):
             os.close(fd)
             raise
         return fd
+
+    def _open_beneath(self, parts: List[str], create: bool) -> Optional[int]:
+        """The folder ``parts`` opened by one openat2 below the root's descriptor, no symlink on
+        the way (``RESOLVE_NO_SYMLINKS``: one planted or swapped in fails it, as it fails the
+        walk); None for the walk to do (no openat2, a link or a file on the way: the walk names
+        it; a missing folder it makes). ``FileNotFoundError`` for one missing, not made."""
+        global _openat2_off
+        call = None if _openat2_off else _openat2()
+        if call is None:
+            return None
+        fsops.op(2)
+        root = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            return call(root, os.fsencode("/".join(parts)), _DIR_FLAGS)
+        except OSError as e:
+            if e.errno in _NO_OPENAT2:
+                _openat2_off = True
+            elif e.errno == errno.ENOENT and not create:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), "/".join(parts)) from None
+            return None
+        finally:
+            os.close(root)
 
     @contextlib.contextmanager
     def _at(self, key: str, create: bool = False) -> Iterator[Tuple[int, str]]:
