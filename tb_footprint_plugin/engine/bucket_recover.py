@@ -48,6 +48,7 @@ from tb_footprint_plugin.engine.journal_object import (
     pending_objects,
 )
 from tb_footprint_plugin.engine.context import RunOutcome
+from tb_footprint_plugin.engine.retire_rules import taken_along
 from tb_footprint_plugin.engine.recovery_rules import (
     INTERRUPTED_REASON,
     REDUCE,
@@ -70,7 +71,8 @@ MALFORMED = "journal is malformed"
 
 def _trusted(ostore: ObjectStore, vault: BucketVault, doc: dict) -> Optional[str]:
     """Why a journal must not be acted on (untrusted input), or None: every key it names is a
-    plain key of this logdir or this vault's blobs/tmp, and its runs are runs of this logdir."""
+    plain key of this logdir or this vault's blobs/tmp, its runs are runs of this logdir, and a
+    retirement's nested runs are inside its run."""
     for en in journal_entries(doc):
         if not isinstance(en, dict) or not isinstance(en.get("run"), str) or not isinstance(en.get("files", []), list):
             return MALFORMED
@@ -93,6 +95,15 @@ def _trusted(ostore: ObjectStore, vault: BucketVault, doc: dict) -> Optional[str
                     return "journal names keys outside its run"
         except (ValueError, TypeError):
             return "journal names keys outside the logdir or vault"
+    if is_retire_journal(doc):
+        # a run taken along must be inside the run (``retire_rules.taken_along``), as a disk's
+        # journal check refuses one (``trust.check_journal``): never settled on a journal's word
+        along, runs = doc.get("takes_along"), journal_entries(doc)
+        along = [] if along is None else along
+        if not isinstance(along, list):
+            return MALFORMED
+        if along and (not runs or taken_along({"run": runs[0].get("run"), "takes_along": along}) != along):
+            return "journal names a run taken along outside its run"
     return None
 
 
@@ -263,8 +274,9 @@ def _finish_restore(ostore: ObjectStore, vault: BucketVault, st: BucketState, jo
     unretiring = journal.kind == UNRETIRE_KIND
     along = [a for a in doc.get("takes_along") or [] if isinstance(a, str)] \
         if isinstance(doc.get("takes_along"), list) else []
+    # every run it takes along inside its run (``retire_rules.taken_along``), or the whole journal is refused
     if not is_op_id(op_id) or op_id != name or run == "." and unretiring or \
-            any(not a.startswith(run_prefix(run)) or ".." in a.split("/") for a in along):
+            taken_along({"run": run, "takes_along": along}) != along:
         return refused(str(op_id), label, f"{ostore.url_of(journal_key(JOURNAL, name))}: {MALFORMED}; left alone",
                        trust.BAD_RECORD)
     try:

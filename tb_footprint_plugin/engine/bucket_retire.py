@@ -78,8 +78,8 @@ from tb_footprint_plugin.engine.bucket_steps import backup_object, copy_matches,
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id
 from tb_footprint_plugin.engine.journal import Rec
 from tb_footprint_plugin.engine.journal_object import ObjectJournal, journal_entries
-from tb_footprint_plugin.engine.retire_rules import (KIND, refused_names, restorable_retirements, unnamed_runs,
-                                                    unretire_refusal)
+from tb_footprint_plugin.engine.retire_rules import (KIND, refused_names, restorable_retirements, taken_along,
+                                                    unnamed_runs, unretire_refusal)
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.storage.paths import is_sha256
@@ -112,11 +112,10 @@ def is_retire_journal(doc: dict) -> bool:
 
 def journal_runs(doc: dict) -> List[str]:
     """The runs a retirement's journal locked: its run and the nested runs it takes along (each
-    checked to be inside the run: journals are untrusted input; one that is not is left out)."""
+    checked to be inside the run, ``retire_rules.taken_along``: journals are untrusted input; one
+    that is not is left out)."""
     runs = [str(en.get("run")) for en in journal_entries(doc) if isinstance(en, dict)]
-    along = doc.get("takes_along") if isinstance(doc.get("takes_along"), list) else []
-    return runs + [a for a in along if isinstance(a, str) and runs and a.startswith(run_prefix(runs[0]))
-                   and ".." not in a.split("/")]
+    return runs + (taken_along({"run": runs[0], "takes_along": doc.get("takes_along")}) if runs else [])
 
 
 def _refuse(run: str, along: List[str], ostore: ObjectStore, vault: BucketVault) -> Optional[str]:
