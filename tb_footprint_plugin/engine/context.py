@@ -20,6 +20,7 @@ from tb_footprint_plugin.codes import Code, Failure, Outcome
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.storage.paths import check_no_symlink, contained, state_dir
+from tb_footprint_plugin.storage.store_posix import PosixStore
 
 
 class Cancelled(RuntimeError):
@@ -106,6 +107,8 @@ class Context:
     #: files the caller's own job wrote and closed: logdir-relative path -> mtime when closed;
     #: exempt from the quiet period while unchanged (see ``plan.planner.newest_write``)
     closed_files: Dict[str, float] = field(default_factory=dict)
+    #: the logdir's ``Store``, made on first use (``store``)
+    _store: Optional[PosixStore] = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         self.logdir = os.path.abspath(self.logdir)
@@ -118,6 +121,20 @@ class Context:
         """The absolute path of ``rel``, checked to stay inside the logdir (``UnsafePath``):
         paths come from plans and from journals and manifests read back from disk."""
         return contained(self.logdir, rel)
+
+    def key(self, rel: str) -> str:
+        """``rel`` as a key of ``store`` (normalized: 'a/./b' is 'a/b'), checked to stay inside
+        the logdir (``UnsafePath``) as ``abs`` checks it."""
+        return os.path.relpath(self.abs(rel), self.logdir)
+
+    @property
+    def store(self) -> PosixStore:
+        """The logdir as a ``Store`` (a ``PosixStore`` rooted at it: no symlink below the
+        logdir followed, no FIFO or device opened), made once, when first asked: a context that
+        never asks makes no system call for it. ``StoreFailure`` when the logdir is gone."""
+        if self._store is None:
+            self._store = PosixStore(self.logdir)  # two threads may each make one: either serves
+        return self._store
 
 
 def new_op_id() -> str:

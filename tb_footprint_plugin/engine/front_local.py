@@ -185,7 +185,7 @@ class LocalEngine(Engine):
                        files=0, kind=o.kind)
             backups = before.get(o.op_id)
             if o.action == Recovery.ROLLED_BACK and backups:  # a reduce's backups (a retire moves whole trees)
-                same = sum(1 for r in backups if same_file(ctx.logdir, r))
+                same = sum(1 for r in backups if same_file(ctx.logdir, r, ctx.store))
                 row.update(untouched=same == len(backups), files=len(backups))
             out.append(row)
         return out

@@ -12,8 +12,10 @@ from tb_footprint_plugin.codes import Outcome, Recovery
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine.journal import pending_journals
 from tb_footprint_plugin.engine.ledger import Ledger
-from tb_footprint_plugin.storage.files import is_regular, matches as file_matches
-from tb_footprint_plugin.storage.paths import contained, real_within, state_dir, UnsafePath
+from tb_footprint_plugin.engine.putback import holds_original
+from tb_footprint_plugin.storage.paths import contained, is_within, state_dir, UnsafePath
+from tb_footprint_plugin.storage.store import Store
+from tb_footprint_plugin.storage.store_posix import PosixStore
 
 
 def journal_records(logdir: str) -> List[Tuple[object, List[dict]]]:
@@ -30,6 +32,7 @@ def interrupted_rows(logdir: str) -> List[dict]:
     the logdir counts as not verified."""
     base = os.path.abspath(logdir)
     out = []
+    store: Optional[Store] = None
     for j, recs in journal_records(base):
         begin = recs[0] if recs and recs[0].get("type") == "begin" else {}
         row = {"op_id": j.op_id, "run": begin.get("run"), "kind": begin.get("kind"), "untouched": None,
@@ -37,8 +40,9 @@ def interrupted_rows(logdir: str) -> List[dict]:
         if begin.get("kind") == "reduce":
             backups = [r for r in recs if r.get("type") == "backup"]
             swapped = any(r.get("type") in ("swap", "swapped", "commit") for r in recs)
+            store = store or PosixStore(base)
             changed = [str(r.get("path")) if _outside(base, r.get("path")) else r.get("path")
-                       for r in backups if not same_file(base, r)]
+                       for r in backups if not same_file(base, r, store)]
             row.update(untouched=not swapped and not changed, files=len(backups), changed=changed)
         out.append(row)
     return out
@@ -52,15 +56,20 @@ def _outside(base: str, rel) -> bool:
     return False
 
 
-def same_file(base: str, r: dict) -> bool:
+def same_file(base: str, r: dict, store: Optional[Store] = None) -> bool:
     """Whether the file a journal or manifest record names (untrusted: a path leading out of the
-    logdir is not verified) still has the sha256 and size it records."""
+    logdir is not verified) still has the sha256 and size it records: ``putback.holds_original``
+    through the logdir's store (``store``, else one made for ``base``), the file itself never a
+    link; a folder on the way that is a link is followed only while it stays in the logdir."""
     try:
         p = contained(base, r.get("path"))
     except UnsafePath:
         return False
-    return bool(real_within(p, base) and is_regular(p) and isinstance(r.get("sha256"), str)
-                and isinstance(r.get("size"), int) and file_matches(p, r["sha256"], r["size"]))
+    root = os.path.realpath(base)
+    real = os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p))
+    if not is_within(real, root):
+        return False
+    return holds_original(store if store is not None else PosixStore(base), os.path.relpath(real, root), r)
 
 
 def rolled_back_rows(ctx: Context, manifests: List[dict], op_ids: Sequence[str],
@@ -77,7 +86,7 @@ def rolled_back_rows(ctx: Context, manifests: List[dict], op_ids: Sequence[str],
         if m.get("op_id") not in wanted or m.get("kind") != "reduce" or m.get("outcome") != Outcome.ROLLED_BACK:
             continue
         files = [f for f in m.get("files") or [] if isinstance(f, dict)]
-        untouched = sum(1 for f in files if same_file(ctx.logdir, f)) == len(files)
+        untouched = sum(1 for f in files if same_file(ctx.logdir, f, ctx.store)) == len(files)
         detail = ("stopped at its next step by the interrupt and rolled back before the commit point"
                   + ("" if untouched else "; not every file has its sha256 from before"))
         out.append(dict(op_id=m["op_id"], run=m.get("run"), action=Recovery.ROLLED_BACK, code=Recovery.ROLLED_BACK,

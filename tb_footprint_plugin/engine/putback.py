@@ -5,7 +5,10 @@ rules of a put-back that neither a disk's (``engine.restore``) nor a bucket's
 - **the original is already in place** (``holds_original``): the thing at an original's key has
   the original's size and its digest — the store's own checksums where it keeps them (a
   bucket's, recorded by its reduce), else the sha256 of its bytes read through the store (a
-  folder keeps none); such a key is not written again;
+  folder keeps none); such a key is not written again, and a restore checks by it what it put
+  back and what of the reduction's output it removes;
+- **a grown file still begins with the recorded bytes** (``begins_with``): the first bytes of
+  what stands at a key (or of the copy kept of it) hash to the reduced or backed-up bytes';
 - **a grown file's complete records** (``copy_late_records``): what a resumed writer added
   after the reduced bytes goes back into the run record by record (framing and CRCs checked
   by ``scan.tfrecord``); a trailing partial record stays only in the copy kept in the vault;
@@ -25,6 +28,7 @@ kept (a disk's content-addressed blob, a bucket's ``kept/<op>/`` object), the jo
 from __future__ import annotations
 
 import hashlib
+import io
 from typing import BinaryIO, List, Mapping, Optional
 
 from tb_footprint_plugin.codes import Finding
@@ -54,25 +58,55 @@ class Limited:
         return 0
 
 
-def holds_original(store: Store, key: str, f: dict, size: int, checksums: Mapping[str, str]) -> bool:
-    """Whether the thing of ``size`` bytes (and the store's ``checksums``) at ``key`` holds the
-    original ``f`` names: its size and, where the store computed checksums, the same content
-    by them (none in common with those recorded: not known to be it, so False); where it
-    computed none (a folder), the sha256 of its bytes read through ``store`` is ``f``'s."""
-    if size != f.get("size"):
+def holds_original(store: Store, key: str, f: dict, size: Optional[int] = None,
+                   checksums: Optional[Mapping[str, str]] = None) -> bool:
+    """Whether the thing at ``key`` holds the original ``f`` names (its ``size`` and its
+    ``sha256`` or ``checksums``): the one rule of "already in place" on every store.
+
+    ``size`` and ``checksums``: what a listing or a head of ``key`` gave (a bucket); the size must
+    be ``f``'s and, where the store computed checksums, the content the same by them (none in
+    common with those recorded: not known to be it, so False); where it computed none, the
+    sha256 of the bytes read through ``store`` must be ``f``'s. ``size`` None (a folder, which
+    lists nothing first): the store says it, from the file it opened (one open, no stat before
+    it), and a key that is absent, a link, a folder on the way that is a link, not a regular file
+    or unreadable is not known to hold it: False."""
+    if size is not None and size != f.get("size"):
         return False
     if checksums:
         return bool(same_content(dict(checksums), f.get("checksums") or {}))
     sha = f.get("sha256")
     if not is_sha256(sha):
         return False
-    h = hashlib.sha256()
+    if size is not None:
+        return begins_with(store, key, size, sha)
+    try:
+        with store.open_read(key) as r:
+            if r.seek(0, io.SEEK_END) != f.get("size"):
+                return False
+            r.seek(0)
+            return _prefix_is(r, f["size"], sha)
+    except OSError:  # the store's own look (a StoreFailure is one): nothing known to be the original
+        return False
+
+
+def begins_with(store: Store, key: str, size: int, sha: str) -> bool:
+    """Whether the thing at ``key`` holds at least ``size`` bytes and its first ``size`` have
+    sha256 ``sha``: the recorded bytes, perhaps with records a writer appended after them (a grown
+    file or object), on every store. Read through ``store.open_read`` in ``CHUNK`` pieces, one
+    read (a pread, a ranged GET) each, no stat or head first; a store's failure is raised."""
     with store.open_read(key, size) as r:
-        while True:
-            b = r.read(CHUNK)
-            if not b:
-                break
-            h.update(b)
+        return _prefix_is(r, size, sha)
+
+
+def _prefix_is(r, size: int, sha: str) -> bool:
+    """Whether the next ``size`` bytes of ``r`` are there and have sha256 ``sha``."""
+    h, left = hashlib.sha256(), size
+    while left > 0:
+        b = r.read(min(CHUNK, left))
+        if not b:
+            return False  # fewer bytes than that
+        h.update(b)
+        left -= len(b)
     return h.hexdigest() == sha
 
 
@@ -138,5 +172,5 @@ def kept_said(n: int, what: str, how: str) -> str:
     return f"; {n} {what}(s) as they stood before the restore kept in the vault ({how})"
 
 
-__all__ = ["Limited", "holds_original", "copy_late_records", "restore_code",
+__all__ = ["Limited", "holds_original", "begins_with", "copy_late_records", "restore_code",
            "restored_said", "late_records_said", "left_said", "kept_said"]

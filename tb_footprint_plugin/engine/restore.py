@@ -41,7 +41,8 @@ from tb_footprint_plugin.engine.context import (
     reason_of,
 )
 from tb_footprint_plugin.engine.history import append_history
-from tb_footprint_plugin.engine.putback import kept_said, late_records_said, left_said, restore_code, restored_said
+from tb_footprint_plugin.engine.putback import (holds_original, kept_said, late_records_said, left_said, restore_code,
+                                                 restored_said)
 from tb_footprint_plugin.engine.journal import Journal, RunLocked
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
 from tb_footprint_plugin.engine.swap import (copies_begun, folder_times, make_dirs, put_back, put_back_token,
@@ -54,7 +55,6 @@ from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage.blobstore import BlobFailure
 from tb_footprint_plugin.storage.access import access_refusal, is_permission_error
-from tb_footprint_plugin.storage.files import matches
 from tb_footprint_plugin.storage.paths import is_within
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
@@ -476,13 +476,13 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
             continue  # an in-place rewrite: the original now stands at that name again
         no_symlink(ctx, c["path"])
         p = ctx.abs(c["path"])
-        if matches(p, c["sha256"], c["size"]):
+        if holds_original(ctx.store, ctx.key(c["path"]), c):  # still the reduction's bytes
             os.unlink(p)
         elif os.path.exists(p):
             kept_changed.append(c["path"])
     settle_dirs(ctx, manifest.get("removed_dirs", []), remade)
     settle_folder_times(ctx, manifest.get("dir_times"))
-    bad = [f["path"] for f in manifest["files"] if not matches(ctx.abs(f["path"]), f["sha256"], f["size"])]
+    bad = [f["path"] for f in manifest["files"] if not holds_original(ctx.store, ctx.key(f["path"]), f)]
     if bad:
         raise TransactionError(f"restored files do not match their sha256: {', '.join(bad)}")
     _check_reads(ctx, [f["path"] for f in manifest["files"]])
@@ -822,7 +822,7 @@ def _claimed_now(ctx: Context, vault: Vault, releasing: List[str], files: dict, 
     # restore of an older reduction of the run put its original back over them since: they were
     # what that reduction made (its ``created``), which its restore removes by design (a run
     # reduced twice and restored: the newer one's backup of the older one's output)
-    moved = {sha for sha, f in files.items() if sha not in claimed and not matches(ctx.abs(f["path"]), sha, f["size"])}
+    moved = {sha for sha, f in files.items() if sha not in claimed and not holds_original(ctx.store, ctx.key(f["path"]), f)}
     undone = _undone_outputs(ctx, ms) if moved else set()
     return claimed | {sha for sha in moved if (files[sha]["path"], sha) not in undone}
 

@@ -22,6 +22,7 @@ from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.catalogue import journal_blobs, vault_of, write_manifest
 from tb_footprint_plugin.engine.context import Context, TransactionError, no_symlink
 from tb_footprint_plugin.engine.journal import Journal
+from tb_footprint_plugin.engine.putback import holds_original
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.placement import (IN_PLACE, copies_begun, partial_copy, partial_put_back,
                                                   put_in_place, resume_copy, starts_with)
@@ -529,15 +530,16 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
     place = put_in_place(strategy, journal, rec, begun=begun)  # refused here, before anything, without a journal
     no_symlink(ctx, rec["path"])
     p = ctx.abs(rec["path"])
+    key = ctx.key(rec["path"])
     if rec["path"] in begun:
         # a copy a killed attempt began: finished (its bytes whole), or emptied (their beginning)
         meta = {"mode": rec["mode"], "mtime": rec["mtime"], "owner": recorded_owner(rec), **_time_of(vault, rec)}
         if resume_copy(p, rec, lambda q: partial_put_back(vault, q, rec), meta) == IN_PLACE:
             return None
-    elif matches(p, rec["sha256"], rec["size"]):
-        return None
+    elif os.path.lexists(p) and holds_original(ctx.store, key, rec):
+        return None  # the original stands there (asked only of a name something stands at: one lstat)
     displaced = None
-    if os.path.lexists(p) and not (produced and matches(p, produced["sha256"], produced["size"])):
+    if os.path.lexists(p) and not (produced and holds_original(ctx.store, key, produced)):
         if os.path.islink(p) or not os.path.isfile(p):
             raise TransactionError(f"{rec['path']}: is no longer a regular file; left as is")
         if not vault.check_blob(rec["sha256"]):
