@@ -63,7 +63,7 @@ class BucketCopies(purge_run.PurgeLayout):
     operations before it purged, then the refusal is raised, as it always was; a delete that
     fails does not keep the next operations' copies: they are purged, then the first failure is
     raised. What a purge killed past an operation's mark left is finished by the next purge
-    (``finish_killed``)."""
+    (``killed``, ``finish``: ``purge_run.finish_killed``)."""
 
     def __init__(self, ostore: ObjectStore, vault: BucketVault, now: float) -> None:
         self.ostore, self.vault, self.now = ostore, vault, now
@@ -109,10 +109,43 @@ class BucketCopies(purge_run.PurgeLayout):
         # one transaction, run even with none chosen: the vault of blobs forgets what nothing names
         yield purge_run.Chosen([purge_run.Group(chosen, ops, plan=[])], rows)
 
-    def finish_killed(self, cancel: CancelToken) -> List[dict]:
-        """A purge killed between an operation's mark and its deletes left that operation's copies:
-        its manifest (the intent) says purged, so no restore will use them; they go first."""
-        return finish_purged(self.ostore, self.vault, self.every) if not cancel.cancelled else []
+    finishes_at_purge = True  # a bucket's start reads no manifest: its next purge finishes them
+
+    def killed(self) -> List[purge_run.Killed]:
+        """Operations marked purged (a purge killed after an operation's mark, its intent, and
+        before its deletes) whose backup copies are still there: one listing of the vault's
+        copies, made only when some operation is marked purged; only keys a purged manifest names
+        as its own backups. None with a vault of blobs (its ``collect`` forgets what nothing names)."""
+        vault = self.vault
+        purged = {m["op_id"]: m for m in self.every if m["backup_purged"]}
+        if vault.blobs is not None or not purged:
+            return []
+        try:
+            present = listing_of(vault.store, "blobs")
+        except StoreFailure as e:
+            if e.code == StoreError.NOT_FOUND:
+                return []
+            raise
+        present = {f"{vault.root}/{k}" for k in present}
+        out = []
+        for m in purged.values():
+            left = [f for f in m["files"] if not is_blob_entry(f) and names_our_backup(vault, f)
+                    and f["backup"] in present]
+            if left:
+                out.append(purge_run.Killed(m["op_id"], m["run"], left, m))
+        return out
+
+    def finish(self, killed: List[purge_run.Killed]) -> List[purge_run.Finished]:
+        """The copies each killed purge left, deleted (a failure propagates, as the purge's own)."""
+        out = []
+        for k in killed:
+            must_delete(self.ostore, [f["backup"] for f in k.intent])
+            out.append(purge_run.Finished(k.op_id, k.run, sum(f["size"] for f in k.intent), m=k.m))
+        return out
+
+    def finished_row(self, f: purge_run.Finished) -> dict:
+        return {"op_id": f.op_id, "run": f.run, "bytes": f.freed, "restored": bool(f.m["restored_by"]),
+                "kind": f.m["kind"], "originals": 0, "finished": True}
 
     def intent(self, group: purge_run.Group) -> int:
         """The first operation's manifest marked purged (one conditional write). The others are
@@ -173,34 +206,6 @@ class BucketCopies(purge_run.PurgeLayout):
 def _size(m: dict) -> int:
     """What an operation's backups take in a bucket's vault: its files' sizes (whole copies)."""
     return sum(f["size"] for f in m["files"])
-
-
-def finish_purged(ostore: ObjectStore, vault: BucketVault, every: List[dict]) -> List[dict]:
-    """Delete the backup copies that operations marked purged still have (a purge killed after
-    an operation's mark, its intent, and before its deletes): each such operation as a purge row
-    (``finished``: True) with the bytes freed. One listing of the vault's copies, made only when
-    some operation is marked purged; only keys a purged manifest names as its own backups go.
-    Nothing to do with a vault of blobs (the blob vault's ``collect`` forgets what nothing names)."""
-    purged = {m["op_id"]: m for m in every if m["backup_purged"]}
-    if vault.blobs is not None or not purged:
-        return []
-    try:
-        present = listing_of(vault.store, "blobs")
-    except StoreFailure as e:
-        if e.code == StoreError.NOT_FOUND:
-            return []
-        raise
-    present = {f"{vault.root}/{k}" for k in present}
-    out = []
-    for m in purged.values():
-        left = [f for f in m["files"] if not is_blob_entry(f) and names_our_backup(vault, f)
-                and f["backup"] in present]
-        if not left:
-            continue
-        must_delete(ostore, [f["backup"] for f in left])
-        out.append({"op_id": m["op_id"], "run": m["run"], "bytes": sum(f["size"] for f in left),
-                    "restored": bool(m["restored_by"]), "kind": m["kind"], "originals": 0, "finished": True})
-    return out
 
 
 def retention_report(ostore: ObjectStore, vault: BucketVault, removable: int) -> dict:

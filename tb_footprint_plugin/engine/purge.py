@@ -35,9 +35,10 @@ from tb_footprint_plugin.engine import faults, manifest, offload, oplog, purge_r
 from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, read_vaults, vault_problems
 from tb_footprint_plugin.engine.context import CancelToken, Context, writing
 from tb_footprint_plugin.engine.placement import starts_with
-from tb_footprint_plugin.engine.purge_choice import PurgeChoice
+from tb_footprint_plugin.engine.purge_choice import PurgeChoice, held_runs
 from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_row, originals_lost
 from tb_footprint_plugin.engine.purge_run import PurgeReport
+from tb_footprint_plugin.engine.recovery_rules import RecoveryOutcome
 from tb_footprint_plugin.engine.retire_purge import DiskRetired, log_purge
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.engine.vault_reads import VaultRead
@@ -129,8 +130,11 @@ class DiskBackups(purge_run.PurgeLayout):
     Past its intents a purge is finished, now or by the next start (``finish_purges`` reads the
     intents)."""
 
-    def __init__(self, ctx: Context, now: float) -> None:
-        self.ctx, self.now = ctx, now
+    finish_errors = (Exception,)  # a killed purge not finished is retried whole at the next start
+
+    def __init__(self, ctx: Context, now: float, vault: Optional[Vault] = None) -> None:
+        """``vault``: the one whose killed purges a start finishes (``finish_purges``)."""
+        self.ctx, self.now, self.vault = ctx, now, vault
 
     @contextlib.contextmanager
     def choose(self, which: PurgeFilter, yes: bool) -> Iterator[purge_run.Chosen]:
@@ -209,6 +213,54 @@ class DiskBackups(purge_run.PurgeLayout):
     def refused(self) -> List[dict]:
         return [p.to_dict() for p in vault_problems(self.ctx)]
 
+    def killed(self) -> List[purge_run.Killed]:
+        """The intents in the vault's operation logs with no end after them."""
+        vault = self.vault
+        out = []
+        with oplog.snapshot(vault.root):  # one look at the log's files for every operation
+            for op_id in oplog.logged_ops(vault.root):
+                try:
+                    intent = oplog.purge_intent(oplog.read_log(vault.root, op_id))
+                except OSError:
+                    continue  # an unreadable log finishes nothing: its blobs stay (named by status)
+                if intent:
+                    out.append(purge_run.Killed(op_id, intent.get("run", ""), intent))
+        return out
+
+    def holding(self) -> contextlib.AbstractContextManager:
+        return held_runs(self.ctx)
+
+    def finish(self, killed: List[purge_run.Killed]) -> List[purge_run.Finished]:
+        """The blobs the intents named go (unless an operation not being purged needs them: all
+        of ``killed`` are excluded together, as their purge planned them), then the marks, the
+        remote vault's forget, the ``purged`` records and the change log's lines."""
+        ctx, vault = self.ctx, self.vault
+        ids = [k.op_id for k in killed]
+        keep = vault.referenced_blobs(exclude_ops=ids) | journal_blobs(ctx)
+        done = []
+        for k in killed:
+            blobs = [sha for sha in k.intent.get("blobs", []) if sha not in keep]
+            got = _deleted(ctx, vault, ids, blobs)  # pins and manifests checked again, locked
+            try:
+                m = vault.read_manifest(k.op_id)
+            except (OSError, ValueError):
+                m = None
+            if m is not None and not m.get("backup_purged"):
+                m["backup_purged"] = True
+                m["purged_at"] = k.intent.get("t", time.time())
+                vault.write_manifest(m)
+            done.append((k, m, sum(got.values()), blobs))
+        offload.forget_remote(vault, [sha for *_, blobs in done for sha in blobs],  # after the marks
+                              lambda: vault.referenced_blobs() | journal_blobs(ctx))
+        out = []
+        for k, m, freed, _blobs in done:
+            oplog.append(vault.root, k.op_id, {"type": "purged", "freed": freed, "finished_on_recovery": True})
+            if m is not None:
+                _log_purge(ctx, m, freed)
+            out.append(purge_run.Finished(k.op_id, k.run, freed, f"an interrupted purge of {k.op_id} was finished "
+                                                                 f"({freed} more byte(s) freed)", m=m))
+        return out
+
 
 def _by_vault(ms: List[dict]) -> Dict[str, List[dict]]:
     by: Dict[str, List[dict]] = {}
@@ -279,33 +331,11 @@ def _deleted(ctx: Context, vault: Vault, op_ids: List[str], shas: List[str]) -> 
     return vault.delete_blobs(shas, needed, after_each=lambda: faults.hit("purge.blob"))
 
 
-def finish_purges(ctx: Context, vault: Vault, intents: Dict[str, dict]) -> List[str]:
-    """Finish purges killed after their intents were recorded (call holding their runs' locks):
-    the blobs they named go (unless an operation not being purged needs them), then the marks."""
-    keep = vault.referenced_blobs(exclude_ops=list(intents)) | journal_blobs(ctx)
-    details = []
-    done = []
-    for op_id, intent in intents.items():
-        blobs = [sha for sha in intent.get("blobs", []) if sha not in keep]
-        got = _deleted(ctx, vault, list(intents), blobs)  # pins and manifests checked again, locked
-        freed = sum(got.values())
-        try:
-            m = vault.read_manifest(op_id)
-        except (OSError, ValueError):
-            m = None
-        if m is not None and not m.get("backup_purged"):
-            m["backup_purged"] = True
-            m["purged_at"] = intent.get("t", time.time())
-            vault.write_manifest(m)
-        done.append((op_id, m, freed, blobs))
-    offload.forget_remote(vault, [sha for _o, _m, _f, blobs in done for sha in blobs],  # after the marks
-                          lambda: vault.referenced_blobs() | journal_blobs(ctx))
-    for op_id, m, freed, _blobs in done:
-        oplog.append(vault.root, op_id, {"type": "purged", "freed": freed, "finished_on_recovery": True})
-        if m is not None:
-            _log_purge(ctx, m, freed)
-        details.append(f"an interrupted purge of {op_id} was finished ({freed} more byte(s) freed)")
-    return details
+def finish_purges(ctx: Context, vault: Vault) -> List[RecoveryOutcome]:
+    """A start's finish of the purges of ``vault`` killed after their intents were recorded
+    (``purge_run.finish_killed`` over ``DiskBackups``): the blobs they named go (unless an
+    operation not being purged needs them), then the marks, the records and the change log."""
+    return purge_run.outcomes(purge_run.finish_killed(DiskBackups(ctx, time.time(), vault)))
 
 
 def _log_purge(ctx: Context, m: dict, freed: int) -> None:

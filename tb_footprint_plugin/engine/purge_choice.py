@@ -9,12 +9,14 @@ passed over with the same ``kept`` rows.
   is a ``kept`` row with its code) and held until the purge ends (the ``with`` block: released
   there, in one place); an operation whose run has an unfinished one (``catalogue.unsettled_op``)
   is kept with ``Finding.UNFINISHED``.
+- ``held_runs``: the same locks, each run's once, for a start that finishes a killed purge.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional
+import contextlib
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Finding
+from tb_footprint_plugin.codes import Code, Finding
 from tb_footprint_plugin.engine.catalogue import unsettled_op
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine.lease import RunLease
@@ -72,4 +74,16 @@ class PurgeChoice:
         return chosen
 
 
-__all__ = ["PurgeChoice", "PurgeFilter", "UNFINISHED_DETAIL", "kept_row"]
+@contextlib.contextmanager
+def held_runs(ctx: Context) -> Iterator[Callable[[str], Optional[Tuple[Code, str]]]]:
+    """``hold(run)``: ``run``'s lock taken once (``lock_for_purge``: None when held, else the
+    lock's code and why), every lock released when the block ends."""
+    locks: Dict[str, RunLease] = {}
+    try:
+        yield lambda run: lock_for_purge(ctx, run, locks)
+    finally:
+        for lock in locks.values():
+            lock.release()
+
+
+__all__ = ["PurgeChoice", "PurgeFilter", "UNFINISHED_DETAIL", "held_runs", "kept_row"]

@@ -16,17 +16,27 @@
    a ``kept`` row with the cancel's code, nothing of it deleted or recorded — never after;
 4. the report (``PurgeReport``): the rows purged (or, without ``yes``, that would be), what
    they free, the originals lost for good (the rows' sum), the kept rows and what was refused.
+
+A purge killed past its intent is finished once, the same way on every store (``finish_killed``):
+the layout finds what its intents name and is still there (``PurgeLayout.killed``), each run is
+held once (``PurgeLayout.holding``: a disk's run locks by ``purge_choice``'s rule; a run held
+by another process is left for a later start, ``Recovery.SKIPPED_LIVE``), then the layout
+deletes what is left, marks and writes the change log (``PurgeLayout.finish``). A disk's start
+finishes its two layouts' (``upkeep``; a start's outcomes, ``outcomes``), a bucket's next purge
+its own (its rows ``finished``).
 """
 from __future__ import annotations
 
 import abc
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Type
 
+from tb_footprint_plugin.codes import Code, Finding, Recovery, Skip
 from tb_footprint_plugin.engine import txn
-from tb_footprint_plugin.engine.context import CancelToken
+from tb_footprint_plugin.engine.context import CancelToken, reason_of
 from tb_footprint_plugin.engine.purge_rules import PurgeFilter, not_purged
+from tb_footprint_plugin.engine.recovery_rules import RecoveryOutcome
 
 
 @dataclass
@@ -73,19 +83,67 @@ class Chosen:
     kept: List[dict] = field(default_factory=list)
 
 
+@dataclass
+class Killed:
+    """An operation whose purge was killed past its intent (``PurgeLayout.killed``): what the
+    intent names (``intent``: the store's own form), its manifest when read (``m``)."""
+
+    op_id: str
+    run: str
+    intent: Any = None
+    m: Optional[dict] = None
+
+
+@dataclass
+class Finished:
+    """What ``finish_killed`` did of one killed purge: finished (``freed`` bytes, ``detail``),
+    or not, said with a code (``code``: its run's lock not taken — ``Skip.LOCKED``: another
+    process holds it —, or ``Finding.RECOVERY_FAILED``) and retried later."""
+
+    op_id: str
+    run: str
+    freed: int = 0
+    detail: str = ""
+    code: Optional[Code] = None
+    m: Optional[dict] = None
+
+
+#: hold(run) -> None when ``run`` is held for the finish, else the lock's (code, detail)
+Hold = Callable[[str], Optional[Tuple[Code, str]]]
+
+
 class PurgeLayout(txn.PurgeSteps):
     """What one store does in the one purge (``purge``): how it chooses, the steps of its
-    transaction (``txn.PurgeSteps``) and what it says after them."""
+    transaction (``txn.PurgeSteps``) and what it says after them; and how a purge killed past its
+    intent is found and finished (``finish_killed``)."""
+
+    #: whether this store's killed purges are finished by the next purge (a bucket's: its start
+    #: reads no manifest), not by every start (a disk's ``upkeep``)
+    finishes_at_purge: bool = False
+    #: the failures of ``finish`` said as one ``Finished`` (retried later); others propagate
+    finish_errors: Tuple[Type[BaseException], ...] = ()
+
+    def killed(self) -> List[Killed]:
+        """The purges killed past their intent that left something (none by default)."""
+        return []
+
+    def holding(self) -> contextlib.AbstractContextManager:
+        """A context manager giving ``Hold``: each run held once for the finish, released when
+        the block ends (by default every run is held: a store whose marks are conditional)."""
+        return contextlib.nullcontext(lambda run: None)
+
+    def finish(self, killed: List[Killed]) -> List[Finished]:
+        """Finish ``killed`` (their runs held): delete what is left, mark, write the change log."""
+        return []
+
+    def finished_row(self, f: Finished) -> dict:
+        """A purge row of a killed purge this purge finished (``finishes_at_purge``)."""
+        raise NotImplementedError
 
     @abc.abstractmethod
     def choose(self, which: PurgeFilter, yes: bool) -> contextlib.AbstractContextManager:
         """A context manager giving the ``Chosen`` of ``which`` (with ``yes``: what it locked to
         choose held until its block ends)."""
-
-    def finish_killed(self, cancel: CancelToken) -> List[dict]:
-        """Rows of the purges killed past their intent that this purge finished first (only a
-        store whose start does not finish them: a bucket's); none by default."""
-        return []
 
     def outcome(self, group: Group) -> Tuple[List[dict], List[dict]]:
         """After its transaction: the group's rows as purged, and rows of what stayed after all."""
@@ -108,7 +166,10 @@ def purge(layouts: Sequence[PurgeLayout], which: PurgeFilter, *, yes: bool, canc
     for layout in layouts:
         with layout.choose(which, yes) as chosen:
             kept = list(chosen.kept)
-            finished = layout.finish_killed(cancel) if yes else []
+            # a bucket's purge killed past an operation's mark left that operation's copies: its
+            # manifest (the intent) says purged, so no restore will use them; they go first
+            finished = [layout.finished_row(f) for f in finish_killed(layout)] \
+                if yes and layout.finishes_at_purge and not cancel.cancelled else []
             for group in chosen.groups:
                 rows = group.rows
                 if yes:
@@ -130,6 +191,47 @@ def purge(layouts: Sequence[PurgeLayout], which: PurgeFilter, *, yes: bool, canc
     return report
 
 
+def finish_killed(layout: PurgeLayout) -> List[Finished]:
+    """Finish the purges ``layout`` finds killed past their intent (module doc): each run held
+    once, what is left deleted, marked, logged. A run not held is left (its ``Finished`` coded
+    with the lock's code); a failure of ``layout.finish_errors`` is one ``Finished`` coded
+    ``Finding.RECOVERY_FAILED`` (no op: retried whole at the next start)."""
+    killed = layout.killed()
+    if not killed:
+        return []
+    out: List[Finished] = []
+    with layout.holding() as hold:
+        ready = []
+        for k in killed:
+            refused = hold(k.run)
+            if refused is None:
+                ready.append(k)
+            else:
+                out.append(Finished(k.op_id, k.run, code=refused[0], detail=refused[1]))
+        try:
+            out += layout.finish(ready)
+        except layout.finish_errors as e:
+            out.append(Finished("", "", code=Finding.RECOVERY_FAILED, detail=f"interrupted purge not finished: "
+                                                                           f"{reason_of(e)}"))
+    return out
+
+
+def outcomes(finished: List[Finished]) -> List[RecoveryOutcome]:
+    """A start's outcomes of ``finish_killed``: finished (``Finding.PURGE_FINISHED``), left for
+    a later start as its run is held by another process (``Finding.RUN_LOCKED``), or not
+    finished (``Finding.RECOVERY_FAILED``, a run's lock not taken included, naming why)."""
+    out = []
+    for f in finished:
+        if f.code is None:
+            out.append(RecoveryOutcome(f.op_id, f.run, Recovery.COMPLETED, f.detail, Finding.PURGE_FINISHED))
+        elif f.code == Skip.LOCKED:
+            out.append(RecoveryOutcome(f.op_id, f.run, Recovery.SKIPPED_LIVE, "held by a running process",
+                                       Finding.RUN_LOCKED))
+        else:
+            out.append(RecoveryOutcome(f.op_id, f.run, Recovery.FAILED, f.detail, Finding.RECOVERY_FAILED))
+    return out
+
+
 def groups_of(manifests: List[dict], rows: List[dict], key) -> Iterator[Group]:
     """``manifests`` (with their ``rows``) grouped by ``key(m)``, in the order first seen."""
     by: dict = {}
@@ -140,4 +242,5 @@ def groups_of(manifests: List[dict], rows: List[dict], key) -> Iterator[Group]:
     return iter(by.values())
 
 
-__all__ = ["Chosen", "Group", "PurgeLayout", "PurgeReport", "groups_of", "purge"]
+__all__ = ["Chosen", "Finished", "Group", "Hold", "Killed", "PurgeLayout", "PurgeReport", "finish_killed", "groups_of",
+           "outcomes", "purge"]

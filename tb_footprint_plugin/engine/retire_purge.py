@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import time
 from typing import Callable, FrozenSet, Iterator, List, Optional
 
 from tb_footprint_plugin.codes import Finding, Recovery
@@ -35,7 +36,7 @@ from tb_footprint_plugin.engine.context import Context, TransactionError, reason
 from tb_footprint_plugin.engine.health import VaultRoots, purged_retirement, retired_purge_unfinished
 from tb_footprint_plugin.engine.history import append_history, logged_operations
 from tb_footprint_plugin.engine.journal import RunLocked
-from tb_footprint_plugin.engine.purge_choice import PurgeChoice, PurgeFilter
+from tb_footprint_plugin.engine.purge_choice import PurgeChoice, PurgeFilter, held_runs
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.retire_tree import (check_retired_dir, is_restorable_retirement, retired_dir,
                                                    retirements, tree_size)
@@ -60,8 +61,20 @@ class DiskRetired(purge_run.PurgeLayout):
     A failure past the intent propagates as it always did (an injected fault as a crash), the
     marks left for the next start (``finish_retired_purges``)."""
 
-    def __init__(self, ctx: Context, now: float) -> None:
-        self.ctx, self.now = ctx, now
+    def __init__(self, ctx: Context, now: float, manifests: Optional[List[dict]] = None,
+                 roots: Optional[VaultRoots] = None) -> None:
+        """``manifests``, ``roots``: a start's one read and the known vaults, where it finishes
+        killed purges (``finish_retired_purges``)."""
+        self.ctx, self.now, self.manifests, self.roots = ctx, now, manifests or [], roots
+        self.logged: Optional[FrozenSet[str]] = None
+
+    def line_written(self, op_id: str) -> bool:
+        """Whether the change log has the purge line of ``op_id``: one read of it for every
+        retirement of this start; one it cannot read has no line (``ChangeLog.logged``: written
+        again rather than none, never a failure retried at every start: review R11)."""
+        if self.logged is None:
+            self.logged = logged_operations(self.ctx.state, kind="purge")
+        return op_id in self.logged
 
     @contextlib.contextmanager
     def choose(self, which: PurgeFilter, yes: bool) -> Iterator[purge_run.Chosen]:
@@ -129,6 +142,47 @@ class DiskRetired(purge_run.PurgeLayout):
             log_retired_purge(self.ctx, m, row["bytes"])
             drop_folder(group.plan, m["op_id"])
 
+    def killed(self) -> List[purge_run.Killed]:
+        """Verified retirements marked purged (not by a restore) whose folder is still there."""
+        return [purge_run.Killed(m["op_id"], m["run"], m=m) for m in self.manifests
+                if retired_purge_unfinished(m, self.roots)]
+
+    def holding(self) -> contextlib.AbstractContextManager:
+        return held_runs(self.ctx)
+
+    def finish(self, killed: List[purge_run.Killed]) -> List[purge_run.Finished]:
+        """Each manifest read again (its run held): its files deleted, its line written unless the
+        log has it, ``LINE_FIRST`` set before its folder goes (its absence then says the line is
+        there), the folder removed. A failure is that retirement's, retried at the next start."""
+        out = []
+        for k in killed:
+            vault = Vault(k.m["vault"])
+            try:
+                fresh = vault.read_manifest(k.op_id)
+                if not fresh.get("backup_purged") or fresh.get("restored_by"):
+                    continue
+                try:
+                    check_retired_dir(vault, k.op_id)
+                except TransactionError:
+                    continue  # never deleted through a link or a stranger's folder: health names it
+                size = fresh.get("bytes_before")
+                if not isinstance(size, int):
+                    size = tree_size(retired_dir(vault, k.op_id))
+                drop_files(vault, k.op_id)
+                if not self.line_written(k.op_id):
+                    log_retired_purge(self.ctx, fresh, size, " (finished on recovery)")
+                if not fresh.get(LINE_FIRST):
+                    fresh[LINE_FIRST] = True
+                    vault.write_manifest(fresh)
+                drop_folder(vault, k.op_id)
+                out.append(purge_run.Finished(k.op_id, k.run, size, f"an interrupted purge of retired run {k.run} "
+                                                                    f"({k.op_id}) was finished", m=fresh))
+            except (OSError, ValueError) as e:  # retried at the next start
+                out.append(purge_run.Finished(k.op_id, k.run, code=Finding.RECOVERY_FAILED,
+                                              detail=f"interrupted purge of retired run {k.run} not finished: "
+                                                     f"{reason_of(e)}"))
+        return out
+
 
 def _own_folder(vault: Vault, m: dict) -> bool:
     """Whether retirement ``m``'s folder is the vault's own (no link, no stranger's)."""
@@ -188,67 +242,23 @@ def log_retired_purge(ctx: Context, m: dict, freed: int, reason_tail: str = "") 
 
 
 def finish_retired_purges(ctx: Context, manifests: List[dict]) -> List[RecoveryOutcome]:
-    """Finish the purges of retired runs killed past their intent: a verified retirement marked
-    purged (not by a restore) whose folder is still in the vault. Under its run's lock, the
-    manifest read again: its files deleted, its change-log line written unless the log has it
-    (the kill came after the line), its folder removed. And one whose folder is gone but whose
-    manifest lacks ``LINE_FIRST`` (a purge of an earlier version, which deleted the folder before
-    the line: review R19 P1): its line written unless the log has it, then the mark set, so the
-    change log is read for it once. ``manifests``: the start's one read
-    (``catalogue.own_manifests``); a folder is looked for only for a retirement marked purged."""
+    """Finish the purges of retired runs killed past their intent (``purge_run.finish_killed``
+    over ``DiskRetired``): a verified retirement marked purged (not by a restore) whose folder is
+    still in the vault. Under its run's lock, the manifest read again: its files deleted, its
+    change-log line written unless the log has it (the kill came after the line), its folder
+    removed. And one whose folder is gone but whose manifest lacks ``LINE_FIRST`` (a purge of an
+    earlier version, which deleted the folder before the line: review R19 P1): its line written
+    unless the log has it, then the mark set, so the change log is read for it once.
+    ``manifests``: the start's one read (``catalogue.own_manifests``); a folder is looked for only
+    for a retirement marked purged."""
     if not any(m.get("kind") == "retire" and m.get("backup_purged") for m in manifests):
         return []  # no file read at a start with no purged retirement
     roots = VaultRoots(known_vaults(ctx))  # once per start: every purged retirement is asked of, for good
-    todo = [m for m in manifests if retired_purge_unfinished(m, roots)]
+    layout = DiskRetired(ctx, time.time(), manifests=manifests, roots=roots)
     unsure = [m for m in manifests if _line_unsure(m, roots)]
-    out: List[RecoveryOutcome] = []
-    logged: List[Optional[FrozenSet[str]]] = [None]
-
-    def line_written(op_id: str) -> bool:
-        # one read of the change log for every retirement of this start; one it cannot read has
-        # no line (``ChangeLog.logged``: written again rather than none, never a failure retried
-        # at every start: review R11)
-        if logged[0] is None:
-            logged[0] = logged_operations(ctx.state, kind="purge")
-        return op_id in logged[0]
-
-    for m in todo:
-        vault = Vault(m["vault"])
-        try:
-            lock = run_lock(ctx, m["run"]).acquire()
-        except (RunLocked, OSError):
-            out.append(RecoveryOutcome(m["op_id"], m["run"], Recovery.SKIPPED_LIVE, "held by a running process",
-                                       Finding.RUN_LOCKED))
-            continue
-        try:
-            fresh = vault.read_manifest(m["op_id"])
-            if not fresh.get("backup_purged") or fresh.get("restored_by"):
-                continue
-            try:
-                check_retired_dir(vault, m["op_id"])
-            except TransactionError:
-                continue  # never deleted through a link or a stranger's folder: health names it
-            size = fresh.get("bytes_before")
-            if not isinstance(size, int):
-                size = tree_size(retired_dir(vault, m["op_id"]))
-            drop_files(vault, m["op_id"])
-            if not line_written(m["op_id"]):
-                log_retired_purge(ctx, fresh, size, " (finished on recovery)")
-            if not fresh.get(LINE_FIRST):  # before the folder goes: its absence then says the line is there
-                fresh[LINE_FIRST] = True
-                vault.write_manifest(fresh)
-            drop_folder(vault, m["op_id"])
-            out.append(RecoveryOutcome(m["op_id"], m["run"], Recovery.COMPLETED,
-                                       f"an interrupted purge of retired run {m['run']} ({m['op_id']}) was finished",
-                                       Finding.PURGE_FINISHED))
-        except (OSError, ValueError) as e:  # retried at the next start
-            out.append(RecoveryOutcome(m["op_id"], m["run"], Recovery.FAILED,
-                                       f"interrupted purge of retired run {m['run']} not finished: {reason_of(e)}",
-                                       Finding.RECOVERY_FAILED))
-        finally:
-            lock.release()
+    out = purge_run.outcomes(purge_run.finish_killed(layout))
     for m in unsure:
-        out += _settle_line(ctx, m, line_written)
+        out += _settle_line(ctx, m, layout.line_written)
     return out
 
 

@@ -290,36 +290,7 @@ def _clear_settled_pins(ctx: Context, vault: Vault) -> None:
 def _finish_purges(ctx: Context, vault: Vault) -> List[RecoveryOutcome]:
     from tb_footprint_plugin.engine.purge import finish_purges
 
-    intents = {}
-    with oplog.snapshot(vault.root):  # one look at the log's files for every operation
-        for op_id in oplog.logged_ops(vault.root):
-            try:
-                intent = oplog.purge_intent(oplog.read_log(vault.root, op_id))
-            except OSError:
-                continue  # an unreadable log finishes nothing: its blobs stay (named by status)
-            if intent:
-                intents[op_id] = intent
-    if not intents:
-        return []
-    out, locks = [], []
-    try:
-        for op_id, intent in list(intents.items()):
-            try:
-                locks.append(run_lock(ctx, intent.get("run", "")).acquire())
-            except LockRefused:
-                del intents[op_id]  # its blobs stay until its run is free
-                out.append(RecoveryOutcome(op_id, intent.get("run", ""), Recovery.SKIPPED_LIVE,
-                                           "held by a running process", Finding.RUN_LOCKED))
-        details = finish_purges(ctx, vault, intents)
-        out += [RecoveryOutcome(op_id, intents[op_id].get("run", ""), Recovery.COMPLETED, d, Finding.PURGE_FINISHED)
-                for op_id, d in zip(intents, details)]
-    except Exception as e:  # retried at the next start
-        out.append(RecoveryOutcome("", "", Recovery.FAILED, f"interrupted purge not finished: {reason_of(e)}",
-                                   Finding.RECOVERY_FAILED))
-    finally:
-        for lock in locks:
-            lock.release()
-    return out
+    return finish_purges(ctx, vault)  # the one finish of a killed purge (``purge_run.finish_killed``)
 
 
 def _finish_compactions(ctx: Context, vault: Vault) -> List[RecoveryOutcome]:
