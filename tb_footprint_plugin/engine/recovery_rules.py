@@ -1,5 +1,6 @@
 """What a recovery is, written once for every store (issue #26 item 2): the outcome it answers
-(``RecoveryOutcome``) and its codes, the reason a reduction rolled back on recovery gives, and the
+(``RecoveryOutcome``) and its codes, the reason a reduction rolled back on recovery gives (and the
+one a reduction its cancelled batch rolled back gives, ``CANCELLED_REASON``), and the
 run a settled reduction reports (what a batch ledger records, ``ledger.mark_recovered``).
 
 The disk's recovery (``engine.recovery``, over a journal file and a ``Context``) and the bucket's
@@ -17,6 +18,10 @@ from tb_footprint_plugin.codes import Finding, Recovery
 #: the reason (and, with ``Failure.INTERRUPTED``, the code) of a reduction recovery rolled back:
 #: its manifest's and its change-log line's on every store
 INTERRUPTED_REASON = "interrupted (crash or kill); rolled back on recovery"
+#: the reason (with ``Failure.INTERRUPTED``) of a reduction its own process rolled back because its
+#: batch was cancelled before the commit point (Ctrl-C, SIGTERM, the tab's Cancel): the other way a
+#: reduction is interrupted, said apart from a crash because nothing waited for a recovery
+CANCELLED_REASON = "interrupted before the commit point (the batch was cancelled)"
 #: the kind of a settled reduction's outcome (the others, restore, salvage, retire, purge and
 #: vault upkeep, carry none)
 REDUCE = "reduce"
@@ -66,5 +71,5 @@ def settled_run(run: str, op_id: str, before: Optional[int], after: Optional[int
     return {"run": run, "op_id": op_id, "bytes_before": before, "bytes_after": after if completed else before}
 
 
-__all__ = ["INTERRUPTED_REASON", "REDUCE", "RecoveryOutcome", "failed", "refused", "settled", "settled_run",
+__all__ = ["INTERRUPTED_REASON", "CANCELLED_REASON", "REDUCE", "RecoveryOutcome", "failed", "refused", "settled", "settled_run",
            "skipped_live"]

@@ -44,6 +44,7 @@ from tb_footprint_plugin.engine.journal import Journal, JournalGone, RunLocked
 from tb_footprint_plugin.engine.lease import RunLease
 from tb_footprint_plugin.engine.preflight import check_writers, preflight
 from tb_footprint_plugin.engine.recovery import recover
+from tb_footprint_plugin.engine.recovery_rules import CANCELLED_REASON
 from tb_footprint_plugin.engine.reduce_journal import (append_record, append_rollback, create_journal, journal_gone,
                                                        own_records)
 from tb_footprint_plugin.engine.run_lock import folder_capabilities, lock_failure, run_lock
@@ -86,8 +87,6 @@ def _lock_run(ctx: Context, out: RunOutcome, settle_first: bool = False) -> Opti
 #: starts, so a worker's average stays under ``--max-file-ops-per-second`` (strace had found it
 #: 10x over: only the scan and the engine's own file operations were counted).
 UNCOUNTED_RUN_OPS, UNCOUNTED_FILE_OPS = 200, 20
-#: the reason of a run that failed once its batch was cancelled (``Failure.INTERRUPTED``)
-INTERRUPTED_REASON = "interrupted before the commit point (the batch was cancelled)"
 
 
 def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
@@ -428,7 +427,7 @@ class LocalReduce(txn.Txn):
             # whatever the step under way then said is the interrupt's consequence (a helper
             # process it stopped, a read cut short), never a finding about the policy: said
             # and recorded (manifest, history) as what the single-job path says
-            reason, code = INTERRUPTED_REASON, Failure.INTERRUPTED
+            reason, code = CANCELLED_REASON, Failure.INTERRUPTED
         gone = e if isinstance(e, JournalGone) else None
         records: List[dict] = []
         if journal is not None and gone is None:
