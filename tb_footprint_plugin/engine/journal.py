@@ -28,16 +28,20 @@ import io
 import json
 import os
 import stat
+import threading
 import time
 from typing import AbstractSet, Any, Iterator, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Failure
+from tb_footprint_plugin.codes import Failure, StoreError
 from tb_footprint_plugin.engine import lease as leases
-from tb_footprint_plugin.storage.files import append_line, fsync_dir
+from tb_footprint_plugin.engine.state_store import StateFolder
+from tb_footprint_plugin.storage.files import fsync_dir
 from tb_footprint_plugin.storage.lock import Locked, release, try_exclusive
 from tb_footprint_plugin.storage.paths import UnsafePath, is_state_name, safe_rel
-from tb_footprint_plugin.storage.private import ensure_private_dir, open_private
+from tb_footprint_plugin.storage.private import NotPrivate, ensure_private_dir
 from tb_footprint_plugin.storage.regular import NotRegularFile, open_regular
+from tb_footprint_plugin.storage.store import StoreFailure
+from tb_footprint_plugin.storage.store_posix import version_of
 
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -212,11 +216,13 @@ def _moved_to(state: str, identity: Tuple[int, int]) -> Optional[str]:
 class Journal(OpJournal):
     """An operation's journal file (the ``OpJournal`` of a store that appends durably).
 
-    One file from its first record to its last: once this object made or wrote it, its
-    ``(st_dev, st_ino)`` is kept and every later append goes to that file only — a journal
-    gone or replaced meanwhile is never started again (``private.NotPrivate`` or
-    ``FileNotFoundError``: the operation stops and rolls back). ``may_create=False`` (a
-    journal read back by recovery): appends never create it."""
+    Written through its folder's ``state_store.StateFolder`` (the state files' rules): made by
+    ``put(if_absent=True)`` holding its begin record, each later record ``append(if_version=)``
+    the version this object's last write left: one file from its first record to its last (its
+    ``(st_dev, st_ino)`` kept for ``records``); one gone, replaced or written by another meanwhile
+    is never written nor started again (``private.NotPrivate`` or ``FileNotFoundError``: the
+    operation stops and rolls back). ``may_create=False`` (a journal read back by recovery):
+    appends never create it, the first one takes the file as it stands."""
 
     def __init__(self, path: str, *, may_create: bool = True):
         self.path = path
@@ -230,6 +236,21 @@ class Journal(OpJournal):
         #: object made the journal: checked at every append (``check_state``)
         self.state = os.path.dirname(os.path.dirname(os.path.abspath(path)))
         self.state_identity: Optional[Tuple[int, int]] = None
+        #: the version this object's last write left the file at (``StateFolder.version``): the
+        #: condition of its next append, so the journal is one file from its first record on
+        self.version: Optional[str] = None
+        self._folder: Optional[StateFolder] = None
+        self._mu = threading.Lock()  # one append at a time: each one's condition is the last's version
+
+    def folder(self) -> StateFolder:
+        """The journal folder as a store of state files (made once per journal)."""
+        if self._folder is None:
+            self._folder = StateFolder(os.path.dirname(os.path.abspath(self.path)))
+        return self._folder
+
+    def _took(self, st: os.stat_result) -> None:
+        """This object now holds the file ``st`` was taken of (its identity and version)."""
+        self.identity, self.version = (st.st_dev, st.st_ino), version_of(st)
 
     @classmethod
     def create(cls, journal_dir: str, op_id: str, first: dict) -> "Journal":
@@ -242,37 +263,57 @@ class Journal(OpJournal):
         st_state = os.lstat(j.state)  # the folder this operation holds to (ensured ours just now)
         j.state_identity = (st_state.st_dev, st_state.st_ino)
         line = json.dumps(dict(first, t=time.time()), sort_keys=True) + "\n"
-        tmp = os.path.join(journal_dir, f".{op_id}.jsonl.new-{os.getpid()}")
-        fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        try:
-            try:
-                os.write(fd, line.encode("utf-8"))  # one record: far below any short-write size
-                os.fsync(fd)
-                st = os.fstat(fd)
-            finally:
-                os.close(fd)
-            os.link(tmp, j.path)
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        fsync_dir(journal_dir)
-        j.identity = (st.st_dev, st.st_ino)
+        j._put_first(line)
         j.wrote(json.loads(line))
         return j
+
+    def _put_first(self, line: str) -> None:
+        """The file made holding ``line`` (``StateFolder.put(if_absent=True)``: a temp file linked
+        into place); ``FileExistsError`` if the name is a journal already."""
+        try:
+            self.folder().put(os.path.basename(self.path), line.encode("utf-8"), if_absent=True)
+        except StoreFailure as e:
+            if e.code == StoreError.ALREADY_EXISTS:
+                raise FileExistsError(errno.EEXIST, "a journal of this operation exists already", self.path) from None
+            raise
+        self._took(os.lstat(self.path))
 
     def append(self, record: dict, sync: bool = True) -> None:
         """Append one record and fsync it before returning (to this journal's own file only).
         ``sync=False``: a marker no destructive step waits on (``backed_up``, ``staged``,
         ``verified``, ``swapped``, ``commit``), made durable by the next record's fsync (the
-        ``swap`` record's, before anything is replaced); lost to a power cut,
-        recovery decides as without it, which is the safe direction (e.g. no ``verified``
-        before a ``swap`` rolls the run back)."""
+        ``swap`` record's); lost to a power cut, recovery decides as without it, the safe
+        direction (e.g. no ``verified`` before a ``swap`` rolls the run back)."""
         self.check_state()
         record = dict(record, t=time.time())
-        self.identity = append_line(self.path, json.dumps(record, sort_keys=True) + "\n",
-                                    create=self.may_create and self.identity is None, expect=self.identity,
-                                    sync=sync)
+        line = json.dumps(record, sort_keys=True) + "\n"
+        with self._mu:
+            if self.version is None and not self._adopt(line):
+                self.wrote(record)  # the file made with this record
+                return
+            try:
+                self.version = self.folder().append(os.path.basename(self.path), line.encode("utf-8"),
+                                                    if_version=self.version, sync=sync)
+            except StoreFailure as e:
+                if e.code != StoreError.PRECONDITION_FAILED:
+                    raise
+                if not os.path.lexists(self.path):
+                    raise FileNotFoundError(errno.ENOENT, "the operation's journal is gone", self.path) from None
+                raise NotPrivate(self.path, "is not the file this operation created (replaced meanwhile)",
+                                 "It was not written; the operation stops and is rolled back") from None
         self.wrote(record)
+
+    def _adopt(self, line: str) -> bool:
+        """Before the first append of a journal this object did not make: the file taken as it
+        stands (``FileNotFoundError`` unless it may be made), or made holding ``line`` (False)."""
+        try:
+            self._took(os.lstat(self.path))
+            return True
+        except FileNotFoundError:
+            if not self.may_create:
+                raise
+        self._put_first(line)
+        return False
 
     def state_moved(self) -> bool:
         """Whether the state folder is no longer the one this journal was made in (one lstat)."""

@@ -12,7 +12,6 @@ import os
 from typing import List, Optional
 
 from tb_footprint_plugin.codes import Failure, Outcome
-from tb_footprint_plugin.engine import trust
 from tb_footprint_plugin.engine.context import (Context, NoSpace, RunOutcome, TransactionError, no_symlink, reason_of,
                                                 writing)
 from tb_footprint_plugin.engine.journal import Journal, JournalGone, StateMoved
@@ -131,7 +130,7 @@ def journal_again(ctx: Context, journal: Journal, gone: JournalGone) -> Optional
             with contextlib.suppress(OSError):
                 os.unlink(staged.path)
     again = Journal(journal.path)
-    again.identity, again.state_identity = staged.identity, staged.state_identity
+    again.identity, again.state_identity, again.version = staged.identity, staged.state_identity, staged.version
     again.written = list(staged.written)
     with contextlib.suppress(OSError):
         # the link's name made durable; lost to a power cut, the run is as this process left it
@@ -177,12 +176,12 @@ def own_records(journal: Journal) -> List[dict]:
 
 
 def append_record(journal: Journal, record: dict, sync: bool = True) -> None:
-    """Append a journal record; on a full disk ``NoSpace`` names the journal and the line's size,
-    and a line the disk took only part of is cut off again (the next record must start a line).
-    ``sync=False`` for markers no destructive step waits on (``Journal.append``)."""
+    """Append a journal record; on a full disk ``NoSpace`` names the journal and the line's size
+    (a line the disk took only part of is cut off again by the append itself:
+    ``StateFolder.append``'s condition). ``sync=False`` for markers no destructive step waits on
+    (``Journal.append``)."""
     with writing(journal.path, len(json.dumps(record, sort_keys=True)) + 64):
-        with trust.undo_partial_append(journal.path):
-            journal.append(record, sync=sync)
+        journal.append(record, sync=sync)
 
 
 def create_journal(ctx: Context, op_id: str, begin: dict) -> Journal:

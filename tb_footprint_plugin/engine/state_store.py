@@ -24,6 +24,7 @@ The bytes are those the state-file helpers always wrote (``tests/contract/test_o
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import stat
@@ -36,14 +37,19 @@ from tb_footprint_plugin.engine.trust import undo_partial_append
 from tb_footprint_plugin.storage.files import append_line, atomic_write, fsync_dir, private_folder
 from tb_footprint_plugin.storage.lock import exclusive
 from tb_footprint_plugin.storage.paths import UnsafePath, contained, is_state_name
-from tb_footprint_plugin.storage.private import NotPrivate, ensure_private_dir, open_private, set_aside_stranger
+from tb_footprint_plugin.storage import throttle as fsops
+from tb_footprint_plugin.storage.private import (NotPrivate, ensure_private_dir, open_private, set_aside_at,
+                                                 set_aside_stranger, why_not_ours)
 from tb_footprint_plugin.storage.regular import NotRegularFile
-from tb_footprint_plugin.storage.store import Store, StoreFailure, Wrapper, check_key
+from tb_footprint_plugin.storage.store import Store, StoreFailure, Wrapper, check_key, on_a_new_line
 from tb_footprint_plugin.storage.store_posix import PosixStore, version_of
 
 
 #: the checked paths of this many keys are kept per store
 _PATHS_KEPT = 64
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 class StateFolder(PosixStore):
@@ -155,15 +161,24 @@ class StateFolder(PosixStore):
             os.close(fd)  # releases the flock
 
     def append(self, key: str, data: bytes, *, limit: Optional[int] = None, sync: bool = True,
-               create: bool = True) -> str:
+               create: bool = True, if_version: Optional[str] = None) -> str:
         """``Store.append`` with the state files' rules (the module docstring). ``sync=False``: not
         fsynced (a line no step waits on). ``create=False``: the file must be there
         (``FileNotFoundError``), and something not a regular file there is refused
         (``NotRegularFile``) instead of set aside for a fresh file: a file whose first line is not
         this append's (a ledger's snapshot) is never started by it. Returns the new version, ''
         when the file was moved away right after the line landed (another appender rolled it
-        over: the line is written, not to be appended again)."""
+        over: the line is written, not to be appended again).
+
+        ``if_version``: appended only while the file is at that version (``version``: the one
+        this writer's last write returned), checked under the file's ``flock`` with the line's
+        write (``PRECONDITION_FAILED`` otherwise, nothing written; never a file made): a journal's
+        appends go to the file it made only, never to one put in its place. A line the disk took
+        only part of is cut off again and the file's time set back: a failed append leaves the
+        file at its version."""
         path = self.path_of(key)
+        if if_version is not None:
+            return self._append_at(path, key, data, if_version, limit, sync)
         line = data.decode("utf-8")
         try:
             with undo_partial_append(path, line):  # a full disk's torn line never glues onto the next entry
@@ -182,6 +197,61 @@ class StateFolder(PosixStore):
             return version_of(os.lstat(path))
         except FileNotFoundError:
             return ""
+
+    def _append_at(self, path: str, key: str, data: bytes, version: str, limit: Optional[int], sync: bool) -> str:
+        """``append(if_version=version)``: one open of the file through its folder's descriptor
+        (checked ours), its ``flock``, the version compared with its ``fstat``, the line written
+        (after a newline when the last line has none), fsynced when ``sync``."""
+        fsops.op()  # the open
+        dfd = os.open(os.path.dirname(path), os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+        try:
+            why = why_not_ours(os.fstat(dfd))
+            if why:
+                raise NotPrivate(os.path.dirname(path), why)
+            name = os.path.basename(path)
+            try:
+                fd = os.open(name, os.O_RDWR | os.O_APPEND | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK, dir_fd=dfd)
+            except FileNotFoundError:
+                raise StoreFailure(StoreError.PRECONDITION_FAILED, key, "is gone; not written") from None
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+                    raise
+                set_aside_at(dfd, name)  # a symlink, FIFO or folder at the name: kept aside
+                raise StoreFailure(StoreError.PRECONDITION_FAILED, key, "is not the state file; not written") from None
+            try:
+                # a regular file ignores O_NONBLOCK: only the open needed it (a FIFO never hangs it)
+                with contextlib.suppress(OSError):  # a filesystem without locks (ENOLCK) still appends
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                st = os.fstat(fd)
+                if why_not_ours(st, want_dir=False) is not None:
+                    set_aside_at(dfd, name)  # another user's file, say: kept aside
+                    raise StoreFailure(StoreError.PRECONDITION_FAILED, key, "is not a state file of ours; not written")
+            except BaseException:
+                os.close(fd)
+                raise
+        finally:
+            os.close(dfd)
+        try:
+            if version_of(st) != version:
+                raise StoreFailure(StoreError.PRECONDITION_FAILED, key, "changed since it was written; not written")
+            if limit is not None and st.st_size and st.st_size + len(data) + 1 > limit:
+                raise StoreFailure(StoreError.TOO_LARGE, key, f"an append past {limit} bytes: the file is full")
+            view = memoryview(on_a_new_line(os.pread(fd, 1, st.st_size - 1) if st.st_size else b"", data))
+            try:
+                while view:
+                    view = view[os.write(fd, view):]
+                if sync:
+                    os.fsync(fd)
+            except OSError:
+                # only this append wrote past the size checked under the flock: cut back, and its
+                # time set back, so the file is at its version again
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, st.st_size)
+                    os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
+                raise
+            return version_of(os.fstat(fd))
+        finally:
+            os.close(fd)  # releases the flock
 
     def set_aside(self, key: str, tag: str) -> str:
         """Rename whatever is at ``key`` (the name itself, never a link's target) to
