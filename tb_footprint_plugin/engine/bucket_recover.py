@@ -51,8 +51,10 @@ from tb_footprint_plugin.engine.context import RunOutcome
 from tb_footprint_plugin.engine.retire_rules import taken_along
 from tb_footprint_plugin.engine.recovery_rules import (
     INTERRUPTED_REASON,
+    NOT_REPLAYED,
     REDUCE,
     RecoveryOutcome,
+    damaged_journal,
     failed,
     refused,
     settled,
@@ -67,6 +69,8 @@ from tb_footprint_plugin.storage.store_object import ObjectStore
 #: why a journal of the wrong shape is not acted on (``trust.BAD_RECORD``; any other refusal names
 #: keys outside the logdir, vault or run: ``trust.PATH_OUTSIDE``)
 MALFORMED = "journal is malformed"
+#: what is damaged in a journal object that does not read (read whole: no line to name)
+DAMAGED_OBJECT = "the journal is damaged (not a journal's JSON)"
 
 
 def _trusted(ostore: ObjectStore, vault: BucketVault, doc: dict) -> Optional[str]:
@@ -155,7 +159,8 @@ def recover(ostore: ObjectStore, vault: BucketVault) -> List[RecoveryOutcome]:
             continue
         doc = journal.doc
         if journal.unreadable():
-            out.append(refused(rel, "?", f"{ostore.url_of(key)}: unreadable journal left in place",
+            # named by its file's op id, as a disk's damaged journal is
+            out.append(refused(rel[:-len(".json")], "?", damaged_journal(ostore.url_of(key), DAMAGED_OBJECT),
                                Finding.DAMAGED_FILE))
             continue
         op_id = str(doc.get("op", rel[:-5]))
@@ -371,8 +376,8 @@ def damaged_journals(ostore: ObjectStore, listing: Optional[dict] = None) -> Lis
     """Journal objects that cannot be read (``recover`` leaves them in place), named by URL.
     ``listing``: the journals as the caller listed them already (``pending_objects``), else one
     listing."""
-    return _damaged(ostore, JOURNAL, "", journal_unreadable, "journal not readable; never acted on, left in place",
-                    listing)
+    # the words ``recover`` refuses it with (``recovery_rules.damaged_journal``)
+    return _damaged(ostore, JOURNAL, "", journal_unreadable, f"{DAMAGED_OBJECT}; {NOT_REPLAYED}", listing)
 
 
 def damaged_locks(ostore: ObjectStore) -> List[dict]:

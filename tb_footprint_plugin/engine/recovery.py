@@ -35,6 +35,7 @@ from tb_footprint_plugin.engine.recovery_rules import (
     INTERRUPTED_REASON,
     REDUCE,
     RecoveryOutcome,
+    damaged_journal,
     failed,
     refused,
     settled,
@@ -76,9 +77,8 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
             # every record of a journal counts (a lost backup record would leave its original out
             # of a rollback): one damaged line and the operation is not replayed at all
             d = log.damaged[0]
-            outcomes.append(refused(j.op_id, None,
-                                    f"{j.path}: line {d.line} is damaged ({d.detail.split(': ', 1)[-1]}); not "
-                                    "replayed: its run and backups are left exactly as they are", Finding.DAMAGED_FILE))
+            outcomes.append(refused(j.op_id, None, damaged_journal(
+                j.path, f"line {d.line} is damaged ({d.detail.split(': ', 1)[-1]})"), Finding.DAMAGED_FILE))
             continue
         records = log.records
         if not records:
@@ -90,10 +90,9 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
         if records[0].get("type") != Rec.BEGIN:
             # records without their begin (an older version split a hard-linked journal in two):
             # something happened and nothing says which run; never deleted, never replayed
-            outcomes.append(refused(j.op_id, None,
-                                    f"{j.path}: has no begin record (its first records may be in a "
-                                            f"'{os.path.basename(j.path)}.refused-…' file beside it); not replayed: "
-                                            "its run and backups are left exactly as they are", Finding.DAMAGED_FILE))
+            outcomes.append(refused(j.op_id, None, damaged_journal(
+                j.path, f"has no begin record (its first records may be in a '{os.path.basename(j.path)}.refused-…' "
+                        "file beside it)"), Finding.DAMAGED_FILE))
             continue
         try:
             trust.check_journal(j.path, j.op_id, records, logdir=ctx.logdir, vaults=vaults, identity=identity)

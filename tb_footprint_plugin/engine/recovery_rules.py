@@ -22,6 +22,17 @@ INTERRUPTED_REASON = "interrupted (crash or kill); rolled back on recovery"
 #: batch was cancelled before the commit point (Ctrl-C, SIGTERM, the tab's Cancel): the other way a
 #: reduction is interrupted, said apart from a crash because nothing waited for a recovery
 CANCELLED_REASON = "interrupted before the commit point (the batch was cancelled)"
+#: what recovery leaves of an operation whose journal it will not replay (damaged, or not a journal)
+NOT_REPLAYED = "not replayed: its run and backups are left exactly as they are"
+
+
+def damaged_journal(file: str, what: str) -> str:
+    """The words of a journal recovery will not replay because it is damaged, on every store:
+    the file (a disk's path, a bucket's URL), ``what`` is damaged (a disk's line, a bucket's
+    object, which is read whole) and what is left as it is (``NOT_REPLAYED``)."""
+    return f"{file}: {what}; {NOT_REPLAYED}"
+
+
 #: the kind of a settled reduction's outcome (the others, restore, salvage, retire, purge and
 #: vault upkeep, carry none)
 REDUCE = "reduce"
@@ -71,5 +82,5 @@ def settled_run(run: str, op_id: str, before: Optional[int], after: Optional[int
     return {"run": run, "op_id": op_id, "bytes_before": before, "bytes_after": after if completed else before}
 
 
-__all__ = ["INTERRUPTED_REASON", "CANCELLED_REASON", "REDUCE", "RecoveryOutcome", "failed", "refused", "settled", "settled_run",
+__all__ = ["INTERRUPTED_REASON", "CANCELLED_REASON", "NOT_REPLAYED", "damaged_journal", "REDUCE", "RecoveryOutcome", "failed", "refused", "settled", "settled_run",
            "skipped_live"]
