@@ -342,7 +342,7 @@ class Store(abc.ABC):
         A store that checks versions itself (``PosixStore``, under its lock) always checks."""
 
     @abc.abstractmethod
-    def append(self, key: str, data: bytes, *, limit: Optional[int] = None) -> str:
+    def append(self, key: str, data: bytes, *, limit: Optional[int] = None, if_version: Optional[str] = None) -> str:
         """Append ``data`` to ``key`` (created if missing) durably before returning; concurrent
         appends through stores of the same kind each land whole, in some order. Returns the new
         version. Whole lines (``data`` ending in a newline) after a last line left without its
@@ -356,7 +356,14 @@ class Store(abc.ABC):
         under its ``flock``; a bucket: the version its conditional rewrite is on), so appenders
         that each found room never take a key past its limit together. Nor past the store's own
         ``capabilities.append_limit`` (a bucket's append rewrites the whole object), whatever
-        ``limit`` says."""
+        ``limit`` says.
+
+        ``if_version``: appended only while the key is at that version, the one its writer's own
+        last write returned; else ``PRECONDITION_FAILED``, nothing written, and a missing key is
+        never made. Checked where the append is atomic (a folder: under its ``flock``, with the
+        file's ``fstat``; a bucket: the version its conditional rewrite is on): a writer that
+        holds the version holds the key, so its appends go to what it wrote only (a journal:
+        one file from its first record to its last, never one put in its place)."""
 
     def mkdir(self, key: str) -> None:
         """Make the folder ``key`` and its parents where the store has folders; a no-op on

@@ -497,21 +497,25 @@ class ObjectStore(Store):
                               DeleteResult(key=keys[i], ok=False, code=_code(err), message=f"{keys[i]}: {err}"))
         return [results[i] for i in range(len(keys))]
 
-    def append(self, key: str, data: bytes, *, limit: Optional[int] = None) -> str:
+    def append(self, key: str, data: bytes, *, limit: Optional[int] = None, if_version: Optional[str] = None) -> str:
         path = self._path(key)
         # the object is read and rewritten whole: never past what one read takes
         cap = READ_ALL_LIMIT if limit is None else min(limit, READ_ALL_LIMIT)
         with _APPENDING_MU:
             mu = _APPENDING.setdefault(path, threading.Lock())
         with mu:  # appenders of this process take turns instead of losing preconditions to each other
-            return self._append(key, path, data, cap)
+            return self._append(key, path, data, cap, if_version)
 
-    def _append(self, key: str, path: str, data: bytes, cap: int) -> str:
+    def _append(self, key: str, path: str, data: bytes, cap: int, if_version: Optional[str] = None) -> str:
         pause = 0.02
         for _ in range(APPEND_TRIES):
             with _coded(key):
                 try:
                     info = self.ops.head(path)
+                    if if_version is not None and (info is None or info.version_token != if_version):
+                        # the writer's version is gone: no retry can bring it back
+                        raise StoreFailure(StoreError.PRECONDITION_FAILED, key, "not at the version its writer left; "
+                                           "not appended" if info is not None else "no such object; not made")
                     if info is None:
                         return self.ops.put(path, bytes(data), if_absent=True)
                     # the size of the version the conditional put below is on: decided atomically
@@ -525,6 +529,9 @@ class ObjectStore(Store):
                 except RemoteError as e:
                     if e.code not in (StoreError.PRECONDITION_FAILED, StoreError.ALREADY_EXISTS):
                         raise
+                    if if_version is not None:  # another writer won: the writer's version is gone
+                        raise StoreFailure(StoreError.PRECONDITION_FAILED, key, "written by another meanwhile; "
+                                           "not appended") from None
             time.sleep(pause * (1 + random.random()))  # another writer won: back off, read again
             pause = min(1.0, pause * 2)
         raise StoreFailure(StoreError.CONFLICT, key, f"lost to other writers {APPEND_TRIES} times; not appended")

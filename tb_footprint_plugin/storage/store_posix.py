@@ -581,19 +581,29 @@ class PosixStore(Store):
         finally:
             ctx.__exit__(None, None, None)
 
-    def append(self, key: str, data: bytes, *, limit: Optional[int] = None) -> str:
-        with self._at(key, create=True) as (dfd, name):
+    def append(self, key: str, data: bytes, *, limit: Optional[int] = None, if_version: Optional[str] = None) -> str:
+        with self._at(key, create=if_version is None) as (dfd, name):
             created = False
             try:
+                if if_version is not None:  # never made: the key must be at that version
+                    raise StoreFailure(StoreError.ALREADY_EXISTS, key, "")
                 fd = self._open_file(dfd, name, key, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL)
                 created = True
             except StoreFailure as e:
                 if e.code != StoreError.ALREADY_EXISTS:
                     raise
-                fd = self._open_file(dfd, name, key, os.O_RDWR | os.O_APPEND)  # read: its last byte
+                try:
+                    fd = self._open_file(dfd, name, key, os.O_RDWR | os.O_APPEND)  # read: its last byte
+                except StoreFailure as e2:
+                    if if_version is None or e2.code != StoreError.NOT_FOUND:
+                        raise
+                    raise StoreFailure(StoreError.PRECONDITION_FAILED, key, "no such file; not made") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)  # one append lands whole even if a write() is partial
-                size = os.fstat(fd).st_size
+                before = os.fstat(fd)
+                if if_version is not None and version_of(before) != if_version:
+                    raise StoreFailure(StoreError.PRECONDITION_FAILED, key, "changed since it was written; not appended")
+                size = before.st_size
                 # sized under the flock every appender takes: appenders that each found room in a
                 # stat never take the key past its limit together (review R2-6)
                 if limit is not None and size and size + len(data) + 1 > limit:
