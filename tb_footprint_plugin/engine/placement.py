@@ -42,10 +42,12 @@ from typing import BinaryIO, Callable, Collection, Iterable, Optional, Tuple
 from tb_footprint_plugin.codes import Failure
 from tb_footprint_plugin.engine.context import Context, TransactionError
 from tb_footprint_plugin.engine.journal import OpJournal, Rec, copying_path
+from tb_footprint_plugin.engine.putback import begins_with
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.files import CHUNK, copy_new, finish_new_file, matches, sha256_file
 from tb_footprint_plugin.storage.regular import open_regular
+from tb_footprint_plugin.storage.store_posix import PosixStore
 
 
 def prefix_sha256(f: BinaryIO, size: int) -> Optional[str]:
@@ -62,10 +64,11 @@ def prefix_sha256(f: BinaryIO, size: int) -> Optional[str]:
 
 def starts_with(path: str, size: int, sha: str) -> bool:
     """Whether the regular file ``path`` holds at least ``size`` bytes and its first ``size``
-    bytes have sha256 ``sha``: the recorded file, perhaps with records appended after it."""
+    bytes have sha256 ``sha``: the recorded file, perhaps with records appended after it
+    (``putback.begins_with``, the rule of every store, over the folder that holds ``path``; its
+    name never followed, a FIFO never opened). False when it cannot be read."""
     try:
-        with open_regular(path) as f:
-            return prefix_sha256(f, size) == sha
+        return begins_with(PosixStore(os.path.dirname(path)), os.path.basename(path), size, sha)
     except OSError:
         return False
 
