@@ -419,7 +419,7 @@ def test_threaded_hashing_reader_bounds_what_waits(tmp_path):
     than the bound too) hash to the file's sha256."""
     import hashlib
 
-    from tb_footprint_plugin.storage.files import ThreadedHashingReader
+    from tb_footprint_plugin.storage.hashing import ThreadedHashingReader
 
     data = random.Random(5).randbytes(5 << 20)
     path = tmp_path / "f"
@@ -441,7 +441,7 @@ def test_hashing_reader_hashes_the_reused_buffers_in_place(tmp_path):
     import hashlib
     import time
 
-    from tb_footprint_plugin.storage.files import ThreadedHashingReader
+    from tb_footprint_plugin.storage.hashing import ThreadedHashingReader
 
     rng = random.Random(9)
     path = tmp_path / "f.tfrecord"
@@ -470,7 +470,7 @@ def test_hashing_reader_hashes_the_reused_buffers_in_place(tmp_path):
 def test_a_failed_hashing_thread_fails_the_pass_instead_of_hanging(tmp_path):
     import threading
 
-    from tb_footprint_plugin.storage.files import ThreadedHashingReader
+    from tb_footprint_plugin.storage.hashing import ThreadedHashingReader
 
     path = tmp_path / "f.tfrecord"
     path.write_bytes(b"".join(frame(bytes(20000)) for _ in range(400)))  # ~8 MB

@@ -218,7 +218,8 @@ def _kept_pass_stats(path: str, name: str) -> EventFileStats:
     """``event_file_stats`` of a local file whose pass a reduce keeps (``scan.passes``): the
     same fold, plus the file's sha256 (on a second core), its records' sizes and CRCs, what
     the fold decoded of each batch, and its small records' bytes (``passes.gather_small``)."""
-    from tb_footprint_plugin.storage.files import CHUNK, ThreadedHashingReader, stat_sig
+    from tb_footprint_plugin.storage.files import CHUNK, stat_sig
+    from tb_footprint_plugin.storage.hashing import ThreadedHashingReader
     from tb_footprint_plugin.storage.regular import open_regular
 
     acc = _Accumulator(name)

@@ -114,7 +114,8 @@ from tb_footprint_plugin.scan.tfrecord import RecordReader, RecordWriter, frame,
 from tb_footprint_plugin.plan.rules import (DASHBOARD_EXACT, DEFAULT_VIEW, DEFAULT_VIEW_EXACT_MODE,
                                             GRAPH_ROUTE_IDENTICAL_MODE, RUST_CAPACITY, Rules)
 from tb_footprint_plugin.storage import scratch
-from tb_footprint_plugin.storage.files import CHUNK, HashingReader, ThreadedHashingReader, fsync_file
+from tb_footprint_plugin.storage.files import CHUNK, fsync_file
+from tb_footprint_plugin.storage.hashing import HashingReader, ThreadedHashingReader
 from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.formats import graph_attrs
 

@@ -52,7 +52,8 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 from tb_footprint_plugin.transforms.gzip_trace import LEVEL, CountingSink
 from tb_footprint_plugin.plan.rules import TraceOptions
-from tb_footprint_plugin.storage.files import CHUNK, HashingReader, fsync_file, sha256_file
+from tb_footprint_plugin.storage.files import CHUNK, fsync_file, sha256_file
+from tb_footprint_plugin.storage.hashing import HashingReader
 from tb_footprint_plugin.storage.regular import open_regular
 
 MAX_VALUE = 256 << 20  # a single JSON value (one trace event, or a header value) larger than this is refused

@@ -362,7 +362,8 @@ def read_facts(path: str, name: Optional[str] = None) -> FileFacts:
     selection pass; this is for callers without one, e.g. ``verify`` of a committed run)."""
     from tb_footprint_plugin.scan import eventfile
     from tb_footprint_plugin.scan.tfrecord import RecordReader
-    from tb_footprint_plugin.storage.files import CHUNK, HashingReader
+    from tb_footprint_plugin.storage.files import CHUNK
+    from tb_footprint_plugin.storage.hashing import HashingReader
     from tb_footprint_plugin.storage.regular import open_regular
 
     name = name or os.path.basename(path)
