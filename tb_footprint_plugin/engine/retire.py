@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import shlex
 import shutil
@@ -58,11 +59,11 @@ from tb_footprint_plugin.engine.context import (
     no_symlink,
     reason_of,
 )
-from tb_footprint_plugin.engine.history import append_history
+from tb_footprint_plugin.engine.history import append_history, disk_log
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec, RunLocked
 from tb_footprint_plugin.engine.placement import copies_begun
-from tb_footprint_plugin.engine.retire_rules import (KIND, refused_names, taken_along, unnamed_runs, unretire_line,
-                                                    unretire_refusal)
+from tb_footprint_plugin.engine.retire_rules import (KIND, refused_names, retire_line, taken_along, unnamed_runs,
+                                                    unretire_line, unretire_refusal)
 from tb_footprint_plugin.engine.retire_tree import (
     OP_ID_RE,
     check_record,
@@ -713,6 +714,12 @@ def finish_unretire(ctx: Context, records: List[dict]) -> str:
     commit of ``LocalUnretire``, as recovery runs them."""
     put = unretire_put_back(ctx, records)
     if put is None:
+        # marked restored before a kill: the restore's manifest and line, written after the mark,
+        # may be missing; each written now, once
+        begin = records[0]
+        vault = Vault(begin["vault"])
+        if record_unretire(ctx, begin, vault, vault.read_manifest(begin["of_op"]), once=True):
+            return "already restored; its record written"
         return "already restored"
     faults.hit("unretire.move")
     return unretire_commit(ctx, *put)
@@ -772,20 +779,60 @@ def unretire_commit(ctx: Context, begin: dict, vault: Vault, m: dict) -> str:
     m["purged_at"] = m["restored_at"]
     vault.write_manifest(m)
     faults.hit("unretire.manifest")
-    vault.write_manifest(one_schema.new(
-        op_id=begin["op_id"], kind="restore", run=m["run"], logdir=ctx.logdir, started_at=begin["t"],
-        finished_at=time.time(), outcome=Outcome.RESTORED, files=[], backup_purged=True, of_op=op_id,
-        vault=vault.root, tool_version=__version__, **who(),
-        **({"logdir_id": begin["logdir_id"]} if begin.get("logdir_id") else {}),
-        restored_files=[f["path"] for f in m["tree"]], tree_sha256=m["tree_sha256"]))
-    # the retired tree went above: nothing of it is kept
-    append_history(ctx.state, unretire_line(m, begin["op_id"], kept=False, **who(), tool_version=__version__))
+    record_unretire(ctx, begin, vault, m)
     return f"{len(m['tree'])} file(s) back byte for byte (tree sha256 {m['tree_sha256'][:12]}… checked)"
+
+
+def record_unretire(ctx: Context, begin: dict, vault: Vault, m: dict, once: bool = False) -> bool:
+    """The restore's own manifest and change-log line, once retirement ``m`` is marked restored by
+    it. ``once`` (a recovery finishing a restore killed after that mark): the manifest written
+    only when missing, the line only when the log has none of it (``ChangeLog.append_once``).
+    Returns whether a line was written."""
+    if not (once and vault.has_manifest(begin["op_id"])):
+        vault.write_manifest(one_schema.new(
+            op_id=begin["op_id"], kind="restore", run=m["run"], logdir=ctx.logdir, started_at=begin["t"],
+            finished_at=time.time(), outcome=Outcome.RESTORED, files=[], backup_purged=True, of_op=m["op_id"],
+            vault=vault.root, tool_version=__version__, **who(),
+            **({"logdir_id": begin["logdir_id"]} if begin.get("logdir_id") else {}),
+            restored_files=[f["path"] for f in m["tree"]], tree_sha256=m["tree_sha256"]))
+    # the retired tree went with the mark: nothing of it is kept
+    line = unretire_line(m, begin["op_id"], kept=False, **who(), tool_version=__version__)
+    if once:
+        return bool(disk_log(ctx.state, create=True).append_once([dict(line, time=time.time())]))
+    append_history(ctx.state, line)
+    return True
 
 
 # ---------------------------------------------------------------------------------------
 # recovery
 # ---------------------------------------------------------------------------------------
+def log_recorded(ctx: Context, begin: dict) -> bool:
+    """The change-log line of retirement ``begin`` (its journal's begin record) whose verified
+    manifest is written, unless the log has it (``ChangeLog.append_once``): its time the
+    manifest's ``finished_at``, when the line would have been written; its numbers and names the
+    manifest's where they are of their type (it is untrusted), else the journal's. A manifest that
+    does not read writes none (status names it). Returns whether it wrote it."""
+    try:
+        m = Vault(begin["vault"]).read_manifest(begin["op_id"])
+    except (OSError, ValueError):
+        return False
+
+    def number(v, default):
+        return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else default
+
+    def text(v):
+        return v if isinstance(v, str) else None
+
+    at = m.get("finished_at")
+    at = float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) and math.isfinite(at) \
+        and 0 < at <= time.time() else time.time()
+    mine = {"op_id": begin["op_id"], "run": begin["run"], "takes_along": begin.get("takes_along") or [],
+            "bytes_before": number(m.get("bytes_before"), begin["bytes"]), "bytes_after": number(m.get("bytes_after"), 0),
+            "user": text(m.get("user")), "host": text(m.get("host"))}
+    line = dict(retire_line(mine, Outcome.VERIFIED, tool_version=text(m.get("tool_version"))), time=at)
+    return bool(disk_log(ctx.state, create=True).append_once([line]))
+
+
 def recover_retire(ctx: Context, records: List[dict]) -> Tuple[str, str]:
     """Settle an unfinished retirement or restore of one; returns (codes.Recovery value, detail)."""
     from tb_footprint_plugin.codes import Recovery
@@ -799,12 +846,15 @@ def recover_retire(ctx: Context, records: List[dict]) -> Tuple[str, str]:
     if retirement_recorded(Vault(begin["vault"]), begin["op_id"]):
         # its verified manifest was written: every file was in the vault and checked; the run is
         # retired, whatever the journal says next (a journal is untrusted: a planted or damaged one
-        # never undoes a recorded retirement, review R11 F2)
-        return Recovery.COMPLETED, "retirement was recorded before the crash"
+        # never undoes a recorded retirement, review R11 F2). A kill between the manifest and its
+        # change-log line left the line unwritten: written now, once
+        detail = "retirement was recorded before the crash"
+        return Recovery.COMPLETED, detail + ("; its change-log line written" if log_recorded(ctx, begin) else "")
     noted = rollback_retire(ctx, records, "interrupted (crash or kill); run put back on recovery")
     return Recovery.ROLLED_BACK, "every file of the run put back" + (f"; {noted}" if noted else "")
 
 
-__all__ = ["retire_run", "LocalRetire", "LocalUnretire", "unretire_put_back", "unretire_commit", "unretire", "finish_unretire", "rollback_retire", "recover_retire",
+__all__ = ["retire_run", "LocalRetire", "LocalUnretire", "unretire_put_back", "unretire_commit", "record_unretire",
+           "unretire", "finish_unretire", "rollback_retire", "log_recorded", "recover_retire",
            "retirements", "retired_now", "is_restorable_retirement", "retired_dir", "tree_sha256", "inventory",
            "RETIRE_STEPS", "UNRETIRE_STEPS"]
