@@ -185,7 +185,8 @@ def purge(layouts: Sequence[PurgeLayout], which: PurgeFilter, *, yes: bool, canc
                 report.ops += rows
             report.ops += finished
         report.kept += kept
-        report.refused += layout.refused()
+    # what was refused, as it stands once every layout has run
+    report.refused = [r for layout in layouts for r in layout.refused()]
     report.freed_bytes = sum(r["bytes"] for r in report.ops)
     report.originals_lost = sum(int(r.get("originals") or 0) for r in report.ops)
     return report
