@@ -1,5 +1,6 @@
 """Purge as one transaction on the one driver (issue #26): a purge of a disk's vault is
-``purge.LocalPurge`` and of a bucket's ``bucket_purge.ObjectPurge``, each run by
+the one ``txn.Purge`` over ``purge.DiskBackups`` and of a bucket's over ``bucket_purge.BucketCopies``
+(``engine.purge_run``), each run by
 ``engine.txn.run`` in the order of ``txn.STEPS``. Its intent (a disk: each operation's ``purge``
 record in its log; a bucket: each manifest marked purged) is its commit record, written right
 after the driver's last cancel check: a cancel before it deletes nothing and records nothing (the
@@ -76,7 +77,7 @@ def _local_state(logdir):
     return out
 
 
-def test_a_local_purge_is_a_LocalPurge_run_by_the_driver_step_by_step(tmp_path, monkeypatch):
+def test_a_local_purge_is_the_one_Purge_run_by_the_driver_step_by_step(tmp_path, monkeypatch):
     """The driver's steps in order: nothing before the swap record, the intents as the swap
     record (``purge.intent`` right after), each blob deleted in the swap, each manifest marked
     in the commit."""
@@ -149,7 +150,7 @@ def _bucket_state(bucket):
     return {k: v for k, v in bucket.hashes("logs").items() if k.startswith(STATE)}
 
 
-def test_a_bucket_purge_is_an_ObjectPurge_run_by_the_driver_with_the_requests_it_always_made(
+def test_a_bucket_purge_is_the_one_Purge_run_by_the_driver_with_the_requests_it_always_made(
         s3_bucket, tmp_path, monkeypatch):
     """The driver's steps in order (the marks as the swap record, ``purge.intent`` right after,
     each operation's copies deleted in the swap), and the requests of the purge itself as before

@@ -1,5 +1,5 @@
 """The purge of retired runs on a disk is one transaction on the one driver (issue #26 item 2):
-``retire_purge.LocalRetiredPurge``, a ``txn.Purge`` run by ``engine.txn.run``. Its intent (each
+the one ``txn.Purge`` over ``retire_purge.DiskRetired`` (``engine.purge_run``), run by ``engine.txn.run``. Its intent (each
 retirement's manifest marked purged, the record the purge always wrote) is its commit record:
 a cancel that arrives before it deletes nothing and records nothing, one after it does not stop
 the purge; ``purge.intent`` fires right after the marks and ``purge.blob`` after each retired
@@ -56,7 +56,7 @@ def _purge_lines(logdir):
     return sorted(e["run"] for e in api.history(str(logdir)) if e["kind"] == "purge")
 
 
-def test_a_retired_purge_is_a_LocalRetiredPurge_run_by_the_driver_step_by_step(tmp_path, monkeypatch):
+def test_a_retired_purge_is_the_one_Purge_run_by_the_driver_step_by_step(tmp_path, monkeypatch):
     """Nothing before the swap record, the marks as the swap record (``purge.intent`` right
     after), each retired run's files deleted in the swap (``purge.blob`` after each), the change
     log in the commit. Before, ``purge_retired`` ordered its own steps, off the driver."""
