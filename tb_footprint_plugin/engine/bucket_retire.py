@@ -76,10 +76,11 @@ from tb_footprint_plugin.engine.bucket_putback import ObjectPutBack
 from tb_footprint_plugin.engine.bucket_restore import holds_original, restore_journal, start_journal
 from tb_footprint_plugin.engine.bucket_steps import backup_object, copy_matches, finish_op, journal_started, stream_digest
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id
+from tb_footprint_plugin.engine.history import append_rolled_back
 from tb_footprint_plugin.engine.journal import Rec
 from tb_footprint_plugin.engine.journal_object import ObjectJournal, journal_entries
-from tb_footprint_plugin.engine.retire_rules import (KIND, refused_names, restorable_retirements, taken_along,
-                                                    unnamed_runs, unretire_refusal)
+from tb_footprint_plugin.engine.retire_rules import (KIND, RECOVERED_REASON, refused_names, restorable_retirements,
+                                                    retire_line, taken_along, unnamed_runs, unretire_refusal)
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.storage.paths import is_sha256
@@ -334,6 +335,8 @@ class ObjectRetire(txn.Txn):
             out.status, out.code = Outcome.FAILED, self.code
             return
         held = rollback(self.ostore, self.vault, self.jnl.doc, deleted=committed)
+        # its change-log line before the journal goes (a kill in between: recovery writes it once)
+        append_rolled_back(self.st.logdir_store(), [rolled_back_line(self.jnl.doc, self.out.reason)], [self.out])
         must_close(self.jnl)
         self.jnl = None
         out.status = Outcome.SKIPPED if isinstance(self.code, Skip) else Outcome.ROLLED_BACK
@@ -497,7 +500,22 @@ def settle(ostore: ObjectStore, vault: BucketVault, journal: ObjectJournal) -> T
     detail = f"stopped at step {journal.step_name}; every object of the run put back"
     if held:
         detail += f"; {len(held)} written again meanwhile keep their originals in the vault, e.g. {held[0]}"
-    return Recovery.ROLLED_BACK, detail
+    # its line, once (the process may have written it before it was killed), as a disk's recovery
+    unwritten = append_rolled_back(BucketState.of(ostore).logdir_store(), [rolled_back_line(doc, RECOVERED_REASON)],
+                                   once=True)
+    return Recovery.ROLLED_BACK, detail + (f"; {unwritten}" if unwritten else "")
+
+
+def rolled_back_line(doc: dict, reason: Optional[str]) -> dict:
+    """The change-log line of a retirement rolled back (``retire_rules.retire_line``, a disk's):
+    the run as big as it was, nothing kept. Its journal is untrusted: a size that is no count
+    counts nothing."""
+    en = journal_entries(doc)[0]
+    total = sum(f["size"] for f in en.get("files") or [] if isinstance(f, dict) and isinstance(f.get("size"), int)
+                and not isinstance(f.get("size"), bool) and f["size"] >= 0)
+    m = {"op_id": en.get("op"), "run": en.get("run"), "takes_along": doc.get("takes_along"), "bytes_before": total,
+         "bytes_after": total, **who()}
+    return dict(retire_line(m, Outcome.ROLLED_BACK, reason, tool_version=__version__), time=time.time())
 
 
 def unretire(ostore: ObjectStore, vault: BucketVault, m: dict, resume: bool = False) -> RunOutcome:
@@ -662,4 +680,4 @@ def retirements(manifests: List[dict]) -> List[dict]:
 
 
 __all__ = ["retire_run", "ObjectRetire", "unretire", "ObjectUnretire", "settle", "rollback", "retirements", "is_retire_journal", "journal_runs",
-           "stored_key", "manifest_doc", "RETIRE_STEPS", "UNRETIRE_STEPS", "UNRETIRE_KIND"]
+           "stored_key", "manifest_doc", "rolled_back_line", "RETIRE_STEPS", "UNRETIRE_STEPS", "UNRETIRE_KIND"]

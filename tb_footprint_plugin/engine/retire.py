@@ -62,7 +62,7 @@ from tb_footprint_plugin.engine.context import (
 from tb_footprint_plugin.engine.history import append_history, disk_log
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec, RunLocked
 from tb_footprint_plugin.engine.placement import copies_begun
-from tb_footprint_plugin.engine.retire_rules import (KIND, refused_names, retire_line, taken_along, unnamed_runs,
+from tb_footprint_plugin.engine.retire_rules import (KIND, RECOVERED_REASON, refused_names, retire_line, taken_along, unnamed_runs,
                                                     unretire_line, unretire_refusal)
 from tb_footprint_plugin.engine.retire_tree import (
     OP_ID_RE,
@@ -850,7 +850,7 @@ def recover_retire(ctx: Context, records: List[dict]) -> Tuple[str, str]:
         # change-log line left the line unwritten: written now, once
         detail = "retirement was recorded before the crash"
         return Recovery.COMPLETED, detail + ("; its change-log line written" if log_recorded(ctx, begin) else "")
-    noted = rollback_retire(ctx, records, "interrupted (crash or kill); run put back on recovery")
+    noted = rollback_retire(ctx, records, RECOVERED_REASON)
     return Recovery.ROLLED_BACK, "every file of the run put back" + (f"; {noted}" if noted else "")
 
 

@@ -31,6 +31,8 @@ from tb_footprint_plugin.storage.paths import is_op_id
 
 #: a retirement's ``kind`` in its journal and manifest, on every store
 KIND = "retire"
+#: the reason of a retirement recovery rolled back (its history line's), on every store
+RECOVERED_REASON = "interrupted (crash or kill); run put back on recovery"
 
 
 def _parts(name: str) -> List[str]:
@@ -154,6 +156,6 @@ def unretire_line(m: dict, restore_op: Optional[str], *, kept: bool, user: Optio
             "user": user, "host": host, "tool_version": tool_version}
 
 
-__all__ = ["KIND", "refused_names", "nested_runs", "unnamed_runs", "is_restorable_retirement", "retirements",
+__all__ = ["KIND", "RECOVERED_REASON", "refused_names", "nested_runs", "unnamed_runs", "is_restorable_retirement", "retirements",
            "restorable_retirements", "taken_along", "takes_out", "retired_now", "unretire_refusal", "retired_row",
            "retire_line", "unretire_line"]

@@ -2,17 +2,23 @@
 ``retire_rules.retire_line`` / ``unretire_line``): a disk appends them to its change log, a bucket
 builds its entries from the manifests with them. The same fields and words on a folder and on the
 three bucket servers: the retirement's reason names the nested runs it took along, the restore is
-named by its own op id (the one its outcome gives) with ``of_op`` the retirement restored."""
+named by its own op id (the one its outcome gives) with ``of_op`` the retirement restored; a
+retirement rolled back on recovery has its ``rolled_back`` line on every store, once."""
 import itertools
 from contract_stores import KINDS, buckets, logdir_on  # noqa: F401 - fixtures
 from pathlib import Path
 
 import pytest
 
+from helpers_crash import Killed, kill
 from tb_footprint_plugin import api, synth
-from tb_footprint_plugin.codes import Outcome
+from tb_footprint_plugin.codes import Outcome, Recovery
+from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.front import open_engine
+from tb_footprint_plugin.engine.retire_rules import RECOVERED_REASON
 from tb_footprint_plugin.version import __version__
+
+pytestmark = pytest.mark.usefixtures("disarm_faults")
 
 _n = itertools.count()
 
@@ -72,3 +78,22 @@ def test_a_retirement_taking_nothing_along_gives_no_reason(store, logdir):
     assert o.status == Outcome.VERIFIED, o.to_dict()
     (line,) = [e for e in api.history(url) if e["kind"] == "retire"]
     assert (line["op_id"], line["reason"]) == (o.op_id, None), line
+
+
+@pytest.mark.parametrize("store", KINDS)
+def test_a_retirement_rolled_back_on_recovery_has_one_line_on_every_store(store, logdir):
+    """Killed with every file in the vault, nothing deleted: the next start puts the run back and
+    its line says so (a bucket's recovery wrote none), once."""
+    url = logdir(store)
+    faults.arm("retire.move", kill)
+    with pytest.raises(Killed):
+        open_engine(url, quiet_period=0).retire_run("b", takes_along=[], rule={"run_glob": "b"}, quiet_period=0)
+    faults.disarm_all()
+    outs = api.recover_logdir(url)
+    assert [o.action for o in outs] == [Recovery.ROLLED_BACK], [vars(o) for o in outs]
+    (line,) = [e for e in api.history(url) if e["kind"] == "retire"]
+    assert _fields(line) == LINE, line
+    assert (line["op_id"], line["run"], line["outcome"], line["verified"], line["backup_kept"]) == \
+        (outs[0].op_id, "b", "rolled_back", False, False), line
+    assert line["reason"] == RECOVERED_REASON and line["before"] == line["after"] > 0, line
+    assert api.recover_logdir(url) == [] and len([e for e in api.history(url) if e["kind"] == "retire"]) == 1
