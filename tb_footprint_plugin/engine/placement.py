@@ -118,11 +118,14 @@ def put_in_place(strategy: SwapStrategy, journal: Optional[OpJournal], rec: dict
     unless ``begun`` (the paths already named: an earlier attempt's records, ``copies_begun``)
     or this journal's own records name it (``OpJournal.copying_paths``, kept by the journal as it
     writes: the module doc, once per path). ``new_name``: a name
-    found free (a salvage file), never one whose standing file may be unlinked. Refused
+    found free (a salvage file), never one whose standing file may be unlinked nor replaced: taken
+    create-only, ``FileExistsError`` when a file stands there (made since it was found free) and
+    nothing changed at it (``fsops.rename_new``, or ``copy_over``'s exclusive copy). Refused
     (``TransactionError``, ``Failure.REFUSED``, naming the path) where the folder does not rename
     and there is no ``journal``: asked before anything is done."""
     if strategy.renames:
-        return fsops.replace
+        # a new name is taken create-only: a file made there since it was found free is never replaced
+        return fsops.rename_new if new_name else fsops.replace
     if journal is None:
         raise TransactionError(f"{rec['path']}: this folder does not rename atomically and no journal records the "
                                "copy that would put it in place (a partial copy could not be told apart); left as "
@@ -211,30 +214,40 @@ def place_at_free_name(ctx: Context, name_of: Callable[[int], str], source: str,
                        meta: dict, reuse: bool = False) -> Tuple[str, bool]:
     """``source``'s bytes (``s``: ``sha256``, ``size``) put at the first name ``name_of(k)``
     (logdir-relative, k = 1, 2, …) they may take, ``put_in_place(new_name=True)``, ``source``
-    gone after; returns (that name, whether they were placed now). A name is taken when nothing
-    stands there, or when a ``copying`` record names it (``begun``) and ``resume_copy`` settles
-    it (``meta``: the copy's mode, mtime and owner): holding the bytes whole it is the answer and
-    only ``source`` goes; holding their beginning it is emptied and copied to again. ``reuse``: a
-    name no record names holding the bytes whole is the answer too (an earlier attempt's rename:
-    only its bytes tell it). ``s`` None (only where the strategy renames: no hash asked, and a
-    rename leaves no partial copy to resume): the first free name."""
+    gone after; returns (that name, whether they were placed now). Each name is taken
+    create-only (a rename tries it with no look first; a copy, which journals its ``copying``
+    record first, only where an lstat finds it free): a file made at a name found free is never
+    replaced (invariant 1). A taken name is the answer only with ``reuse`` and holding the bytes
+    whole (an earlier attempt's rename: only its bytes tell it; only ``source`` goes), else the
+    walk goes on. A name a ``copying`` record names
+    (``begun``) is settled by ``resume_copy`` first (``meta``: the copy's mode, mtime and owner):
+    holding the bytes whole it is the answer and only ``source`` goes; holding their beginning it
+    is emptied and copied to again. ``s`` None (only where the strategy renames: no hash asked, and
+    a rename leaves no partial copy to resume): the first free name."""
     k = 1
     while True:
         name = name_of(k)
         p = ctx.abs(name)
-        if not os.path.lexists(p):
-            break
-        if s is not None:
-            got = resume_copy(p, s, lambda q: partial_copy(q, source, s), meta) if name in begun else \
-                IN_PLACE if reuse and matches(p, s["sha256"], s["size"]) else None
+        if s is not None and name in begun:
+            got = resume_copy(p, s, lambda q: partial_copy(q, source, s), meta)
             if got == IN_PLACE:
                 fsops.unlink(source)
                 return name, False
-            if got == AGAIN:
-                break
+            taken = got is None and os.path.lexists(p)
+        else:
+            # a copy journals its ``copying`` record before its exclusive create: only at a name
+            # that looks free, so no record names a file that was never the copy's
+            taken = not strategy.renames and os.path.lexists(p)
+        if not taken:
+            try:
+                put_in_place(strategy, journal, {"path": name, **(s or {})}, new_name=True, begun=begun)(source, p)
+                return name, True
+            except FileExistsError:
+                pass  # made since it was found free: kept, as a file at any taken name is
+        if reuse and s is not None and name not in begun and matches(p, s["sha256"], s["size"]):
+            fsops.unlink(source)
+            return name, False
         k += 1
-    put_in_place(strategy, journal, {"path": name, **(s or {})}, new_name=True, begun=begun)(source, p)
-    return name, True
 
 
 __all__ = ["prefix_sha256", "starts_with", "copy_over", "finish_copied", "put_in_place", "copies_begun", "partial_copy",

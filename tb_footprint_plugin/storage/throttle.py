@@ -8,8 +8,11 @@ them. Unset (the default), a wrapper costs one ``is None`` test.
 """
 from __future__ import annotations
 
+import errno
+import functools
 import math
 import os
+import sys
 import threading
 import time
 from typing import Optional
@@ -94,6 +97,48 @@ def unlink(path):
     return os.unlink(path)
 
 
+#: renameat2's flag: fail with EEXIST rather than replace what stands at the new name
+_RENAME_NOREPLACE = 1
+_AT_FDCWD = -100
+
+
+@functools.lru_cache(maxsize=1)
+def _renameat2():
+    """libc's ``renameat2`` (Linux, glibc 2.28+), or None where there is none."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def rename_new(src, dst) -> None:
+    """Move ``src`` to ``dst`` only where nothing stands at ``dst``: ``FileExistsError`` when
+    something does, and nothing moved (a name found free may be taken before the move: the move
+    itself is the check). One ``renameat2(RENAME_NOREPLACE)`` where the kernel and the file
+    system have it (atomic); else a hard link, then ``src`` unlinked (a crash between leaves both
+    names on one inode: nothing lost). Neither follows a link at ``src``."""
+    op()
+    fn = _renameat2()
+    if fn is not None:
+        import ctypes
+
+        if fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+            return
+        e = ctypes.get_errno()
+        if e not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):  # not "this file system cannot"
+            raise OSError(e, os.strerror(e), os.fspath(src), None, os.fspath(dst))
+    os.link(src, dst, follow_symlinks=False)
+    op()
+    os.unlink(src)
+
+
 def rmdir(path):
     op()
     return os.rmdir(path)
@@ -109,5 +154,5 @@ def os_open(path, flags, mode=0o777):
     return os.open(path, flags, mode)
 
 
-__all__ = ["TokenBucket", "configure", "limit", "op", "lstat", "stat", "scandir", "listdir", "replace", "unlink",
-           "rmdir", "link", "os_open"]
+__all__ = ["TokenBucket", "configure", "limit", "op", "lstat", "stat", "scandir", "listdir", "replace",
+           "rename_new", "unlink", "rmdir", "link", "os_open"]
