@@ -407,20 +407,28 @@ def _salvage_object(ostore: ObjectStore, path: str, data: bytes, present: Dict[s
     """Write ``data`` (whole records) as the next free ``<path>.salvaged-NNN`` (create-only); one
     an earlier, interrupted restore wrote with exactly these bytes is reused."""
     md5 = base64.b64encode(hashlib.md5(data).digest()).decode("ascii")
-    k = 1
-    while True:
-        name = salvage_name(path, k)  # one rule for every store: fits NAME_MAX where the store has one
-        info = present.get(name) or BucketState.of(ostore).head(ostore.path(name))
-        if info is None:
-            try:
-                BucketState.of(ostore).put(ostore.path(name), data, if_absent=True)
-                return name
-            except StoreFailure as e:
-                if e.code != StoreError.ALREADY_EXISTS:
-                    raise
-                info = BucketState.of(ostore).head(ostore.path(name))
-        if info is not None and info.size == len(data) and \
-                same_content(content_checksums(info), {"md5": md5}) and \
-                BucketState.of(ostore).read_bytes(ostore.path(name), limit=len(data)) == data:
-            return name
-        k += 1
+    state = BucketState.of(ostore)
+    seen: Dict[str, Optional[ObjectInfo]] = {}  # what the listing or a head said of each name
+
+    def looks_free(name: str) -> bool:
+        seen[name] = present.get(name) or state.head(ostore.path(name))
+        return seen[name] is None
+
+    def place(name: str) -> bool:
+        try:
+            state.put(ostore.path(name), data, if_absent=True)
+        except StoreFailure as e:
+            if e.code != StoreError.ALREADY_EXISTS:
+                raise
+            seen[name] = state.head(ostore.path(name))  # made since the look: kept, never replaced
+            return False
+        return True
+
+    def holds(name: str) -> bool:
+        info = seen.get(name)
+        return info is not None and info.size == len(data) and \
+            same_content(content_checksums(info), {"md5": md5}) and \
+            state.read_bytes(ostore.path(name), limit=len(data)) == data
+
+    # the walk is every store's (``putback.at_free_name``); salvage_name fits NAME_MAX where the store has one
+    return putback.at_free_name(lambda k: salvage_name(path, k), place, holds, looks_free)[0]

@@ -42,7 +42,7 @@ from typing import BinaryIO, Callable, Collection, Iterable, Optional, Tuple
 from tb_footprint_plugin.codes import Failure
 from tb_footprint_plugin.engine.context import Context, TransactionError
 from tb_footprint_plugin.engine.journal import OpJournal, Rec, copying_path
-from tb_footprint_plugin.engine.putback import begins_with
+from tb_footprint_plugin.engine.putback import at_free_name, begins_with
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.files import CHUNK, copy_new, finish_new_file, matches, sha256_file
@@ -223,31 +223,38 @@ def place_at_free_name(ctx: Context, name_of: Callable[[int], str], source: str,
     (``begun``) is settled by ``resume_copy`` first (``meta``: the copy's mode, mtime and owner):
     holding the bytes whole it is the answer and only ``source`` goes; holding their beginning it
     is emptied and copied to again. ``s`` None (only where the strategy renames: no hash asked, and
-    a rename leaves no partial copy to resume): the first free name."""
-    k = 1
-    while True:
-        name = name_of(k)
+    a rename leaves no partial copy to resume): the first free name. The walk is every store's
+    (``putback.at_free_name``); the looks, the placement and the reuse are the folder's."""
+    resumed: set = set()  # names a copy a kill began stands at whole, now given its metadata
+
+    def looks_free(name: str) -> bool:
         p = ctx.abs(name)
         if s is not None and name in begun:
             got = resume_copy(p, s, lambda q: partial_copy(q, source, s), meta)
             if got == IN_PLACE:
-                fsops.unlink(source)
-                return name, False
-            taken = got is None and os.path.lexists(p)
-        else:
-            # a copy journals its ``copying`` record before its exclusive create: only at a name
-            # that looks free, so no record names a file that was never the copy's
-            taken = not strategy.renames and os.path.lexists(p)
-        if not taken:
-            try:
-                put_in_place(strategy, journal, {"path": name, **(s or {})}, new_name=True, begun=begun)(source, p)
-                return name, True
-            except FileExistsError:
-                pass  # made since it was found free: kept, as a file at any taken name is
-        if reuse and s is not None and name not in begun and matches(p, s["sha256"], s["size"]):
-            fsops.unlink(source)
-            return name, False
-        k += 1
+                resumed.add(name)
+                return False
+            return got == AGAIN or not os.path.lexists(p)
+        # a copy journals its ``copying`` record before its exclusive create: only at a name that
+        # looks free, so no record names a file that was never the copy's; a rename looks by moving
+        return strategy.renames or not os.path.lexists(p)
+
+    def place(name: str) -> bool:
+        try:
+            put_in_place(strategy, journal, {"path": name, **(s or {})}, new_name=True, begun=begun)(
+                source, ctx.abs(name))
+        except FileExistsError:
+            return False  # made since it was found free: kept, as a file at any taken name is
+        return True
+
+    def holds(name: str) -> bool:
+        return name in resumed or (reuse and s is not None and name not in begun
+                                   and matches(ctx.abs(name), s["sha256"], s["size"]))
+
+    name, placed = at_free_name(name_of, place, holds, looks_free)
+    if not placed:
+        fsops.unlink(source)
+    return name, placed
 
 
 __all__ = ["prefix_sha256", "starts_with", "copy_over", "finish_copied", "put_in_place", "copies_begun", "partial_copy",

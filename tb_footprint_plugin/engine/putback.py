@@ -9,6 +9,9 @@ rules of a put-back that neither a disk's (``engine.restore``) nor a bucket's
   back and what of the reduction's output it removes;
 - **a grown file still begins with the recorded bytes** (``begins_with``): the first bytes of
   what stands at a key (or of the copy kept of it) hash to the reduced or backed-up bytes';
+- **a file set beside another takes the first free name** (``at_free_name``: a salvage file's
+  ``<file>.salvaged-NNN``, a writer's file set aside): walk k = 1, 2, …; a create-only write
+  at a name that looks free; a taken name reused only where it holds exactly these bytes;
 - **a grown file's complete records** (``copy_late_records``): what a resumed writer added
   after the reduced bytes goes back into the run record by record (framing and CRCs checked
   by ``scan.tfrecord``); a trailing partial record stays only in the copy kept in the vault;
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-from typing import BinaryIO, List, Mapping, Optional
+from typing import BinaryIO, Callable, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.scan.tfrecord import RecordReader
@@ -108,6 +111,25 @@ def _prefix_is(r, size: int, sha: str) -> bool:
         h.update(b)
         left -= len(b)
     return h.hexdigest() == sha
+
+
+def at_free_name(name_of: Callable[[int], str], place: Callable[[str], bool], holds: Callable[[str], bool],
+                 looks_free: Callable[[str], bool] = lambda name: True) -> Tuple[str, bool]:
+    """The one free-name rule of every store: the first name ``name_of(k)`` (k = 1, 2, …) these
+    bytes may take, and whether they were written there now. At a name that looks free
+    (``looks_free``: a listing, a head, an lstat; where the create-only write is its own look,
+    always) they are written create-only (``place``: False when the name is taken, nothing
+    written there: a thing made at the name since the look is never replaced); a taken name is
+    the answer only where it holds exactly these bytes (``holds``: an earlier, interrupted
+    attempt's), else the walk goes on."""
+    k = 1
+    while True:
+        name = name_of(k)
+        if looks_free(name) and place(name):
+            return name, True
+        if holds(name):
+            return name, False
+        k += 1
 
 
 def copy_late_records(src: BinaryIO, start: int, size: int, sink, name: str) -> dict:
