@@ -1223,7 +1223,8 @@ def _shown(name: str) -> str:
 def cmd_history(args) -> int:
     from tb_footprint_plugin import api
 
-    entries = api.history(args.logdir, backup_dir=getattr(args, "backup_dir", None))
+    entries = api.history(args.logdir, backup_dir=getattr(args, "backup_dir", None),
+                          newest=getattr(args, "last", None))
     if args.csv:  # times as ISO 8601 with the UTC offset, what spreadsheets and pandas parse
         sys.stdout.write(api.history_csv([dict(e, time=_iso(e.get("time"))) for e in entries]))
     elif args.json:
@@ -1629,8 +1630,11 @@ def _recover_parser(sub) -> None:
 def _history_parser(sub) -> None:
     s = _verb(sub, "history", "the change log",
               "Every reduce, restore and purge of the logdir, oldest first.",
-              "tb-footprint history runs\ntb-footprint history runs --csv > changes.csv")
+              "tb-footprint history runs\ntb-footprint history runs --last 20\n"
+              "tb-footprint history runs --csv > changes.csv")
     s.add_argument("logdir", help="the TensorBoard logdir")
+    s.add_argument("--last", type=_arg(_number(_whole, 1)), default=None, metavar="N",
+                   help="only the newest N entries, oldest first (at least 1; without it, every entry)")
     s.add_argument("--csv", action="store_true", help="CSV output")
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=cmd_history)

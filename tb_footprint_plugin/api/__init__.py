@@ -65,7 +65,8 @@ from tb_footprint_plugin.api.common import DEFAULT_BACKENDS, RunProgress
 from tb_footprint_plugin.api.settle import (Interrupted, interrupted_state, pending_operations, recover_logdir,
                                             settle_interrupted, unfinished)
 from tb_footprint_plugin.api.reports import reduce_summary, ReduceReport, restore_summary
-from tb_footprint_plugin.api.records import disk_numbers, history, kept_blobs, operation, operations, status
+from tb_footprint_plugin.api.records import (disk_numbers, history, history_page, kept_blobs, operation, operations,
+                                              status)
 from tb_footprint_plugin.api.survey import (check_logdir, confirmed_digests, hold_to_confirmed, ledger_skips,
                                             NotALogdir, plan, plan_digest, select_runs, selection_by_logdir,
                                             shard_plan, shard_sizes)
@@ -76,7 +77,7 @@ from tb_footprint_plugin.api.retirement import retire, retire_plan, retire_rule,
 
 __all__ = [
     "scan", "plan", "reduce_logdir", "reduce_logdirs", "selection_by_logdir", "shard_plan", "shard_sizes",
-    "ShardError", "verify", "restore", "purge", "status", "history", "UNATTRIBUTED", "recover_logdir",
+    "ShardError", "verify", "restore", "purge", "status", "history", "history_page", "UNATTRIBUTED", "recover_logdir",
     "unfinished", "pending_operations", "operation", "operations", "ReduceReport", "PurgeReport",
     "CancelToken", "summarize_operations", "operation_summary", "plan_run_view", "category_changes",
     "dashboards_note", "dashboards_summary", "labels_for", "sample", "SampleUnavailable", "custom_policy",

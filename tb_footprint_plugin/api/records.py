@@ -50,7 +50,7 @@ def disk_numbers(logdir: str, backup_dir: Optional[str] = None) -> dict:
     return open_engine(logdir, backup_dir).disk_numbers()
 
 
-def history(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:
+def history(logdir: str, backup_dir: Optional[str] = None, *, newest: Optional[int] = None) -> List[dict]:
     """The change log, oldest first. Each reduce entry says where its backup is now
     (``backup``: ``kept``, ``purged`` or ``released`` — dropped by a verified restore — or ``none``)
     and ``removed_from_logdir_bytes``, and how much of that is freed on the logdir's disk now
@@ -58,9 +58,18 @@ def history(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:
     (``freed_after_purge_bytes``), as things stand when read; purge entries carry ``freed`` (bytes freed on disk); a restore
     (or rolled-back reduce) that kept bytes found in a file's place carries ``kept_blobs`` (as in
     ``status``). Every entry carries ``code``: the outcome's code where its operation recorded one
-    (a rolled-back reduce's failure, a restore that kept bytes in the vault), else None."""
-    entries = open_engine(logdir, backup_dir, lazy=True).history()
+    (a rolled-back reduce's failure, a restore that kept bytes in the vault), else None.
+    ``newest``: only the newest that many (``history_page``)."""
+    return history_page(logdir, backup_dir, newest=newest)["entries"]
+
+
+def history_page(logdir: str, backup_dir: Optional[str] = None, *, newest: Optional[int] = None) -> dict:
+    """``entries``: ``history``'s (all, or the newest ``newest``, oldest first) and ``total``: how
+    many entries the change log holds in all. A local logdir's newest are read a block of the log
+    at a time, holding only ``newest`` entries, and only those are given their backup state (the
+    tab's Activity page at 100,000 runs, issue #28); a bucket's history is built whole, then cut."""
+    entries, total = open_engine(logdir, backup_dir, lazy=True).history_page(newest)
     for e in entries:
         # lines are untrusted: a code is a string or nothing
         e["code"] = e.get("code") if isinstance(e.get("code"), str) else None
-    return entries
+    return {"entries": entries, "total": total}

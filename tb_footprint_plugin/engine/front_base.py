@@ -93,6 +93,11 @@ class Engine(ABC):
     def history(self) -> List[dict]:
         """The change log, oldest first (the entries ``api.history`` documents)."""
 
+    @abstractmethod
+    def history_page(self, newest: Optional[int] = None) -> Tuple[List[dict], int]:
+        """``history``'s entries (all, or the newest ``newest``, oldest first) and how many there
+        are in all (what ``api.history_page`` returns)."""
+
     # -- backups -----------------------------------------------------------------------------
     @abstractmethod
     def recheck(self, run: Optional[str], op: Optional[str],

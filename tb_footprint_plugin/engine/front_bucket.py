@@ -210,6 +210,15 @@ class BucketEngine(Engine):
         held = self._unreduced()
         return [e for e in found if e.get("op_id") not in held]
 
+    def history_page(self, newest: Optional[int] = None) -> Tuple[List[dict], int]:
+        """Differs: ``history`` whole, then cut to the newest (a bucket's history is built from
+        its manifests and change-log lines in memory: not constant-memory here)."""
+        entries = self.history()
+        total = len(entries)
+        if newest is not None:
+            entries = entries[max(0, total - newest):] if newest > 0 else []
+        return entries, total
+
     # -- backups -----------------------------------------------------------------------------
     def recheck(self, run: Optional[str], op: Optional[str],
                 progress: Optional[Callable[[dict, int, int], None]] = None,

@@ -259,7 +259,12 @@ class LocalEngine(Engine):
         """Read from the change log of the state folder; when the logdir is refused (not a folder,
         a backup dir inside it) the entries come without the backups' state (``backup``:
         ``unknown``)."""
-        return history_view(self.logdir, lambda: self.ctx)
+        return history_view(self.logdir, lambda: self.ctx)[0]
+
+    def history_page(self, newest: Optional[int] = None) -> Tuple[List[dict], int]:
+        """The newest entries read a block at a time (``ChangeLog.newest``): a block of the log
+        and ``newest`` entries held, and only those given their backup state."""
+        return history_view(self.logdir, lambda: self.ctx, newest)
 
     # -- reduce (what ``api.reduce`` drives) -----------------------------------------------------
     @property

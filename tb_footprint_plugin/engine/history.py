@@ -44,6 +44,7 @@ from __future__ import annotations
 import csv
 import errno
 import hashlib
+import heapq
 import io
 import json
 import math
@@ -460,6 +461,38 @@ class ChangeLog:
         out.sort(key=lambda e: e["time"])  # stable: one file's entries of one time stay in order
         return out
 
+    def newest(self, n: int) -> Tuple[List[dict], int]:
+        """The newest ``n`` entries of every log (oldest first) and how many entries there are in
+        all: the last ``n`` of ``read``, in its order (by time; entries of one time in the order
+        the logs are read and each log's line order), by its rules (damaged lines skipped, sealed
+        logs, a seal cut short read once, an oversize log to its limit). Each log is read and
+        parsed a block at a time (``_walk``) and only the ``n`` newest entries are kept, in a
+        bounded heap: what the tab's Activity page and ``history --last`` show of a log of
+        100,000 runs' lines (issue #28) costs a block and ``n`` entries, not every line as dicts."""
+        kept: List[Tuple[float, int, int, dict]] = []
+        total = 0
+        listed = self._listed()
+        sealed, heads = self._sealed_of(listed), {}
+        for i, key in enumerate(self._sealed_twice([k for k, _e in listed])):
+            def each(log: JsonLines, repeated: int, i: int = i) -> None:
+                nonlocal total
+                for rec, line in zip(log.records, log.lines):
+                    if line <= repeated or not _timed(rec):
+                        continue  # read from the sealed log that holds it / no entry
+                    total += 1
+                    if n <= 0:
+                        continue
+                    # (time, log, line): read's order, unique, so the entries are never compared
+                    item = (rec["time"], i, line, rec)
+                    if len(kept) < n:
+                        heapq.heappush(kept, item)
+                    elif item[:3] > kept[0][:3]:
+                        heapq.heapreplace(kept, item)
+
+            self._walk(key, sealed, heads, each)
+        kept.sort(key=lambda item: item[:3])
+        return [item[3] for item in kept], total
+
     def damage(self) -> List[Untrusted]:
         """The damaged lines of every log (``trust.DAMAGED_LINE``: file and line; a planted
         oversize log ``DAMAGED_FILE``)."""
@@ -688,10 +721,21 @@ def read_history(state: str) -> List[dict]:
     time are skipped (a damaged line costs only itself: ``history_damage`` names it). A state
     folder or history file this user may not read raises ``vault_reads.StateUnreadable`` naming
     it: never an empty log (review R16 F16)."""
+    return read_history_page(state)[0]
+
+
+def read_history_page(state: str, newest: Optional[int] = None) -> Tuple[List[dict], int]:
+    """``read_history``'s entries (all, or the newest ``newest``: ``ChangeLog.newest``, read a
+    block at a time) and how many there are in all; raises as ``read_history`` does."""
     refuse_unreadable(state)
     log = disk_log(state)
     try:
-        return log.read() if log else []
+        if log is None:
+            return [], 0
+        if newest is None:
+            entries = log.read()
+            return entries, len(entries)
+        return log.newest(newest)
     except StoreFailure as e:
         if e.code == StoreError.PERMISSION:
             path = os.path.join(state, e.key) if e.key else state
@@ -864,4 +908,4 @@ def _follow(log: ChangeLog, key: str) -> List[dict]:
 
 __all__ = ["BUCKET_WORKERS", "CSV_FIELDS", "ChangeLog", "HISTORY", "HISTORY_NAME", "StateFolder", "append_history", "append_rolled_back",
            "bucket_log", "changes_since", "configure_writer", "disk_log", "history_csv", "history_damage",
-           "history_files", "history_problems", "history_path", "line_of", "logged_operations", "read_history", "reduce_line", "rolled_back_line", "worker_file_name"]
+           "history_files", "history_problems", "history_path", "line_of", "logged_operations", "read_history", "read_history_page", "reduce_line", "rolled_back_line", "worker_file_name"]

@@ -11,7 +11,7 @@ from tb_footprint_plugin.codes import Outcome
 from tb_footprint_plugin.engine import health, lease, trust, usage
 from tb_footprint_plugin.engine.catalogue import known_vaults, own_manifests, read_vaults, vault_problems
 from tb_footprint_plugin.engine.context import Context
-from tb_footprint_plugin.engine.history import read_history
+from tb_footprint_plugin.engine.history import read_history_page
 from tb_footprint_plugin.engine.journal import pending_journals
 from tb_footprint_plugin.engine.ledger import Ledger, ledger_path, ledger_paths, merged, with_restores
 from tb_footprint_plugin.engine.purge import freeable_bytes
@@ -120,11 +120,13 @@ def _freed_now(ctx: Context, manifests: List[dict], vaults: List[str]) -> Tuple[
     return freed_now, kept_ops
 
 
-def history_view(logdir: str, context) -> List[dict]:
-    """``api.history`` of a local logdir, from the change log of its state folder; ``context()``
-    gives the logdir's context or raises its refusal (``OSError``, ``ValueError``): then the
-    entries come without the backups' state (``backup``: ``unknown``)."""
-    entries = read_history(state_dir(logdir))
+def history_view(logdir: str, context, newest: Optional[int] = None) -> Tuple[List[dict], int]:
+    """``api.history_page`` of a local logdir, from the change log of its state folder: its
+    entries (all, or the newest ``newest``, read a block at a time: ``ChangeLog.newest``) and how
+    many there are in all. Only the entries returned are given their backup state and figures.
+    ``context()`` gives the logdir's context or raises its refusal (``OSError``, ``ValueError``):
+    then the entries come without the backups' state (``backup``: ``unknown``)."""
+    entries, total = read_history_page(state_dir(logdir), newest)
     try:
         ctx = context()
         manifests = {m.get("op_id"): m for m in own_manifests(ctx)}
@@ -153,7 +155,7 @@ def history_view(logdir: str, context) -> List[dict]:
             e["backup"] = "purged"
         else:
             e["backup"] = "kept"
-    return entries
+    return entries, total
 
 
 __all__ = ["disk_in_use", "disk_in_use_after_scan", "disk_numbers_view", "freed_after_purge", "history_view", "status_view"]

@@ -43,6 +43,8 @@ MEMO_MAX_AGE_S = 30.0
 FILTERS_KEPT = 16
 #: the dry run of "reduce all matching" lists this many runs' plans; the rest are counted
 PLAN_VIEWS_LISTED = 8
+#: the Activity page's newest change-log entries (``/history``; ``total`` counts them all)
+_ACTIVITY_SHOWN = 500
 
 
 def _matches(name_lower: str, q: str) -> bool:
@@ -503,12 +505,14 @@ class ReadRoutes(RouteBase):
         return self._json(request, {"job": j.to_dict()})
 
     def history(self, request):
+        # the newest 500 (newest first) and how many there are: a local log is read a block at a
+        # time holding only those 500 (issue #28: 100,000 runs' lines are not held to show 500)
         if self.p.local:
-            entries = api.history(self.p.logdir) if os.path.isdir(self.p.logdir) else []
+            page = (api.history_page(self.p.logdir, newest=_ACTIVITY_SHOWN) if os.path.isdir(self.p.logdir)
+                    else {"entries": [], "total": 0})
         else:
-            entries = api.history(self.p.logdir, backup_dir=self.p.config.backup_dir)
-        entries = list(reversed(entries))
-        return self._json(request, {"entries": entries[:500], "total": len(entries)})
+            page = api.history_page(self.p.logdir, backup_dir=self.p.config.backup_dir, newest=_ACTIVITY_SHOWN)
+        return self._json(request, {"entries": list(reversed(page["entries"])), "total": page["total"]})
 
     def operations(self, request):
         run = request.args.get("run")
