@@ -22,6 +22,7 @@ from tb_footprint_plugin.engine import manifest, oplog, remote_vault, trust
 from tb_footprint_plugin.engine.catalogue import damaged_index_advice, damaged_vault_indexes
 from tb_footprint_plugin.engine.history import history_problems
 from tb_footprint_plugin.engine.journal import pending_journals, Rec
+from tb_footprint_plugin.engine.recovery_rules import damaged_line, no_begin_record
 from tb_footprint_plugin.engine.retire_tree import retired_dir
 from tb_footprint_plugin.engine.vault import damaged_notes, ZST_SUFFIX, Vault
 from tb_footprint_plugin.engine.vault_reads import VaultRead
@@ -143,16 +144,14 @@ def journal_refusal(path: str, op_id: str, log, *, logdir: str, vaults: List[str
             return None  # recover rebuilds the identity first (upkeep.recover_all), then judges
         return _f(identity.code, op_id, None, f"the state's identity is refused ({identity.file}: "
                   f"{identity.detail}); {where}", file=path)
-    if log.damaged:
+    if log.damaged:  # recover's own sentence (recovery_rules), which names the file itself
         d = log.damaged[0]
-        return _f(Finding.DAMAGED_FILE, op_id, None, f"journal line {d.line} does not parse "
-                  f"({d.detail.split(': ', 1)[-1]}); {where}. Look at it, and move it aside once you know "
-                  "what it was", file=path, line=d.line)
+        return _named(Finding.DAMAGED_FILE, op_id, damaged_line(path, d.line, d.detail), path, line=d.line)
     records = log.records
     if not records:
         return None  # an empty journal of an older version: recovery removes it, nothing happened
     if records[0].get("type") != "begin":
-        return _f(Finding.DAMAGED_FILE, op_id, None, f"journal has no begin record; {where}", file=path)
+        return _named(Finding.DAMAGED_FILE, op_id, no_begin_record(path), path)
     try:
         trust.check_journal(path, op_id, records, logdir=logdir, vaults=vaults, identity=identity)
     except trust.Untrusted as e:
@@ -580,6 +579,12 @@ def _f(code: Finding, op_id, run, detail: str, nbytes: int = 0, *, file: Optiona
         out["line"] = line
     return out
 
+
+def _named(code: Finding, op_id, detail: str, file: str, *, line: Optional[int] = None) -> dict:
+    """``_f`` of a finding whose ``detail`` already names ``file`` first (recovery's sentences)."""
+    out = _f(code, op_id, None, detail, line=line)
+    out["path"] = file
+    return out
 
 
 def _log_problems(root: str) -> List[dict]:

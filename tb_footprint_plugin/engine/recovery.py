@@ -35,8 +35,9 @@ from tb_footprint_plugin.engine.recovery_rules import (
     INTERRUPTED_REASON,
     REDUCE,
     RecoveryOutcome,
-    damaged_journal,
+    damaged_line,
     failed,
+    no_begin_record,
     refused,
     settled,
     settled_run,
@@ -77,8 +78,7 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
             # every record of a journal counts (a lost backup record would leave its original out
             # of a rollback): one damaged line and the operation is not replayed at all
             d = log.damaged[0]
-            outcomes.append(refused(j.op_id, None, damaged_journal(
-                j.path, f"line {d.line} is damaged ({d.detail.split(': ', 1)[-1]})"), Finding.DAMAGED_FILE))
+            outcomes.append(refused(j.op_id, None, damaged_line(j.path, d.line, d.detail), Finding.DAMAGED_FILE))
             continue
         records = log.records
         if not records:
@@ -90,9 +90,7 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
         if records[0].get("type") != Rec.BEGIN:
             # records without their begin (an older version split a hard-linked journal in two):
             # something happened and nothing says which run; never deleted, never replayed
-            outcomes.append(refused(j.op_id, None, damaged_journal(
-                j.path, f"has no begin record (its first records may be in a '{os.path.basename(j.path)}.refused-…' "
-                        "file beside it)"), Finding.DAMAGED_FILE))
+            outcomes.append(refused(j.op_id, None, no_begin_record(j.path), Finding.DAMAGED_FILE))
             continue
         try:
             trust.check_journal(j.path, j.op_id, records, logdir=ctx.logdir, vaults=vaults, identity=identity)

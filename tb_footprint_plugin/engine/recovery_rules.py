@@ -33,6 +33,20 @@ def damaged_journal(file: str, what: str) -> str:
     return f"{file}: {what}; {NOT_REPLAYED}"
 
 
+def damaged_line(file: str, line: int, detail: str) -> str:
+    """``damaged_journal`` of a disk's journal with a line that does not parse (``detail``: the
+    parser's, its leading ``where: `` dropped); what ``recover`` refuses it with and ``status`` says."""
+    return damaged_journal(file, f"line {line} is damaged ({detail.split(': ', 1)[-1]})")
+
+
+def no_begin_record(file: str) -> str:
+    """``damaged_journal`` of a disk's journal whose records lack their begin record (an older
+    version split a hard-linked journal in two); what ``recover`` and ``status`` say of it."""
+    base = file.rsplit("/", 1)[-1]
+    return damaged_journal(file, f"has no begin record (its first records may be in a '{base}.refused-…' "
+                                 "file beside it)")
+
+
 #: the kind of a settled reduction's outcome (the others, restore, salvage, retire, purge and
 #: vault upkeep, carry none)
 REDUCE = "reduce"
@@ -82,5 +96,5 @@ def settled_run(run: str, op_id: str, before: Optional[int], after: Optional[int
     return {"run": run, "op_id": op_id, "bytes_before": before, "bytes_after": after if completed else before}
 
 
-__all__ = ["INTERRUPTED_REASON", "CANCELLED_REASON", "NOT_REPLAYED", "damaged_journal", "REDUCE", "RecoveryOutcome", "failed", "refused", "settled", "settled_run",
+__all__ = ["INTERRUPTED_REASON", "CANCELLED_REASON", "NOT_REPLAYED", "damaged_journal", "damaged_line", "no_begin_record", "REDUCE", "RecoveryOutcome", "failed", "refused", "settled", "settled_run",
            "skipped_live"]

@@ -44,6 +44,21 @@ def test_a_damaged_journal_is_refused_in_one_sentence_naming_it(store, logdir):
     assert detail.startswith(f"{name}: ") and detail.endswith(f"; {NOT_REPLAYED}"), detail
     assert "damaged" in detail, detail
     assert st.read_all(key) == b"{not json\n"  # left as it is
-    if store != "posix":  # a bucket's status names it in recover's words
-        (p,) = [p for p in api.status(url)["problems"] if p.get("file") == name]
-        assert (p["code"], p["detail"]) == (Finding.DAMAGED_FILE, detail), p
+    # status names it in recover's words on every store (a disk's finding names it in ``path``,
+    # a bucket's in ``file``)
+    (p,) = [p for p in api.status(url)["problems"] if name in (p.get("path"), p.get("file"))]
+    assert (p["code"], p["detail"]) == (Finding.DAMAGED_FILE, detail), p
+
+
+def test_a_disk_journal_without_its_begin_record_status_says_recovers_words(logdir, tmp_path):
+    """A disk's journal holding records but no begin record: status said 'journal has no begin
+    record; not replayed by ...', recover its own sentence; now both say recover's."""
+    url = logdir("posix")
+    key = f".tb-footprint/journal/{OP}.jsonl"
+    open_store(url).put(key, b'{"type": "backup", "op_id": "%s"}\n' % OP.encode())
+    name = f"{url.rstrip('/')}/{key}"
+    (p,) = [p for p in api.status(url)["problems"] if p.get("path") == name]
+    outs = [o for o in api.recover_logdir(url) if o.op_id == OP]
+    assert [(o.action, o.code) for o in outs] == [(Recovery.REFUSED, Finding.DAMAGED_FILE)], [vars(o) for o in outs]
+    assert "no begin record" in outs[0].detail and outs[0].detail.startswith(f"{name}: "), outs[0].detail
+    assert (p["code"], p["detail"]) == (Finding.DAMAGED_FILE, outs[0].detail), p
