@@ -22,6 +22,7 @@ from collections import Counter
 import pytest
 
 from tb_footprint_plugin import api
+from tb_footprint_plugin.engine.recovery_rules import CANCELLED_REASON
 from tb_footprint_plugin.codes import Outcome
 from tb_footprint_plugin.demo import generate_demo
 
@@ -139,7 +140,7 @@ def test_a_bucket_batch_killed_after_writing_its_lines_gets_no_second_line(demo_
     lines = _one_line_each(demo_bucket)  # (a journal's own runs are not shown before it is settled)
     assert len(lines) >= 2 and lines.keys() == {r["run"] for r in settled[0].runs}, (lines, settled)
     # the batch's own lines stand (its cancel), none of recovery's "interrupted (crash or kill)"
-    assert {(e["code"], e["reason"]) for e in lines.values()} == {("interrupted", "cancelled before the commit point")}
+    assert {(e["code"], e["reason"]) for e in lines.values()} == {("interrupted", CANCELLED_REASON)}
     assert api.pending_operations(demo_bucket) == []
 
 

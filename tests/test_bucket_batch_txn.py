@@ -10,6 +10,7 @@ import pytest
 
 from test_bucket_state_schema import STATE, _keys, _logdir
 from tb_footprint_plugin import api
+from tb_footprint_plugin.engine.recovery_rules import CANCELLED_REASON
 from tb_footprint_plugin.codes import Failure, Outcome
 from tb_footprint_plugin.engine import faults, journal_object, txn
 from tb_footprint_plugin.engine.context import CancelToken
@@ -89,7 +90,7 @@ def test_a_cancel_during_the_batch_is_honoured_at_the_drivers_last_point_after_t
     rep = api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0, cancel=token)
     # coded as a disk codes a cancelled run (Cancelled.code)
     assert [(o.status, o.code) for o in rep.outcomes] == [(Outcome.ROLLED_BACK, Failure.INTERRUPTED)] * 2
-    assert all(o.reason == "cancelled before the commit point" for o in rep.outcomes)
+    assert all(o.reason == CANCELLED_REASON for o in rep.outcomes)
     tail = log[log.index(("fp", "reduce.verify")):]
     assert tail == [("fp", "reduce.verify"), ("step", "last_look"), ("step", "record:rollback"),
                     ("journal", "rolling_back"), ("step", "rollback")]

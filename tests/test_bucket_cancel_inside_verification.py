@@ -16,6 +16,7 @@ import pytest
 
 from test_objstore import _write_rewrite_logdir
 from tb_footprint_plugin import api
+from tb_footprint_plugin.engine.recovery_rules import CANCELLED_REASON
 from tb_footprint_plugin.codes import Failure, Outcome
 from tb_footprint_plugin.verify import dashboard, routes
 
@@ -76,7 +77,7 @@ def test_a_cancel_inside_a_bucket_rewrites_verification_ends_it_at_once(s3_bucke
     # what a cancel gives on every store (the token's own ``Cancelled``, coded interrupted as on a
     # disk): never "verification failed"
     assert (o.status, o.code) == (Outcome.ROLLED_BACK, Failure.INTERRUPTED), o.to_dict()
-    assert o.reason == "cancelled before the commit point", o.to_dict()
+    assert o.reason == CANCELLED_REASON, o.to_dict()
     # every object of the logdir byte for byte, nothing left beside them (the state prefix holds the
     # plan's scan cache now; no journal is left there: below)
     after = {k: v for k, v in s3_bucket.hashes("c").items() if not k.startswith(".tb-footprint/")}

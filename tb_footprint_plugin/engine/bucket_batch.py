@@ -54,6 +54,7 @@ from tb_footprint_plugin.engine.bucket_steps import (
     verify_batch,
 )
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id
+from tb_footprint_plugin.engine.recovery_rules import CANCELLED_REASON
 from tb_footprint_plugin.engine.journal import Rec
 from tb_footprint_plugin.engine.lease import RunLease
 from tb_footprint_plugin.storage.remote import ObjectInfo
@@ -363,7 +364,7 @@ class ObjectBatchReduce(txn.Txn):
         return self.jnl is not None and self.jnl.committed()
 
     def failed(self, error: BaseException) -> None:
-        self.error = error
+        self.error = Cancelled(CANCELLED_REASON) if self.cancel.cancelled else error  # said as a disk's
 
     def rollback(self, committed: bool) -> None:
         """Every run still in the batch put back. Before the commit record each is taken out as a

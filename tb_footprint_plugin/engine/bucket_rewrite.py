@@ -93,6 +93,7 @@ from tb_footprint_plugin.engine.bucket_steps import (
 )
 from tb_footprint_plugin.engine.checks import compare_views
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError, new_op_id, reason_of
+from tb_footprint_plugin.engine.recovery_rules import CANCELLED_REASON
 from tb_footprint_plugin.engine.journal import Rec
 from tb_footprint_plugin.engine.swap_strategy import COPY_DELETE, refusal, swap_strategy
 from tb_footprint_plugin.engine.verification import stage_file, stage_line, stop_of
@@ -390,6 +391,8 @@ class ObjectReduce(txn.Txn):
     def failed(self, error: BaseException) -> None:
         self.code = failure_code(error)
         self.out.reason = reason_of(error)
+        if self.cancel.cancelled:  # the batch's cancel (not a timeout), said as a disk's transaction says it
+            self.out.reason, self.code = CANCELLED_REASON, Failure.INTERRUPTED
 
     def rollback(self, committed: bool) -> None:
         """From the verified backups (``deleted``: past the commit record), the change log's
