@@ -145,3 +145,62 @@ def test_a_buckets_history_is_cut_to_the_newest(s3_bucket, tmp_path):
     assert api.history_page(url, newest=3) == {"entries": whole[-3:], "total": 12}
     assert api.history(url, newest=30) == whole
     assert api.history_page(url, newest=0) == {"entries": [], "total": 12}
+
+
+# --- following a log (``changes_since``) a piece at a time -------------------------------------
+def _kept(e: dict) -> dict:
+    return {k: e.get(k) for k in history._KEPT}
+
+
+def test_following_a_growing_log_finds_what_the_reader_finds(tmp_path, monkeypatch):
+    """Appends cut anywhere (a torn line finished by the next), damaged lines, a line longer than a
+    block (not held while unended, read once ended), a log replaced by a shorter one: after each,
+    ``changes_since`` gives the reader's entries of the run."""
+    monkeypatch.setattr(history, "CHUNK", 50)  # many pieces, lines cut at their edges
+    monkeypatch.setattr(history, "_FOLLOW_BLOCK", 120)
+    monkeypatch.setattr(history, "_FOLLOWED", {})
+    state = tmp_path / ".tb-footprint"
+    state.mkdir()
+    log_file = state / "history.jsonl"
+    long = (json.dumps({"op_id": "long", "kind": "reduce", "run": "r", "outcome": "verified", "time": 50.0,
+                        "reason": "x" * 700}) + "\n").encode()
+    data = (b"".join(_line(i, 10.0 + i, run="r" if i % 3 else "s", outcome="verified") for i in range(12))
+            + b"{broken\n" + long + b"".join(_line(i, 60.0 + i, run="r", outcome="verified") for i in range(12, 20)))
+    cuts = list(range(0, len(data), 97)) + [len(data)]
+
+    def check():
+        log = history.disk_log(str(state))
+        want = [_kept(e) for e in log.read() if e.get("run") == "r" and e["time"] > 11.0
+                and e.get("outcome") == "verified"]
+        got = [_kept(e) for e in history.changes_since(str(state), "r", 11.0, {"verified"})]
+        assert got == want
+
+    log_file.write_bytes(b"")
+    for a, b in zip(cuts, cuts[1:]):
+        with open(log_file, "ab") as f:
+            f.write(data[a:b])
+        check()
+    assert any(e["op_id"] == "long" for e in history.changes_since(str(state), "r", 0, {"verified"}))
+    log_file.write_bytes(data[:300])  # replaced (shorter): read again from its start
+    check()
+
+
+def test_following_an_oversize_log_holds_a_piece_not_what_it_reads(tmp_path, monkeypatch):
+    """``changes_since`` of a planted log (a line, then 64 MB with no newline) held the 64 MB it read
+    in one buffer (review R20 G3): it now holds a piece and what it keeps."""
+    limit = 64 * MB
+    monkeypatch.setattr(history, "MAX_STATE_BYTES", limit)
+    monkeypatch.setattr(history, "_FOLLOWED", {})
+    state = tmp_path / ".tb-footprint"
+    state.mkdir()
+    with open(state / "history.jsonl", "wb") as f:  # sparse: a planted file's NUL bytes
+        f.write(b'{"kind":"reduce","outcome":"verified","run":"r","time":5.0}\n')
+        f.truncate(limit + 6 * MB)
+    tracemalloc.start()
+    try:
+        got = history.changes_since(str(state), "r", 0.0, {"verified"})
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [e["time"] for e in got] == [5.0]
+    assert peak < 8 * MB, f"{peak / MB:.0f} MB at once to follow a {limit // MB} MB prefix"

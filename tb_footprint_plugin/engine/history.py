@@ -837,7 +837,8 @@ def history_csv(entries: List[dict]) -> str:
 _FOLLOWED: Dict[str, Tuple[bytes, int, List[dict]]] = {}
 _FOLLOW_LOCK = threading.Lock()
 _TAIL = 256
-#: the bytes of whole lines ``_follow`` parses at once (their records are held only until sifted)
+#: the bytes of whole lines ``_follow`` parses at once (their records are held only until sifted),
+#: and the longest unended line it holds while reading on (a longer one is read again once ended)
 _FOLLOW_BLOCK = 1 << 20
 #: the fields ``changes_since`` keeps of an entry (a few hundred bytes a run at most)
 _KEPT = ("time", "run", "op_id", "kind", "outcome", "user", "host")
@@ -875,35 +876,67 @@ def changes_since(state: str, run: str, since: float, outcomes) -> List[dict]:
 
 
 def _follow(log: ChangeLog, key: str) -> List[dict]:
-    """The kept entries of ``key``, reading only the complete lines appended since last time: one
-    read from just before where it was left, which must give back the last line read (else the
-    file was replaced, truncated or set aside: it is read again from its start)."""
+    """The kept entries of ``key``, reading only the complete lines appended since last time: from
+    just before where it was left, which must give back the last line read (else the file was
+    replaced, truncated or set aside: it is read again from its start), at most
+    ``MAX_STATE_BYTES`` a call. Read a piece (one disk read) at a time and its whole lines parsed
+    as they come: what is held is a piece and the line it ends in, not every byte read (review R20
+    G3 held them in one buffer: a planted 256 MB log was 256 MB at once). A line still unended
+    past ``_FOLLOW_BLOCK`` (no line this tool writes: a planted one) is not held; once ended, it is
+    read once whole and parsed as any other."""
     ident = log.name_of(key)
     tail, offset, entries = _FOLLOWED.get(ident, (b"", 0, []))
     start = offset - len(tail)
-    # one buffer, read in pieces of one disk read each (a piece is then the read's own bytes, never
-    # a join of them), its lines taken one at a time: never a second copy of what is read (review
-    # R20 G3: a planted 256 MB log was the pieces, their join and two slices)
-    raw = _read_into(log.store, key, start, start + MAX_STATE_BYTES, CHUNK)
-    if raw[:len(tail)] != tail or len(raw) < len(tail):
-        del raw
+    asked = min(CHUNK, MAX_STATE_BYTES)
+    piece = log.store.read_range(key, start, start + asked)
+    if piece[:len(tail)] != tail or len(piece) < len(tail):
         tail, offset, entries, start = b"", 0, [], 0
-        raw = _read_into(log.store, key, 0, MAX_STATE_BYTES, CHUNK)
-    begin = len(tail)
-    stop = raw.rfind(b"\n", begin) + 1  # a torn last line is read again once it is whole
-    pos = begin
+        piece = log.store.read_range(key, 0, asked)
+    end, pos, lo = start + MAX_STATE_BYTES, start + len(piece), len(tail)  # lo: the new bytes in piece
+    held, long_line = bytearray(), False  # the bytes after the last whole line (none when long_line)
+    while True:
+        nl = piece.rfind(b"\n", lo)
+        if nl < 0:
+            if not long_line:
+                held += memoryview(piece)[lo:]
+                if len(held) > _FOLLOW_BLOCK:  # an unended line this long: not held (read once ended)
+                    held, long_line = bytearray(), True
+        else:
+            if long_line:  # the long line ends here: read once whole, from where it began
+                first = piece.find(b"\n", lo) + 1
+                line = bytearray(log.store.read_range(key, offset, pos - len(piece) + first))
+                _sift(line, ident, entries)
+                tail, offset, lo, long_line = _tail_after(tail, line), offset + len(line), first, False
+                del line
+            held += memoryview(piece)[lo:nl + 1]
+            _sift(held, ident, entries)
+            tail, offset = _tail_after(tail, held), offset + len(held)
+            held = bytearray(memoryview(piece)[nl + 1:])
+        if len(piece) < asked or pos >= end:  # its end (a short read), or as far as one call reads
+            break
+        asked = min(CHUNK, end - pos)
+        piece = log.store.read_range(key, pos, pos + asked)
+        pos, lo = pos + len(piece), 0
+    _FOLLOWED[ident] = (tail, offset, entries)
+    return entries
+
+
+def _tail_after(tail: bytes, block: bytearray) -> bytes:
+    """The last ``_TAIL`` bytes of ``tail`` followed by ``block``."""
+    return bytes(block[-_TAIL:]) if len(block) >= _TAIL else (tail + bytes(block))[-_TAIL:]
+
+
+def _sift(buf: bytearray, ident: str, entries: List[dict]) -> None:
+    """Add to ``entries`` what ``changes_since`` keeps of the whole lines ``buf``, parsed by the
+    reader's own parser (review R10: no second parser of the format) a block at a time, so only
+    its records are held at once; a damaged line costs only itself."""
+    pos, stop = 0, len(buf)
     while pos < stop:
-        # the whole lines of the next block, parsed by the reader's own parser (review R10: no
-        # second parser of the format); a block at a time, so only its records are held at once
-        end = raw.rfind(b"\n", pos, min(stop, pos + _FOLLOW_BLOCK)) + 1 or raw.find(b"\n", pos, stop) + 1
-        for e in parse_json_lines(raw[pos:end], ident).records:  # a damaged line costs only itself
+        end = buf.rfind(b"\n", pos, min(stop, pos + _FOLLOW_BLOCK)) + 1 or buf.find(b"\n", pos, stop) + 1 or stop
+        for e in parse_json_lines(buf[pos:end], ident).records:
             if _timed(e) and isinstance(e.get("run"), str):
                 entries.append({k: e.get(k) for k in _KEPT})
         pos = end
-    if stop > begin:
-        tail, offset = bytes(raw[max(0, stop - _TAIL):stop]), offset + stop - begin
-    _FOLLOWED[ident] = (tail, offset, entries)
-    return entries
 
 
 __all__ = ["BUCKET_WORKERS", "CSV_FIELDS", "ChangeLog", "HISTORY", "HISTORY_NAME", "StateFolder", "append_history", "append_rolled_back",
