@@ -41,6 +41,7 @@ from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.storage.files import CopyMismatch, copy_new, fsync_dir, give_owner, matches, recorded_owner, sha256_file
 from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
 from tb_footprint_plugin.storage.paths import is_within, plausible_mtime_ns
+from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.private import NotPrivate, check_private_dir
 from tb_footprint_plugin.version import __version__
 
@@ -306,7 +307,8 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
         raise TransactionError(f"{f['path']}: neither in the logdir nor in {retired_dir(vault, op_id)}")
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     if strategy.renames and (same_fs or vault.same_filesystem(os.path.dirname(dst))):
-        os.rename(stored, dst)
+        # create-only: a file a writer made at the path since the look above is never replaced
+        _move_new(stored, dst, f, stored)
         _give_back_owner(dst, f)  # a copy made across filesystems at the retirement was root's
     else:
         try:  # made anew and set up through its fd: a link planted at that name is never followed
@@ -316,11 +318,25 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
         except CopyMismatch:
             raise TransactionError(f"copy of {f['path']} from the vault does not match its sha256") from None
         if strategy.renames:
-            os.replace(tmp, dst)
+            try:
+                _move_new(tmp, dst, f, stored)
+            except TransactionError:
+                os.unlink(tmp)  # a copy: the vault still holds the file
+                raise
         else:
             place(tmp, dst)
     fsync_dir(os.path.dirname(dst))
     return note
+
+
+def _move_new(src: str, dst: str, f: dict, stored: str) -> None:
+    """``src`` moved to the free path ``dst`` (``throttle.rename_new``); a file made there since
+    it was found free (a writer) is kept and the move refused: the retired file stays in the vault."""
+    try:
+        fsops.rename_new(src, dst)
+    except FileExistsError:
+        raise TransactionError(f"{f['path']}: a different file stands there now; the retired one stays in "
+                               f"{stored}") from None
 
 
 def stored_ok(vault: Vault, op_id: str, i: int, f: dict) -> bool:
