@@ -1220,6 +1220,16 @@ def _shown(name: str) -> str:
     return name if name.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
 
 
+def _size_cell(v) -> str:
+    """A history line's byte count for a table cell; blank where the line has no number there
+    (lines are untrusted: a planted ``"before": "x"`` costs its cell, not the table)."""
+    import math
+
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return ""
+    return human_bytes(v)
+
+
 def cmd_history(args) -> int:
     from tb_footprint_plugin import api
 
@@ -1236,12 +1246,11 @@ def cmd_history(args) -> int:
         for e in entries:
             t = datetime.datetime.fromtimestamp(e.get("time", 0)).strftime("%Y-%m-%d %H:%M")
             if e.get("kind") == "purge":
-                sizes = (f"freed {human_bytes(e.get('freed') or 0)}", "")
+                sizes = (f"freed {_size_cell(e.get('freed')) or human_bytes(0)}", "")
             else:
-                sizes = (human_bytes(e.get("before") or 0), human_bytes(e.get("after") or 0))
+                sizes = (_size_cell(e.get("before")) or human_bytes(0), _size_cell(e.get("after")) or human_bytes(0))
             # the entry's own figures (``api.history``): blank where it has none (not a verified reduce)
-            freed = tuple("" if e.get(k) is None else human_bytes(e[k])
-                          for k in ("freed_now_bytes", "freed_after_purge_bytes"))
+            freed = tuple(_size_cell(e.get(k)) for k in ("freed_now_bytes", "freed_after_purge_bytes"))
             rows.append((t, str(e.get("kind", "")), str(e.get("outcome", "")), shown(e.get("run", "")), *sizes,
                          *freed, "gone" if e.get("backup") in ("purged", "released") else str(e.get("backup", "")),
                          str(e.get("op_id", ""))))

@@ -204,3 +204,20 @@ def test_following_an_oversize_log_holds_a_piece_not_what_it_reads(tmp_path, mon
         tracemalloc.stop()
     assert [e["time"] for e in got] == [5.0]
     assert peak < 8 * MB, f"{peak / MB:.0f} MB at once to follow a {limit // MB} MB prefix"
+
+
+def test_a_planted_line_with_odd_fields_costs_only_its_cells(tmp_path, capsys):
+    """Lines are untrusted: an op_id that is a list (no key of a manifest) and byte counts that are
+    no numbers stopped ``api.history`` (TypeError: unhashable) and the CLI's table (its error
+    instead of the log); now they read as no manifest and no count, and the other lines show."""
+    ld = _planted_logdir(tmp_path, 2)
+    with open(ld / ".tb-footprint" / "history.jsonl", "ab") as f:
+        f.write(b'{"time": 1.7e9, "kind": "reduce", "op_id": [1], "backup_kept": true, "outcome": "verified",'
+                b' "before": "x", "after": 1e999}\n')
+    for page in (api.history_page(str(ld)), api.history_page(str(ld), newest=1)):
+        odd = page["entries"][-1]
+        assert (odd["op_id"], odd["removed_from_logdir_bytes"], odd["backup"]) == ([1], 0, "unknown"), odd
+        assert page["total"] == 3
+    assert cli.main(["history", str(ld)]) == 0
+    out = capsys.readouterr().out
+    assert "op-00000001" in out and "[1]" in out, out

@@ -4,6 +4,7 @@ vaults, the batch ledgers merged, damage, the disk in use and what purge frees.
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import List, Optional, Tuple
 
@@ -120,6 +121,17 @@ def _freed_now(ctx: Context, manifests: List[dict], vaults: List[str]) -> Tuple[
     return freed_now, kept_ops
 
 
+def _op_of(entry: dict) -> Optional[str]:
+    """An entry's op_id where it is a string (lines are untrusted: a list is no key)."""
+    op = entry.get("op_id")
+    return op if isinstance(op, str) else None
+
+
+def _count(v) -> int:
+    """A line's byte count where it is a number (lines are untrusted), else 0."""
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else 0
+
+
 def history_view(logdir: str, context, newest: Optional[int] = None) -> Tuple[List[dict], int]:
     """``api.history_page`` of a local logdir, from the change log of its state folder: its
     entries (all, or the newest ``newest``, read a block at a time: ``ChangeLog.newest``) and how
@@ -129,7 +141,9 @@ def history_view(logdir: str, context, newest: Optional[int] = None) -> Tuple[Li
     entries, total = read_history_page(state_dir(logdir), newest)
     try:
         ctx = context()
-        manifests = {m.get("op_id"): m for m in own_manifests(ctx)}
+        # only the manifests of the entries shown: their kept blobs are looked for (a stat each)
+        shown = {_op_of(e) for e in entries}
+        manifests = {m.get("op_id"): m for m in own_manifests(ctx) if m.get("op_id") in shown}
         kept = kept_blobs(ctx, list(manifests.values()))
         vaults, device = known_vaults(ctx), usage.device_of(ctx.logdir)
     except (OSError, ValueError):
@@ -141,9 +155,9 @@ def history_view(logdir: str, context, newest: Optional[int] = None) -> Tuple[Li
                 e["kept_blobs"] = mine
         if e.get("kind") != "reduce":
             continue
-        m = manifests.get(e.get("op_id"))
+        m = manifests.get(_op_of(e))
         if e.get("outcome") == Outcome.VERIFIED:
-            e["removed_from_logdir_bytes"] = max(0, (e.get("before") or 0) - (e.get("after") or 0))
+            e["removed_from_logdir_bytes"] = max(0, _count(e.get("before")) - _count(e.get("after")))
             if m is not None:  # as things stand now: a backup hard-linked on the logdir's disk frees nothing yet
                 e["freed_now_bytes"], e["freed_after_purge_bytes"] = usage.freed_by_op(
                     m, vaults, device, e["removed_from_logdir_bytes"])
