@@ -80,7 +80,8 @@ from tb_footprint_plugin.engine.history import append_rolled_back
 from tb_footprint_plugin.engine.journal import Rec
 from tb_footprint_plugin.engine.journal_object import ObjectJournal, journal_entries
 from tb_footprint_plugin.engine.retire_rules import (KIND, RECOVERED_REASON, refused_names, restorable_retirements,
-                                                    retire_line, taken_along, unnamed_runs, unretire_refusal)
+                                                    retire_line, taken_along, unnamed_runs, unretire_outcome,
+                                                    unretire_refusal)
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.storage.paths import is_sha256
@@ -526,8 +527,7 @@ def unretire(ostore: ObjectStore, vault: BucketVault, m: dict, resume: bool = Fa
     start (``engine.bucket_recover`` calls this with ``resume``, through the same steps).
     Idempotent: an object already back with its bytes counts as back."""
     run = str(m.get("run"))
-    out = RunOutcome(run=run, status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED,
-                     op_id=manifest.op_id_of(m), bytes_before=0, bytes_after=0)
+    out = unretire_outcome(m)  # a refusal before the journal names the retirement, as a disk's
     try:  # any shape ever written (a recovery passes the manifest as it reads it)
         m = manifest.read(m, m.get("_path") and vault_url(ostore, m["_path"]) or "the retirement's manifest")
     except Untrusted as e:

@@ -63,7 +63,7 @@ from tb_footprint_plugin.engine.history import append_history, disk_log
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec, RunLocked
 from tb_footprint_plugin.engine.placement import copies_begun
 from tb_footprint_plugin.engine.retire_rules import (KIND, RECOVERED_REASON, refused_names, retire_line, taken_along, unnamed_runs,
-                                                    unretire_line, unretire_refusal)
+                                                    unretire_line, unretire_outcome, unretire_refusal)
 from tb_footprint_plugin.engine.retire_tree import (
     OP_ID_RE,
     check_record,
@@ -554,7 +554,7 @@ def unretire(ctx: Context, manifest: dict) -> RunOutcome:
     lock of every run it puts back."""
     t0 = time.monotonic()
     run = manifest["run"]
-    out = RunOutcome(run=run, status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, bytes_before=0, bytes_after=0)
+    out = unretire_outcome(manifest)  # a refusal before the journal names the retirement, as a bucket's
     refusal = unretire_refusal(manifest)
     if refusal:
         out.reason = refusal
@@ -651,7 +651,6 @@ class LocalUnretire(txn.PutBack):
         """The begin record (refused, nothing changed: an untrusted state folder, no journal)."""
         ctx, manifest, out = self.ctx, self.manifest, self.out
         op_id = new_op_id()
-        out.op_id = op_id
         try:
             identity = trust.bind(ctx.logdir, ctx.state)
             self.jnl = Journal.create(ctx.journal_dir, op_id, {
@@ -664,6 +663,7 @@ class LocalUnretire(txn.PutBack):
         except OSError as e:
             out.reason, out.code = f"cannot start the restore (journal in {ctx.journal_dir}): {reason_of(e)}", failure_code(e)
             raise txn.NotStarted() from e
+        out.op_id = op_id  # started: named by its own op id (its manifest's, its history line's), as a bucket's
 
     def verify(self, report: txn.Report) -> None:
         """Nothing yet: the run is re-hashed once it is back (``commit``)."""

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from typing import Iterable, List, Optional
 
-from tb_footprint_plugin.codes import Outcome
+from tb_footprint_plugin.codes import Failure, Outcome
+from tb_footprint_plugin.engine.context import RunOutcome
 from tb_footprint_plugin.storage.paths import is_op_id
 
 #: a retirement's ``kind`` in its journal and manifest, on every store
@@ -118,6 +119,16 @@ def unretire_refusal(m: dict) -> Optional[str]:
     return None
 
 
+def unretire_outcome(m: dict) -> RunOutcome:
+    """An unretire's outcome until it starts, on every store: failed (``RESTORE_BLOCKED``) and named
+    by the retirement it was asked to restore (``op_id``, None where the manifest names no op id),
+    as an already-restored skip is (``front_base.already_restored``): what a refusal before its
+    journal carries. Once its journal is written the outcome is named by the restore's own op id."""
+    op = m.get("op_id")
+    return RunOutcome(run=str(m.get("run")), status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED,
+                      op_id=op if is_op_id(op) else None, bytes_before=0, bytes_after=0)
+
+
 def retired_row(m: dict) -> dict:
     """What ``api.retired`` shows of a retirement: ``retired_at`` is when it finished (the run
     left the logdir at its commit), ``files`` the files of its tree; a store that records no tree
@@ -157,5 +168,5 @@ def unretire_line(m: dict, restore_op: Optional[str], *, kept: bool, user: Optio
 
 
 __all__ = ["KIND", "RECOVERED_REASON", "refused_names", "nested_runs", "unnamed_runs", "is_restorable_retirement", "retirements",
-           "restorable_retirements", "taken_along", "takes_out", "retired_now", "unretire_refusal", "retired_row",
+           "restorable_retirements", "taken_along", "takes_out", "retired_now", "unretire_refusal", "unretire_outcome", "retired_row",
            "retire_line", "unretire_line"]
