@@ -57,6 +57,22 @@ def logdir_on(tmp_path, buckets):
     return place
 
 
+@pytest.fixture
+def scalar_runs_on(tmp_path, logdir_on):
+    """``scalar_runs_on(store, runs=("a", "a/inner", "b"), steps=3)``: a logdir on ``store`` whose
+    runs each hold ``steps`` scalar points (loss 1, 1/2, ...), its URL."""
+    from tb_footprint_plugin import synth
+
+    def make(kind: str, runs=("a", "a/inner", "b"), steps: int = 3) -> str:
+        root = tmp_path / f"src{next(_prefixes)}"
+        for run in runs:
+            with synth.EventWriter(str(root / run)) as w:
+                for s in range(steps):
+                    w.scalar("loss", s, 1.0 / (s + 1))
+        return logdir_on(kind, root)
+    return make
+
+
 def reduced_and_retired_source(root: Path) -> Path:
     """A logdir folder: ``exp``, scalars and a profile session the drop policy removes; ``old``,
     scalars (to be retired)."""

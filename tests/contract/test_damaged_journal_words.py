@@ -2,28 +2,22 @@
 store (issue #26, ``recovery_rules.damaged_journal``): the file named (a disk's path, a bucket's
 URL), what is damaged (a disk's line, a bucket's object, read whole), and what is left as it is
 (``NOT_REPLAYED``); a bucket's status names it in the same words. The journal is left as it is."""
-import itertools
-from contract_stores import KINDS, buckets, logdir_on  # noqa: F401 - fixtures
+from contract_stores import KINDS, buckets, logdir_on, scalar_runs_on  # noqa: F401 - fixtures
 
 import pytest
 
-from tb_footprint_plugin import api, synth
+from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Finding, Recovery
 from tb_footprint_plugin.engine.recovery_rules import NOT_REPLAYED
 from tb_footprint_plugin.storage.stores import open_store
 
-_n = itertools.count()
 OP = "20260101T000000-d4d4d4"
 
 
 @pytest.fixture
-def logdir(tmp_path, logdir_on):
+def logdir(scalar_runs_on):
     def make(store):
-        root = tmp_path / f"src{next(_n)}"
-        for run in ("a", "b"):
-            with synth.EventWriter(str(root / run)) as w:
-                w.scalar("loss", 0, 1.0)
-        url = logdir_on(store, root)
+        url = scalar_runs_on(store, runs=("a", "b"), steps=1)
         rep = api.retire(url, api.retire_rule(runs=["b"]), dry_run=False, quiet_period=0)  # the state made
         assert rep.ok, rep.to_dict()
         return url

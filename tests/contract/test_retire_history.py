@@ -4,14 +4,13 @@ builds its entries from the manifests with them. The same fields and words on a 
 three bucket servers: the retirement's reason names the nested runs it took along, the restore is
 named by its own op id (the one its outcome gives) with ``of_op`` the retirement restored; a
 retirement rolled back on recovery has its ``rolled_back`` line on every store, once."""
-import itertools
-from contract_stores import KINDS, buckets, logdir_on  # noqa: F401 - fixtures
+from contract_stores import KINDS, buckets, logdir_on, scalar_runs_on  # noqa: F401 - fixtures
 from pathlib import Path
 
 import pytest
 
 from helpers_crash import Killed, kill
-from tb_footprint_plugin import api, synth
+from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Outcome, Recovery
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.front import open_engine
@@ -20,7 +19,6 @@ from tb_footprint_plugin.version import __version__
 
 pytestmark = pytest.mark.usefixtures("disarm_faults")
 
-_n = itertools.count()
 
 #: the fields of a retirement's line on every store (a bucket's entries add ``shard``)
 LINE = {"time", "op_id", "kind", "run", "policy", "before", "after", "verified", "outcome", "reason", "backup_kept",
@@ -28,15 +26,8 @@ LINE = {"time", "op_id", "kind", "run", "policy", "before", "after", "verified",
 
 
 @pytest.fixture
-def logdir(tmp_path, logdir_on):
-    def make(store):
-        root = tmp_path / f"src{next(_n)}"
-        for run in ("a", "a/inner", "b"):
-            with synth.EventWriter(str(root / run)) as w:
-                for s in range(3):
-                    w.scalar("loss", s, 1.0 / (s + 1))
-        return logdir_on(store, root)
-    return make
+def logdir(scalar_runs_on):
+    return scalar_runs_on  # runs a, a/inner, b
 
 
 def _fields(e: dict) -> set:

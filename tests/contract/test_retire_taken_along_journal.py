@@ -4,33 +4,23 @@ one whose ``takes_along`` names a run outside the retired one is never settled o
 refused with ``path_outside`` and left as it is, as a disk's journal check always refused it (a
 bucket's recovery left the name out of its locks and settled the rest). The journal as written
 is settled."""
-import itertools
 import json
-from contract_stores import KINDS, buckets, logdir_on  # noqa: F401 - fixtures
+from contract_stores import KINDS, buckets, logdir_on, scalar_runs_on  # noqa: F401 - fixtures
 
 import pytest
 
 from helpers_crash import Killed, kill
-from tb_footprint_plugin import api, synth
+from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Finding, Recovery
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.storage.stores import open_store
 
 pytestmark = pytest.mark.usefixtures("disarm_faults")
 
-_n = itertools.count()
-
 
 @pytest.fixture
-def logdir(tmp_path, logdir_on):
-    def make(store):
-        root = tmp_path / f"src{next(_n)}"
-        for run in ("a", "a/inner", "b"):
-            with synth.EventWriter(str(root / run)) as w:
-                for s in range(3):
-                    w.scalar("loss", s, 1.0 / (s + 1))
-        return logdir_on(store, root)
-    return make
+def logdir(scalar_runs_on):
+    return scalar_runs_on  # runs a, a/inner, b
 
 
 def _journal(url: str):

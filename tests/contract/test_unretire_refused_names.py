@@ -3,27 +3,20 @@ on every store (``retire_rules.unretire_outcome``), as an already-restored skip 
 journal is written the outcome is named by the restore's own op id. A disk's refusal carried None
 where a bucket's carried the retirement's op id. Here the retired copy is gone from the vault: the
 restore is refused (``restore_blocked``), nothing changed, on a folder and the three bucket servers."""
-import itertools
-from contract_stores import KINDS, buckets, logdir_on  # noqa: F401 - fixtures
+from contract_stores import KINDS, buckets, logdir_on, scalar_runs_on  # noqa: F401 - fixtures
 
 import pytest
 
-from tb_footprint_plugin import api, synth
+from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Failure, Outcome
 from tb_footprint_plugin.storage.stores import open_store
 
-_n = itertools.count()
-
 
 @pytest.fixture
-def retired(tmp_path, logdir_on):
+def retired(scalar_runs_on):
     """(url, op id) of a logdir on ``store`` whose run ``b`` is retired."""
     def make(store):
-        root = tmp_path / f"src{next(_n)}"
-        for run in ("a", "b"):
-            with synth.EventWriter(str(root / run)) as w:
-                w.scalar("loss", 0, 1.0)
-        url = logdir_on(store, root)
+        url = scalar_runs_on(store, runs=("a", "b"), steps=1)
         rep = api.retire(url, api.retire_rule(runs=["b"]), dry_run=False, quiet_period=0)
         (o,) = [o for o in rep.outcomes if o.run == "b"]
         assert o.status == Outcome.VERIFIED, o.to_dict()
