@@ -21,9 +21,10 @@ from typing import List, Optional
 from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.engine import health, trust
 from tb_footprint_plugin.engine.bucket_objects import BucketState
-from tb_footprint_plugin.engine.bucket_recover import damaged_locks, reduce_will, trust_refusal
+from tb_footprint_plugin.engine.bucket_recover import DAMAGED_OBJECT, damaged_locks, reduce_will, trust_refusal
 from tb_footprint_plugin.engine.bucket_state import BucketVault
 from tb_footprint_plugin.engine.journal_object import ObjectJournal, pending_objects
+from tb_footprint_plugin.engine.recovery_rules import damaged_journal
 from tb_footprint_plugin.storage.paths import is_op_id
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
@@ -45,10 +46,10 @@ def journal_rows(ostore: ObjectStore, vault: BucketVault) -> tuple:
             continue
         if j is None:  # settled by its owner since the listing
             continue
-        if j.unreadable():  # ``recover`` never acts on it
+        if j.unreadable():  # ``recover`` never acts on it: named in the words it and ``status`` use
             url = ostore.url_of(key)
             problems.append({"code": Finding.DAMAGED_FILE, "file": url, "op_id": None, "run": None,
-                             "detail": f"{url}: journal not readable; never acted on, left in place"})
+                             "detail": damaged_journal(url, DAMAGED_OBJECT)})
             continue
         if not key.endswith(".json"):
             continue  # not a journal recovery reads
