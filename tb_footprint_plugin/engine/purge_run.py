@@ -204,6 +204,10 @@ def finish_killed(layout: PurgeLayout) -> List[Finished]:
     with layout.holding() as hold:
         ready = []
         for k in killed:
+            if not isinstance(k.run, str):  # an intent is untrusted input (an op log, a manifest)
+                out.append(Finished(k.op_id, "", code=Finding.RECOVERY_FAILED,
+                                    detail=f"interrupted purge not finished: its intent names no run ({k.run!r})"))
+                continue
             refused = hold(k.run)
             if refused is None:
                 ready.append(k)

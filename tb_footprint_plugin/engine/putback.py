@@ -73,7 +73,10 @@ def holds_original(store: Store, key: str, f: dict, size: Optional[int] = None,
     lists nothing first): the store says it, from the file it opened (one open, no stat before
     it), and a key that is absent, a link, a folder on the way that is a link, not a regular file
     or unreadable is not known to hold it: False."""
-    if size is not None and size != f.get("size"):
+    want = f.get("size")
+    if isinstance(want, bool) or not isinstance(want, int) or want < 0:
+        return False  # a record's size is untrusted input: no count of bytes, nothing it names is known
+    if size is not None and size != want:
         return False
     if checksums:
         return bool(same_content(dict(checksums), f.get("checksums") or {}))
@@ -84,10 +87,10 @@ def holds_original(store: Store, key: str, f: dict, size: Optional[int] = None,
         return begins_with(store, key, size, sha)
     try:
         with store.open_read(key) as r:
-            if r.seek(0, io.SEEK_END) != f.get("size"):
+            if r.seek(0, io.SEEK_END) != want:
                 return False
             r.seek(0)
-            return _prefix_is(r, f["size"], sha)
+            return _prefix_is(r, want, sha)
     except OSError:  # the store's own look (a StoreFailure is one): nothing known to be the original
         return False
 
