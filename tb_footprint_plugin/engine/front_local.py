@@ -532,6 +532,8 @@ class LocalEngine(Engine):
             if holder:
                 leave_alone(p, o["run"], f"run {o['run']} is being changed by another process ({holder}); "
                             "left alone", Skip.LOCKED)
+            elif not os.path.lexists(os.path.join(state, "journal", f"{o['op_id']}.jsonl")):
+                continue  # settled by its holder since the listing (its lock released after): not unfinished
             else:
                 interrupted += 1
                 leave_alone(p, o["run"], f"unfinished {o['kind']} operation {o['op_id']} (interrupted?); "

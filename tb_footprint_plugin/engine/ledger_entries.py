@@ -115,8 +115,9 @@ def worker(shard: Optional[str]) -> dict:
 
 
 #: skips that say another worker got there first (or holds the run): never a reason to forget
-#: that the run is done
-_SKIPS_OF_A_DONE_RUN = frozenset({Skip.CHANGED_BY_OTHER, Skip.LOCKED, Skip.NOT_IN_PLAN})
+#: that the run is done (an unfinished operation: its journal was still there when this worker
+#: planned, an overlapping worker's commit not yet closed, or a later attempt recovery settles)
+_SKIPS_OF_A_DONE_RUN = frozenset({Skip.CHANGED_BY_OTHER, Skip.LOCKED, Skip.NOT_IN_PLAN, Skip.UNFINISHED})
 
 
 def keeps_done(existing: Optional[dict], state: str, fields: dict, since: Optional[float] = None) -> bool:
