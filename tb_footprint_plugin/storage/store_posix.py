@@ -582,6 +582,17 @@ class PosixStore(Store):
             ctx.__exit__(None, None, None)
 
     def append(self, key: str, data: bytes, *, limit: Optional[int] = None, if_version: Optional[str] = None) -> str:
+        if if_version is not None:
+            try:
+                return self._append(key, data, limit, if_version)
+            except StoreFailure as e:
+                if e.code != StoreError.NOT_FOUND:
+                    raise
+                # its folder is gone too: the key is not at that version (as a bucket says it)
+                raise StoreFailure(StoreError.PRECONDITION_FAILED, key, "no such file; not made") from None
+        return self._append(key, data, limit, None)
+
+    def _append(self, key: str, data: bytes, limit: Optional[int], if_version: Optional[str]) -> str:
         with self._at(key, create=if_version is None) as (dfd, name):
             created = False
             try:

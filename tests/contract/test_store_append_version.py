@@ -33,3 +33,13 @@ def test_an_append_on_condition_never_makes_the_key(store):
         store.append("j/b.jsonl", b"y\n", if_version=v)
     assert e.value.code == StoreError.PRECONDITION_FAILED
     assert store.stat("j/b.jsonl") is None
+
+
+def test_an_append_on_condition_in_a_missing_folder_is_refused_the_same_way(store):
+    """Review R4 F4: a folder store said ``NOT_FOUND`` where the key's folder is missing too; the
+    interface, and a bucket (which has no folders), say ``PRECONDITION_FAILED``."""
+    v = store.put("j/a.jsonl", b"x\n")
+    with pytest.raises(StoreFailure) as e:
+        store.append("nofolder/b.jsonl", b"y\n", if_version=v)
+    assert e.value.code == StoreError.PRECONDITION_FAILED
+    assert store.stat("nofolder/b.jsonl") is None
