@@ -36,3 +36,13 @@ def test_a_ledger_on_a_counting_store_counts_its_reads_and_writes(tmp_path, inne
     book.compact()  # the end of a batch: the snapshot rewritten, through the same store
     assert counted.counts.calls["put"] == puts + 1
 
+
+
+def test_a_folder_ledger_s_key_is_a_file_name_in_the_store_s_folder(tmp_path):
+    """Review R4 F2: ``Ledger(store, key="sub/book.json")`` wrote ``book.json`` at the store's root
+    while its ``path`` named ``sub/book.json``; a key that is a path is refused, naming it."""
+    with pytest.raises(ValueError, match="sub/book.json"):
+        Ledger(PosixStore(str(tmp_path)), "archive", key="sub/book.json")
+    book = Ledger(PosixStore(str(tmp_path)), "archive", key="book.json")
+    book.mark("r", "done", original_size_bytes=10, after_size_bytes=5)
+    assert book.path == str(tmp_path / "book.json") and (tmp_path / "book.json").exists()

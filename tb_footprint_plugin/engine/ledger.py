@@ -63,6 +63,10 @@ class Ledger:
         self.started = time.time()  # this batch's start: done entries written since are another worker's
         if isinstance(where, Store):
             if where.capabilities.append == "o_append":
+                if key is not None and (os.path.basename(key) != key or key in ("", ".", "..")):
+                    # the file's layout keeps one file in the store's own folder (review R4 F2: a
+                    # nested key was written at the root while ``path`` named the subfolder)
+                    raise ValueError(f"ledger key {key!r}: a file name in {where.root}, not a path")
                 self.layout = FileLayout(os.path.join(where.root, key or ledger_name(_shard_pair(shard))),
                                          policy, logdir, store=where)
             else:
