@@ -2008,6 +2008,23 @@ class _PipeGuard:
         return getattr(self._stream, name)
 
 
+def _hold_standard_descriptors() -> None:
+    """Put /dev/null on each of descriptors 0-2 that was closed at the start (``>&-``, as under
+    cron or a service), as OpenSSH's ``sanitise_stdfd`` does. Otherwise the first files the verb
+    opens take those numbers (the scan cache's temp, a logdir's folder, a journal) and whatever
+    writes to "stderr" below Python (a C library's warning, the interpreter's fatal message) goes
+    into them: a verb started so with stderr closed was seen to abort (SIGABRT) in CI. Python has
+    already made such a stream None, which ``_PipeGuard`` keeps quiet."""
+    while True:
+        try:
+            fd = os.open(os.devnull, os.O_RDWR)
+        except OSError:
+            return  # no /dev/null (a bare chroot): nothing better to put there
+        if fd > 2:
+            os.close(fd)
+            return
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``tb-footprint``; returns 0 all done (a declined question included), 1 some
     failed, 2 usage error (and a changing verb without --yes and without a terminal), 130
@@ -2016,6 +2033,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     import signal
     import threading
 
+    _hold_standard_descriptors()
     before = None
     if threading.current_thread() is threading.main_thread():
         before = signal.signal(signal.SIGTERM, _on_sigterm)

@@ -150,6 +150,43 @@ def test_a_stream_closed_at_start_changes_nothing_of_a_verbs_result(tmp_path, fd
     assert done == {"a/train"}, _history(logdir)
 
 
+_FDS_SEEN = """
+import json, os, sys
+seen = []
+real_open = os.open
+def recording_open(path, *a, **k):
+    fd = real_open(path, *a, **k)
+    if path != os.devnull:  # what holds a closed standard descriptor is not the verb's file
+        seen.append(fd)
+    return fd
+os.open = recording_open
+from tb_footprint_plugin import cli
+rc = cli.main(sys.argv[2:])
+with open(sys.argv[1], "w") as f:  # after the verb: this file may take any number
+    json.dump({"rc": rc, "lowest": min(seen)}, f)
+"""
+
+
+@pytest.mark.parametrize("fd", [0, 1, 2], ids=["stdin", "stdout", "stderr"])
+def test_no_file_of_a_verb_takes_a_standard_streams_number_closed_at_start(tmp_path, fd):
+    """CI of dc346ea: ``scan`` started with stderr closed aborted (SIGABRT, nothing printed). The
+    verb's own files took descriptor 2 (the scan cache's temp, the logdir's folder: seen with
+    strace), so anything writing to "stderr" below Python wrote into them. Now /dev/null holds a
+    closed standard descriptor first, and no file a scan or a reduce opens gets number 0, 1 or 2."""
+    logdir = tmp_path / "L"
+    copy_real("tf/keras_profiled", logdir / "a")
+    for verb in (["scan", str(logdir)], ["reduce", str(logdir), "--yes", "--verify", "python"]):
+        out = tmp_path / f"seen-{verb[0]}.json"
+        subprocess.run([sys.executable, "-c", _FDS_SEEN, str(out), *verb], env=cli_env(), stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600,
+                       preexec_fn=lambda: os.close(fd))
+        seen = json.loads(out.read_text())
+        assert seen["rc"] == 0, (verb, seen)
+        assert seen["lowest"] > 2, (verb, seen)
+    done = {e["run"] for e in _history(logdir) if e["kind"] == "reduce" and e["outcome"] == "verified"}
+    assert done == {"a/train"}, _history(logdir)
+
+
 # --- F7: `--` before a run name that begins with '-' -----------------------------------------
 
 def test_double_dash_gives_a_run_name_beginning_with_a_dash(logdir):
