@@ -17,6 +17,7 @@ from tb_footprint_plugin.engine import history, oplog, state_store, trust
 from tb_footprint_plugin.storage.paths import state_dir
 
 OLD = time.time() - 3600
+OLD_NS = 1_700_000_000_123_456_789
 
 
 def _enospc():
@@ -64,6 +65,27 @@ def test_undo_still_cuts_back_this_appends_own_torn_bytes(tmp_path):
                     f.write(mine[:9])
                 raise _enospc()
         assert path.read_text() == '{"time": 1}\n'
+
+
+def test_a_cut_back_leaves_the_file_at_the_version_it_had(tmp_path):
+    """Review R4 F5: the plain append's undo cut the torn bytes off but left the file's time at the
+    torn write's, so the file was not at its version (inode, size, mtime) again, as the conditional
+    append's undo leaves it: a journal holding that version was refused its next record. One
+    cut-back now (``trust.cut_back_to``) for both."""
+    from tb_footprint_plugin.storage.store_posix import version_of
+
+    path = tmp_path / "history.jsonl"
+    path.write_text('{"time": 1}\n')
+    os.utime(path, ns=(OLD_NS, OLD_NS))
+    before = version_of(os.stat(path))
+    mine = '{"time": 3, "op_id": "mine"}\n'
+    with pytest.raises(OSError):
+        with trust.undo_partial_append(str(path), mine):
+            with open(path, "a") as f:
+                f.write(mine[:9])
+            raise _enospc()
+    assert path.read_text() == '{"time": 1}\n'
+    assert version_of(os.stat(path)) == before
 
 
 def test_a_line_appended_after_one_torn_by_a_crash_is_read_whole(tmp_path):

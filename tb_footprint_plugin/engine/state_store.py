@@ -33,7 +33,7 @@ import time
 from typing import Iterator, Optional
 
 from tb_footprint_plugin.codes import StoreError
-from tb_footprint_plugin.engine.trust import undo_partial_append
+from tb_footprint_plugin.engine.trust import cut_back_to, undo_partial_append
 from tb_footprint_plugin.storage.files import append_line, atomic_write, fsync_dir, private_folder
 from tb_footprint_plugin.storage.lock import exclusive
 from tb_footprint_plugin.storage.paths import UnsafePath, contained, is_state_name
@@ -246,8 +246,7 @@ class StateFolder(PosixStore):
                 # only this append wrote past the size checked under the flock: cut back, and its
                 # time set back, so the file is at its version again
                 with contextlib.suppress(OSError):
-                    os.ftruncate(fd, st.st_size)
-                    os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
+                    cut_back_to(fd, st)
                 raise
             return version_of(os.fstat(fd))
         finally:

@@ -42,7 +42,7 @@ from tb_footprint_plugin.storage.regular import open_regular, open_regular_fd, r
 from tb_footprint_plugin.plan.model import Action
 from tb_footprint_plugin.storage.paths import UnsafePath, contained, is_op_id, is_sha256, plausible_mtime_ns, safe_rel
 
-__all__ = ["Untrusted", "JsonLines", "bind", "check_journal", "check_manifest", "is_op_id", "is_sha256",
+__all__ = ["Untrusted", "JsonLines", "bind", "check_journal", "check_manifest", "cut_back_to", "is_op_id", "is_sha256",
            "read_json_lines", "parse_json_lines", "read_json_file", "identity_damage", "repair_identity", "own_ids",
            "fold_states", "logged_manifest_states"]
 
@@ -226,8 +226,19 @@ def _cut_back(fd: int, path: str, before: os.stat_result, line: Optional[str]) -
     mine = ((line.encode("utf-8").startswith(tail) or (b"\n" + line.encode("utf-8")).startswith(tail))
             if line is not None else b"\n" not in tail[:-1].lstrip(b"\n"))
     if mine:
-        os.ftruncate(fd, before.st_size)
+        cut_back_to(fd, before)
         os.fsync(fd)
+
+
+def cut_back_to(fd: int, before: os.stat_result) -> None:
+    """Cut an append's own bytes off ``fd`` (the caller has judged them its own): the file back to
+    ``before``'s size and its modification time back to ``before``'s, so it is at the version it
+    had (``store_posix.version_of``: inode, size, mtime): a holder of that version (a journal's
+    conditional append) still writes to it, and a change poller sees no change that was undone.
+    The one cut-back of a torn line, for every appender (review R4 F5: the conditional append set
+    the time back, the plain one did not)."""
+    os.ftruncate(fd, before.st_size)
+    os.utime(fd, ns=(before.st_atime_ns, before.st_mtime_ns))
 
 
 def read_json_file(path: str, code: str = DAMAGED_FILE, what: str = "state file"):
