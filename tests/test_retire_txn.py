@@ -1,5 +1,5 @@
 """Retire as one transaction on the one driver (issue #26): a run's retirement on a disk is
-``retire.LocalRetire`` and on a bucket ``bucket_retire.ObjectRetire``, each run by
+``retire_run.Retire`` over ``retire.DiskRetire`` and on a bucket over ``bucket_retire.BucketRetire``, run by
 ``engine.txn.run`` in the order of ``txn.STEPS``, with the journal records and the failpoints of
 ``engine.faults`` (``retire.*``) at their historical instants, and a cancel honoured at the
 driver's points: after the moves into the vault (before anything is deleted) the run is put
@@ -65,7 +65,7 @@ def test_a_local_retire_is_a_LocalRetire_run_by_the_driver_step_by_step(tmp_path
         rep = api.retire(str(logdir), api.retire_rule(runs=["train"]), dry_run=False, backup_dir=backup)
         [o] = rep.outcomes
         assert o.status == Outcome.VERIFIED, o.to_dict()
-        assert seen == ["LocalRetire"]
+        assert seen == ["Retire"]
         assert log == ["journal", "retire.journal",
                        "backup", "retire.move_record", "retire.mid_move", "retire.move",
                        "stage", "transform", "verify", "last_look", "record:swap",
@@ -118,7 +118,7 @@ def test_a_bucket_retire_is_an_ObjectRetire_run_by_the_driver(s3_bucket, tmp_pat
     seen, log = _observe(monkeypatch, bucket_retire.RETIRE_STEPS)
     out = bucket_retire.retire_run(ostore, vault, "train", quiet_period=0)
     assert out.status == Outcome.VERIFIED, out.to_dict()
-    assert seen == ["ObjectRetire"]
+    assert seen == ["Retire"]
     assert log == ["journal", "retire.journal",
                    "backup", "retire.mid_move", "retire.move",
                    "stage", "transform", "verify", "retire.manifest",

@@ -20,10 +20,11 @@ for runs and keys (``_refuse``) and one put-back (``_copy_back``, ``_same``); sp
 helpers would cross modules and the four halves could drift apart.
 
 The steps, each preceded by its journal record (``engine.bucket_state.new_journal``: the one
-journal interface, an object journal on a bucket), are ``ObjectRetire``'s methods, run in the
-order of ``engine.txn.STEPS`` by the one driver ``engine.txn.run`` (as a disk's ``LocalRetire``
-and a bucket's reduce, ``ObjectReduce``), which alone orders the commit record (``swapping``), the
-rollback record, the cancel checks and the ``retire.*`` failpoints:
+journal interface, an object journal on a bucket), are ``BucketRetire``'s, the bucket's layout of
+the one retirement of every store (``engine.retire_run``: ``Retire`` on the one driver
+``engine.txn.run``, as a disk's ``retire.DiskRetire``), which alone orders the commit record
+(``swapping``), the rollback record, the cancel checks, the ``retire.*`` failpoints and the
+outcome:
 
 1. the run's lock objects (the run and every nested run it takes along), one listing, the quiet
    period (``plan.planner.active_reason`` with ``closed_files``, the one rule of every store);
@@ -49,8 +50,9 @@ import contextlib
 import time
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
-from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery, Skip, StoreError
+from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Recovery, Skip, StoreError
 from tb_footprint_plugin.engine import faults, lease, manifest, txn
+from tb_footprint_plugin.engine import retire_run as one_retirement
 from tb_footprint_plugin.engine.bucket_blobs import (KEPT_IN, adding, backup_entries, blobs_of, check_entry,
                                                       entry_ok, is_blob_entry, missing_blobs, put_back)
 from tb_footprint_plugin.engine.bucket_state import (
@@ -141,60 +143,47 @@ def retire_run(ostore: ObjectStore, vault: BucketVault, run: str, *, takes_along
                closed_files: Optional[Mapping[str, float]] = None,
                cancel: Optional[CancelToken] = None) -> RunOutcome:
     """Retire ``run`` of a bucket logdir (and the nested runs ``takes_along`` names, which must be
-    all it holds): ``ObjectRetire`` run by ``engine.txn.run``. Returns an outcome (``verified``
-    when the run left the logdir for the vault), never raises for a failed run: any failure puts
-    every object back where it was. ``cancel``: honoured between the steps up to the commit record
-    (the front end passes none: a cancel stops the next run)."""
-    along = sorted(set(takes_along))
-    why = _refuse(run, along, ostore, vault)
-    if why:
-        return RunOutcome(run=run, status=Outcome.FAILED, reason=why, code=Failure.REFUSED)
-    t = ObjectRetire(ostore, vault, run, along, rule, quiet_period, closed_files)
-    try:
-        if t.prepared():
-            txn.run(t, cancel or CancelToken())
-    finally:
-        t.end()
-    return t.out
+    all it holds): the one retirement (``retire_run.retire``) over ``BucketRetire``. Returns an
+    outcome (``verified`` when the run left the logdir for the vault), never raises for a failed
+    run: any failure puts every object back where it was. ``cancel``: honoured between the steps
+    up to the commit record (the front end passes none: a cancel stops the next run)."""
+    return one_retirement.retire(BucketRetire(ostore, vault, run, sorted(set(takes_along)), rule, quiet_period,
+                                              closed_files), cancel)
 
 
-class ObjectRetire(txn.Txn):
-    """The steps of one bucket run's retirement (the module doc's 1-6) for ``engine.txn.run``:
+class BucketRetire(one_retirement.RetireLayout):
+    """What a bucket does at each instant of the one retirement (``retire_run.Retire``; the
+    module doc's 1-6):
 
-    - before the driver (``prepared``): the run's lock objects, one listing, the nested runs and
-      the quiet period (a refusal is a skip or a failure with nothing recorded);
-    - **journal**: the journal object (step ``planned``) naming every object and its numbered key
-      (failpoint ``retire.journal``);
-    - **backup**: every object copied server-side into the vault at its listed version, or added to
+    - **hold**: the run's lock objects (the run and every nested run it takes along);
+    - **begin**: one listing, the nested runs and the quiet period (a refusal is ``Refused``),
+      then the journal object (step ``planned``) naming every object and its numbered key;
+    - **move**: every object copied server-side into the vault at its listed version, or added to
       the local vault of blobs, under the vault's shared ``adding`` lock (``retire.mid_move`` after
-      the first; ``retire.move``);
-    - **stage**, **transform**: nothing (the run is moved unchanged);
-    - **verify**: each copy was proven by the store's checksum as it was made (a blob read back);
-      the manifest written, the ``adding`` lock left (``retire.manifest``);
+      the first);
+    - **check**: each copy was proven by the store's checksum as it was made (a blob read back);
+      the manifest written, the ``adding`` lock left (failpoint ``retire.manifest``);
     - the **last look**: a fresh listing (nothing new, nothing rewritten since its copy, nothing
       written within the quiet period), the locks still ours, the blobs still there; then the
       commit record, step ``swapping`` (``retire.delete_record``);
-    - **swap**: the originals deleted at their versions (``finish_op``; ``retire.delete``);
-    - **commit**: a last listing of the run's prefix (anything there now was written during the
+    - **remove**: the originals deleted at their versions (``finish_op``);
+    - **settle**: a last listing of the run's prefix (anything there now was written during the
       retirement: the whole run is put back beside it), the journal closed.
 
     A failure is rolled back after step ``rolling_back`` (from the verified copies, past the commit
     record too); an injected fault is a crash, left for ``settle``."""
 
-    verb = "retire"
     errors = (BucketTxnError, *STORE_FAILURES, ValueError, OSError, Cancelled)  # OSError: the blob folder
     rollback_errors = (BucketTxnError, *STORE_FAILURES, ValueError, OSError)
-    #: the driver's steps → this verb's declared failpoints (``engine.faults``, their historical
-    #: instants); ``retire.mid_move`` is hit inside the backup step
-    FAILPOINTS = {"journal": "retire.journal", "backup": "retire.move", "verify": "retire.manifest",
-                  "swap_record": "retire.delete_record", "swap": "retire.delete"}
+    #: the driver's instants where a bucket's own failpoints are (its manifest is written in the check)
+    failpoints = {"verify": "retire.manifest", "swap_record": "retire.delete_record"}
+    incomplete_tail = "; the journal is kept and the next start settles it"
 
     def __init__(self, ostore: ObjectStore, vault: BucketVault, run: str, along: List[str], rule: Optional[dict],
                  quiet_period: float, closed_files: Optional[Mapping[str, float]]) -> None:
-        self.t0 = time.monotonic()
-        self.ostore, self.vault, self.run, self.along, self.rule = ostore, vault, run, along, rule
+        super().__init__(run, along)
+        self.ostore, self.vault, self.rule = ostore, vault, rule
         self.quiet_period, self.closed_files = quiet_period, closed_files
-        self.out = RunOutcome(run=run, status=Outcome.FAILED)
         self.st = BucketState(ostore)
         self.op_id = new_op_id()
         self.locks: List[lease.RunLease] = []  # the lock objects held (the journal names their paths)
@@ -202,21 +191,20 @@ class ObjectRetire(txn.Txn):
         self.listing: Dict[str, ObjectInfo] = {}
         self.now_objs: Dict[str, ObjectInfo] = {}
         self.entry: dict = {}
-        self.code = None
-        self.ended = False
-        # entered by the backup step, left once the manifest names the blobs (or on the way out)
+        # entered by the move, left once the manifest names the blobs (or on the way out)
         self._adding = contextlib.ExitStack()
 
-    def failpoint(self, step: str) -> Optional[str]:
-        return self.FAILPOINTS.get(step)
+    def refused(self) -> Optional[str]:
+        return _refuse(self.run, self.along, self.ostore, self.vault)
 
-    def prepared(self) -> bool:
-        """The locks, the listing and the refusals; False (the outcome says why) when the run is
-        not retired, nothing recorded."""
-        ostore, vault, run, out = self.ostore, self.vault, self.run, self.out
+    def hold(self) -> bool:
         ACTIVE_OPS.add(self.op_id)
-        if not lock_runs(self.st, [run] + self.along, self.op_id, self.locks, out):
-            return False
+        return lock_runs(self.st, [self.run] + self.along, self.op_id, self.locks, self.out)
+
+    def begin(self, cancel: CancelToken, report: txn.Report) -> None:
+        """One listing and the refusals, then the journal object, step ``planned`` (a store that
+        refuses it: nothing to undo)."""
+        ostore, vault, run, out = self.ostore, self.vault, self.run, self.out
         try:
             listing = self.listing = run_listing(ostore, vault, run)
             if not listing:
@@ -229,28 +217,20 @@ class ObjectRetire(txn.Txn):
             if active:
                 raise BucketTxnError(Skip.ACTIVE, active)
         except (BucketTxnError, *STORE_FAILURES, ValueError) as e:
-            code = failure_code(e)
-            out.status = Outcome.SKIPPED if isinstance(code, Skip) else Outcome.FAILED
-            out.reason, out.code = str(e), code
-            return False
+            raise one_retirement.Refused(str(e), failure_code(e)) from e
         files = [_file_entry(vault, self.op_id, i, k, o) for i, (k, o) in enumerate(sorted(listing.items()))]
         out.bytes_before = out.bytes_after = sum(f["size"] for f in files)
         out.op_id = self.op_id
         self.entry = {"run": run, "op": self.op_id, "lock": self.locks[0].path, "files": files}
-        return True
-
-    def journal(self, report: txn.Report) -> None:
-        """The journal object, step ``planned`` (a store that refuses it: nothing to undo)."""
         try:
             self.jnl = new_journal(self.st, self.op_id, {
-                "op": self.op_id, "kind": KIND, "logdir": self.ostore.url, "step": Rec.PLANNED, "created": now_s(),
-                "vault": self.vault.root, "runs": [self.entry], "takes_along": self.along, "rule": self.rule,
-                "logdir_objects": len(self.listing)})
+                "op": self.op_id, "kind": KIND, "logdir": ostore.url, "step": Rec.PLANNED, "created": now_s(),
+                "vault": vault.root, "runs": [self.entry], "takes_along": self.along, "rule": self.rule,
+                "logdir_objects": len(listing)})
         except STORE_FAILURES as e:
-            self.out.reason, self.out.code = str(e), failure_code(e)
-            raise txn.NotStarted() from e
+            raise one_retirement.Refused(str(e), failure_code(e)) from e
 
-    def backup(self, report: txn.Report) -> None:
+    def move(self, cancel: CancelToken, report: txn.Report) -> None:
         """Every object into the vault: one add of blobs for the run, or server-side copies, each
         conditional on the listed version and proven by the store's checksum."""
         ostore, vault, entry = self.ostore, self.vault, self.entry
@@ -268,13 +248,7 @@ class ObjectRetire(txn.Txn):
             if i == 0:
                 faults.hit("retire.mid_move")
 
-    def stage(self, report: txn.Report) -> None:
-        """Nothing: a retirement produces no new object."""
-
-    def transform(self, report: txn.Report) -> None:
-        """Nothing: the run is moved unchanged."""
-
-    def verify(self, report: txn.Report) -> None:
+    def check(self, report: txn.Report) -> None:
         """Every copy checked as it was made (the store's checksum, a blob read back): the
         manifest, then the ``adding`` lock left (the manifest names the blobs now)."""
         self.st.create(self.vault.manifest(self.op_id),
@@ -299,25 +273,24 @@ class ObjectRetire(txn.Txn):
             raise BucketTxnError(Skip.LOCKED, f"run {run}: its lock was taken over; left as it was")
         missing_blobs(self.vault, files)  # a blob forgotten since its add: the delete would lose its bytes
 
-    def record(self, step: str) -> None:
-        """``swapping`` (every copy verified: from here on recovery finishes the retirement);
-        ``rolling_back``."""
-        self.jnl.step(Rec.SWAPPING if step == "swap" else Rec.ROLLING_BACK, runs=[self.entry])
+    def commit_record(self) -> None:
+        """``swapping``: every copy verified, from here on recovery finishes the retirement."""
+        self.jnl.step(Rec.SWAPPING, runs=[self.entry])
 
-    def swap(self, report: txn.Report) -> None:
+    def remove(self, report: txn.Report) -> None:
         """Each original deleted at its listed version (one rewritten meanwhile never is)."""
         finish_op(self.ostore, self.vault, self.jnl.doc, present=self.now_objs)
 
-    def commit(self, report: txn.Report) -> None:
+    def settle(self, report: txn.Report) -> None:
         """Nothing is left in the run's prefix; the journal closed."""
         left = run_listing(self.ostore, self.vault, self.run)
         if left:
             raise BucketTxnError(Skip.ACTIVE, f"{sorted(left)[0]}: written into the run while it was being retired; "
                                  "run put back beside it")
         must_close(self.jnl)
-        out = self.out
-        out.status, out.bytes_after = Outcome.VERIFIED, 0
-        out.removed_files = [f["path"] for f in self.entry["files"]]
+
+    def files(self) -> List[dict]:
+        return self.entry["files"]
 
     def journaled(self) -> bool:
         return self.jnl is not None
@@ -325,42 +298,29 @@ class ObjectRetire(txn.Txn):
     def committed(self) -> bool:
         return self.jnl is not None and self.jnl.committed()
 
-    def failed(self, error: BaseException) -> None:
-        self.code = failure_code(error)
-        self.out.reason = str(error)
+    def code_of(self, error: BaseException) -> Code:
+        return failure_code(error)
 
-    def rollback(self, committed: bool) -> None:
-        """Every original gone from its key copied back (``rollback``), the journal closed."""
-        out = self.out
-        if self.jnl is None:  # no journal was made: nothing moved
-            out.status, out.code = Outcome.FAILED, self.code
-            return
+    def rollback_record(self, reason: str) -> None:
+        self.jnl.step(Rec.ROLLING_BACK, runs=[self.entry])
+
+    def put_back(self, reason: str, committed: bool) -> str:
+        """Every original gone from its key copied back (``rollback``), then its change-log line
+        (before the journal goes: a kill in between, recovery writes it once)."""
         held = rollback(self.ostore, self.vault, self.jnl.doc, deleted=committed)
-        # its change-log line before the journal goes (a kill in between: recovery writes it once)
         append_rolled_back(self.st.logdir_store(), [rolled_back_line(self.jnl.doc, self.out.reason)], [self.out])
+        return (f"{len(held)} object(s) were written again at their key meanwhile, e.g. {held[0]}: their originals "
+                "stay in the vault") if held else ""
+
+    def close(self) -> None:
         must_close(self.jnl)
         self.jnl = None
-        out.status = Outcome.SKIPPED if isinstance(self.code, Skip) else Outcome.ROLLED_BACK
-        out.code = self.code
-        if held:
-            out.reason += (f"; {len(held)} object(s) were written again at their key meanwhile, e.g. "
-                           f"{held[0]}: their originals stay in the vault")
-
-    def incomplete(self, error: BaseException) -> None:
-        """The journal stays (with the locks): the next start settles it."""
-        out = self.out
-        out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
-        out.reason += f"; rollback incomplete ({error}); the journal is kept and the next start settles it"
 
     def unwind(self) -> None:
         self._adding.close()
 
-    def end(self) -> None:
-        """Once: the locks no longer renewed, and deleted unless a journal kept for recovery
-        needs them."""
-        if self.ended:
-            return
-        self.ended = True
+    def release(self) -> None:
+        """The locks no longer renewed, and deleted unless a journal kept for recovery needs them."""
         self._adding.close()
         ACTIVE_OPS.discard(self.op_id)
         ours, versions = unlock_all(self.locks)
@@ -369,7 +329,6 @@ class ObjectRetire(txn.Txn):
                 BucketState.of(self.ostore).delete(ours, versions=versions)
             except STORE_FAILURES:
                 pass  # a stale lock of no journal is taken over by the next taker
-        self.out.duration_s = round(time.monotonic() - self.t0, 3)
 
 
 def _file_entry(vault: BucketVault, op_id: str, index: int, key: str, o: ObjectInfo) -> dict:
@@ -679,5 +638,5 @@ def retirements(manifests: List[dict]) -> List[dict]:
     return restorable_retirements(manifests)
 
 
-__all__ = ["retire_run", "ObjectRetire", "unretire", "ObjectUnretire", "settle", "rollback", "retirements", "is_retire_journal", "journal_runs",
+__all__ = ["retire_run", "BucketRetire", "unretire", "ObjectUnretire", "settle", "rollback", "retirements", "is_retire_journal", "journal_runs",
            "stored_key", "manifest_doc", "rolled_back_line", "RETIRE_STEPS", "UNRETIRE_STEPS", "UNRETIRE_KIND"]

@@ -6,12 +6,12 @@ manifest; ``engine.retire_tree`` keeps that layout and the file-level steps the 
 Numbered names matter: the default vault is inside the logdir, and TensorBoard's walkers
 (Python and Rust) would take any file named ``*tfevents*`` there for a run.
 
-A retirement is one transaction, ``LocalRetire``, run by the one driver ``engine.txn.run`` in
-the order of ``engine.txn.STEPS`` (as a reduce's ``LocalReduce``, and a bucket's retirement
-``engine.bucket_retire.ObjectRetire``): journal (every file's sha256, then the begin record) →
-backup (the moves into the vault) → verify (every stored file the one hashed) → swap (the
-originals a copy leaves, and the emptied folders, removed) → commit (the manifest, the commit
-record). A cancel is honoured where the driver honours it, up to the swap.
+A retirement is the one retirement of every store (``engine.retire_run``: ``Retire`` on the one
+driver ``engine.txn.run``, in the order of ``engine.txn.STEPS``) over a disk's layout,
+``DiskRetire`` (a bucket's is ``engine.bucket_retire.BucketRetire``): journal (every file's
+sha256, then the begin record) → backup (the moves into the vault) → verify (every stored file the
+one hashed) → swap (the originals a copy leaves, and the emptied folders, removed) → commit (the
+manifest, the commit record). A cancel is honoured where the driver honours it, up to the swap.
 
 On the same filesystem every file is *renamed* (no copy, no extra space); across filesystems
 it is copied, fsynced and re-hashed first, and the originals are deleted only after every
@@ -43,12 +43,12 @@ import shutil
 import time
 from typing import Iterable, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Failure, Outcome, Skip, StoreError
+from tb_footprint_plugin.codes import Code, Failure, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import faults, trust, txn
+from tb_footprint_plugin.engine import retire_run as one_retirement
 from tb_footprint_plugin.engine import manifest as one_schema
 from tb_footprint_plugin.engine.catalogue import unsettled_op
 from tb_footprint_plugin.engine.context import (
-    Cancelled,
     CancelToken,
     Context,
     Progress,
@@ -144,103 +144,80 @@ def _check_writers(ctx: Context, run: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# retire: one transaction on the one driver (``engine.txn.run``)
+# retire: the one retirement (``engine.retire_run``) over a disk's layout
 # ---------------------------------------------------------------------------------------
 def retire_run(ctx: Context, run: str, *, takes_along: Iterable[str] = (), rule: Optional[dict] = None,
                cancel: Optional[CancelToken] = None, progress: Optional[Progress] = None) -> RunOutcome:
     """Retire ``run`` (and the nested runs ``takes_along`` names, which must be all it holds):
-    ``LocalRetire`` run by ``engine.txn.run``, under the lock of every run it moves.
+    the one retirement (``retire_run.retire``) over ``DiskRetire``, under the lock of every run
+    it moves.
 
     Returns an outcome (``verified`` when the run left the logdir for the vault), never raises
     for a failed run: any failure before the commit puts every file back where it was.
     """
-    t0 = time.monotonic()
-    along = sorted(set(takes_along))
-    out = RunOutcome(run=run, status=Outcome.FAILED)
-    why = refused_names(run, along)  # before any lock: a name outside the logdir locks nothing
-    if why:
-        out.reason, out.code = why, Failure.REFUSED
-        return out
-    cancel = cancel or CancelToken()
-    locks = []
-    try:
-        for r in [run] + along:
-            locks.append(run_lock(ctx, r).acquire())
-    except RunLocked as e:
-        for lk in locks:
-            lk.release()
-        out.status, out.reason, out.code, out.holder = Outcome.SKIPPED, str(e), Skip.LOCKED, e.holder
-        return out
-    except OSError as e:
-        for lk in locks:
-            lk.release()
-        out.code, out.reason = lock_failure(e, r, ctx.lock_dir)
-        return out
-    t = LocalRetire(ctx, run, along, rule, out, locks, cancel, t0)
-    try:
-        unsettled = next((u for u in (unsettled_op(ctx, r) for r in [run] + along) if u), None)
-        if unsettled:
-            out.reason, out.code = (f"unfinished operation {unsettled} on this run could not be settled yet; "
-                                    "see `tb-footprint status`"), Failure.UNSETTLED
-            return out
-        txn.run(t, cancel, progress)
-    finally:
-        t.end()
-    return out
+    return one_retirement.retire(DiskRetire(ctx, run, sorted(set(takes_along)), rule), cancel, progress)
 
 
-class LocalRetire(txn.Txn):
-    """The steps of one run's retirement on a disk for ``engine.txn.run`` (the module doc):
+class DiskRetire(one_retirement.RetireLayout):
+    """What a disk does at each instant of the one retirement (``retire_run.Retire``; the module doc):
 
-    - **journal**: the preflight, the inventory and every file's sha256 (cancellable; a refusal is
-      a skip or a failure with nothing to undo, ``NotStarted``), the logdir's identity bound, the
-      begin record (failpoint ``retire.journal``);
-    - **backup**: the vault's ``retired/<op_id>/files`` made ours, a last look for writers, the
+    - **hold**: the lock of every run it moves, then no unfinished operation on any of them;
+    - **begin**: the preflight, the inventory and every file's sha256 (cancellable; a refusal is
+      ``Refused``), the logdir's identity bound, the begin record;
+    - **move**: the vault's ``retired/<op_id>/files`` made ours, a last look for writers, the
       ``move`` record (``retire.move_record``), every file renamed or copied (and re-hashed) into
-      the vault (``retire.mid_move`` after the first), the ``moved`` record (``retire.move``);
-    - **stage**, **transform**: nothing (a retirement moves the run unchanged);
-    - **verify**: every stored file is the one hashed: a rename the same inode (checked as it
+      the vault (``retire.mid_move`` after the first), the ``moved`` record;
+    - **check**: every stored file is the one hashed: a rename the same inode (checked as it
       moved), a copy its sha256 (checked before its rename into place), and each one's size again;
-    - the **last look** (a copy's originals still as hashed), then the ``delete`` record (only
-      when the originals are copies: a rename leaves none);
-    - **swap**: the originals unlinked (``retire.mid_delete``), the emptied folders removed
-      (``retire.delete``);
-    - **commit**: the sizes in the vault once more, the manifest (``retire.manifest``), the
+    - the **last look** (a copy's originals still as hashed), then the commit record: ``delete``,
+      only when the originals are copies (a rename leaves none);
+    - **remove**: the originals unlinked (``retire.mid_delete``), the emptied folders removed;
+    - **settle**: the sizes in the vault once more, the manifest (``retire.manifest``), the
       ``commit`` record, the journal closed.
 
-    Every failure before the verified manifest is rolled back after its ``rollback`` record, an
-    injected one too (``injected_is_crash`` False: the disk's engine always rolled every failure
-    back); once the manifest says verified (or the commit record is written) the run is retired,
-    as a crash there leaves it, never rolled back past its record (review R11 F2)."""
+    Every failure before the verified manifest is rolled back, an injected one too
+    (``injected_is_crash`` False: the disk's engine always rolled every failure back); once the
+    manifest says verified (or the commit record is written) the run is retired (``retired``), as
+    a crash there leaves it, never rolled back past its record (review R11 F2)."""
 
-    verb = "retire"
     injected_is_crash = False
     errors = (Exception,)
     rollback_errors = (Exception,)
-    #: the driver's steps → this verb's declared failpoints (``engine.faults``, their historical
-    #: instants); the others (``retire.move_record``, ``retire.mid_move``, ``retire.mid_delete``,
-    #: ``retire.manifest``) are hit inside their step
-    FAILPOINTS = {"journal": "retire.journal", "backup": "retire.move", "swap": "retire.delete"}
 
-    def __init__(self, ctx: Context, run: str, along: List[str], rule: Optional[dict], out: RunOutcome,
-                 locks: list, cancel: CancelToken, t0: float) -> None:
-        self.ctx, self.run, self.along, self.rule, self.out = ctx, run, along, rule, out
-        self.locks, self.cancel, self.t0 = locks, cancel, t0
+    def __init__(self, ctx: Context, run: str, along: List[str], rule: Optional[dict]) -> None:
+        super().__init__(run, along)
+        self.ctx, self.rule = ctx, rule
+        self.locks: list = []
         self.jnl: Optional[Journal] = None
-        self.begin: dict = {}
+        self.begin_rec: dict = {}
         self.dest_dir = ""
-        self.reason = ""
-        self.error: Optional[BaseException] = None
-        self.recorded = False  # the commit record or the verified manifest is durable: retired
-        self.rolling = False
-        self.ended = False
 
-    def failpoint(self, step: str) -> Optional[str]:
-        return self.FAILPOINTS.get(step)
+    def refused(self) -> Optional[str]:
+        return refused_names(self.run, self.along)
 
-    def journal(self, report: txn.Report) -> None:
+    def hold(self) -> bool:
+        ctx, out = self.ctx, self.out
+        try:
+            for r in [self.run] + self.along:
+                self.locks.append(run_lock(ctx, r).acquire())
+        except RunLocked as e:
+            self.release()
+            out.status, out.reason, out.code, out.holder = Outcome.SKIPPED, str(e), Skip.LOCKED, e.holder
+            return False
+        except OSError as e:
+            self.release()
+            out.code, out.reason = lock_failure(e, r, ctx.lock_dir)
+            return False
+        unsettled = next((u for u in (unsettled_op(ctx, r) for r in [self.run] + self.along) if u), None)
+        if unsettled:
+            out.reason, out.code = (f"unfinished operation {unsettled} on this run could not be settled yet; "
+                                    "see `tb-footprint status`"), Failure.UNSETTLED
+            return False
+        return True
+
+    def begin(self, cancel: CancelToken, report: txn.Report) -> None:
         """What the run holds and every file's sha256 before anything moves, then the begin record."""
-        ctx, run, out, cancel = self.ctx, self.run, self.out, self.cancel
+        ctx, run, out = self.ctx, self.run, self.out
         try:
             _preflight(ctx, run)
             files, dirs = inventory(ctx, run)
@@ -269,17 +246,14 @@ class LocalRetire(txn.Txn):
                 done += f["size"]
                 report("hash", 0.5 * done / total)
         except (TransactionError, OSError) as e:
-            code = e.code if isinstance(e, TransactionError) and e.code else Failure.REFUSED
-            out.status = Outcome.SKIPPED if code in (Skip.ACTIVE, Skip.OPEN_FOR_WRITING) else Outcome.FAILED
-            out.reason, out.code = reason_of(e), code
-            raise txn.NotStarted() from e
+            raise one_retirement.Refused(reason_of(e), e.code if isinstance(e, TransactionError) and e.code
+                                         else Failure.REFUSED) from e
         cancel.check()
         try:
             # a state folder copied or planted from another logdir is refused, as a reduce refuses it
             identity = trust.bind(ctx.logdir, ctx.state)
         except trust.Untrusted as e:
-            out.reason, out.code = str(e), Failure.REFUSED
-            raise txn.NotStarted() from e
+            raise one_retirement.Refused(str(e), Failure.REFUSED) from e
         op_id = new_op_id()
         out.op_id = op_id
         self.jnl = Journal.create(ctx.journal_dir, op_id, {
@@ -291,11 +265,11 @@ class LocalRetire(txn.Txn):
             "dir_times": folder_times(ctx, [os.path.dirname(run)]),
         })
 
-    def backup(self, report: txn.Report) -> None:
+    def move(self, cancel: CancelToken, report: txn.Report) -> None:
         """Every file into the vault after the ``move`` record: a rename, or a checked copy (the
         originals stay until every copy checked out); then the ``moved`` record."""
         ctx, journal, out = self.ctx, self.jnl, self.out
-        begin = self.begin = journal.records()[0]
+        begin = self.begin_rec = journal.records()[0]
         op_id, files, same_fs = begin["op_id"], begin["files"], begin["same_fs"]
         vault = ctx.vault
         dest_dir = self.dest_dir = os.path.join(retired_dir(vault, op_id), "files")
@@ -305,7 +279,7 @@ class LocalRetire(txn.Txn):
             raise TransactionError(str(e), Failure.REFUSED) from None
         fsync_dir(os.path.dirname(dest_dir))
         fsync_dir(os.path.dirname(os.path.dirname(dest_dir)))
-        self.cancel.check()  # the last point where a cancel is honoured with nothing moved yet
+        cancel.check()  # the last point where a cancel is honoured with nothing moved yet
         _check_writers(ctx, begin["run"])  # again, right before anything moves
         journal.append({"type": Rec.MOVE})
         faults.hit("retire.move_record")
@@ -335,45 +309,33 @@ class LocalRetire(txn.Txn):
         fsync_dir(dest_dir)
         journal.append({"type": Rec.MOVED})
 
-    def stage(self, report: txn.Report) -> None:
-        """Nothing: a retirement produces no new file."""
-
-    def transform(self, report: txn.Report) -> None:
-        """Nothing: the run is moved unchanged."""
-
-    def verify(self, report: txn.Report) -> None:
+    def check(self, report: txn.Report) -> None:
         """Every stored file is the one hashed: the renames and copies were checked as they were
         made (inode; sha256), and each one still has its size."""
-        self._check_stored()
-
-    def _check_stored(self) -> None:
-        for i, f in enumerate(self.begin["files"]):
+        for i, f in enumerate(self.begin_rec["files"]):
             if os.lstat(os.path.join(self.dest_dir, str(i))).st_size != f["size"]:
                 raise TransactionError(f"{f['path']}: size changed in the vault")
 
     def last_look(self) -> None:
         """The originals a copy leaves behind are still the files hashed (an appending writer
         keeps the run in the logdir, before any of them is unlinked)."""
-        if self.begin["same_fs"]:
+        if self.begin_rec["same_fs"]:
             return
-        for f in self.begin["files"]:
+        for f in self.begin_rec["files"]:
             no_symlink(self.ctx, f["path"])
             if not unchanged(self.ctx.abs(f["path"]), f):
                 raise TransactionError(f"{f['path']}: changed during the retirement (is the run still being written?)")
 
-    def record(self, step: str) -> None:
+    def commit_record(self) -> None:
         """``delete`` before a copy's originals are unlinked (a rename leaves none to delete, and
-        records nothing); ``rollback`` with its reason."""
-        if step == "swap":
-            if not self.begin["same_fs"]:
-                self.jnl.append({"type": Rec.DELETE})
-            return
-        self.jnl.append({"type": Rec.ROLLBACK, "reason": self.reason})
+        records nothing)."""
+        if not self.begin_rec["same_fs"]:
+            self.jnl.append({"type": Rec.DELETE})
 
-    def swap(self, report: txn.Report) -> None:
+    def remove(self, report: txn.Report) -> None:
         """A copy's originals unlinked, then the emptied folders, deepest first (anything new in
         them keeps them, and fails)."""
-        ctx, begin = self.ctx, self.begin
+        ctx, begin = self.ctx, self.begin_rec
         if not begin["same_fs"]:
             for i, f in enumerate(begin["files"]):
                 src = ctx.abs(f["path"])
@@ -398,77 +360,52 @@ class LocalRetire(txn.Txn):
         with contextlib.suppress(OSError):
             fsync_dir(os.path.dirname(ctx.abs(begin["run"])))
 
-    def commit(self, report: txn.Report) -> None:
+    def settle(self, report: txn.Report) -> None:
         """The vault holds exactly the run (every size once more); the verified manifest
         (``retire.manifest``), the ``commit`` record, the journal closed."""
-        journal, out = self.jnl, self.out
-        self._check_stored()
+        journal = self.jnl
+        self.check(report)
         report("record", 0.95)
         write_retire_manifest(self.ctx, journal.records(), Outcome.VERIFIED, None)
         faults.hit("retire.manifest")
         journal.append({"type": Rec.COMMIT})
         journal.close()
-        out.removed_files = [f["path"] for f in self.begin["files"]]
-        out.bytes_after = 0
         report("done", 1.0)
-        out.status = Outcome.VERIFIED
+
+    def files(self) -> List[dict]:
+        return self.begin_rec["files"]
 
     def journaled(self) -> bool:
-        """A rollback to record: a journal of ours, the retirement not recorded yet."""
-        return self.jnl is not None and not self.recorded
+        return self.jnl is not None
 
     def committed(self) -> bool:
-        return self.recorded
+        return self.jnl is not None and any(r["type"] in (Rec.DELETE, Rec.COMMIT) for r in self.jnl.written)
 
-    def failed(self, error: BaseException) -> None:
-        """Why, and whether the retirement is recorded already: the commit record written, or its
-        verified manifest (every file in the vault and checked)."""
-        self.error, self.reason = error, reason_of(error)
-        journal = self.jnl
-        if journal is not None:
-            self.recorded = any(r["type"] == Rec.COMMIT for r in journal.written) or \
-                retirement_recorded(self.ctx.vault, journal.op_id)
+    def retired(self) -> bool:
+        """The commit record written, or the verified manifest (every file in the vault and checked)."""
+        return any(r["type"] == Rec.COMMIT for r in self.jnl.written) or \
+            retirement_recorded(self.ctx.vault, self.jnl.op_id)
 
-    def rollback(self, committed: bool) -> None:
-        """Every file back at its path (``rollback_retire``); or, with no journal or past the
-        record, the outcome that says so."""
-        out, journal, reason = self.out, self.jnl, self.reason
-        if journal is None:
-            out.status, out.reason, out.code = Outcome.FAILED, reason, failure_code(self.error)
-            if isinstance(self.error, Cancelled):
-                out.status, out.code = Outcome.SKIPPED, Skip.CANCELLED
-            return
-        if committed:
-            # retired, as a crash there leaves it: never rolled back past its record
-            out.status = Outcome.VERIFIED
-            self.jnl = None
-            journal.close()
-            return
-        self.rolling = True
-        noted = rollback_retire(self.ctx, journal.records(), reason, journal)
-        out.status, out.code = Outcome.ROLLED_BACK, failure_code(self.error)
-        out.reason = f"{reason}; {noted}" if noted else reason
+    def code_of(self, error: BaseException) -> Code:
+        return failure_code(error)
+
+    def rollback_record(self, reason: str) -> None:
+        self.jnl.append({"type": Rec.ROLLBACK, "reason": reason})
+
+    def put_back(self, reason: str, committed: bool) -> str:
+        """Every file back at its path (``rollback_retire``), whether the delete record was
+        written or not: the vault holds each file that left the logdir."""
+        return rollback_retire(self.ctx, self.jnl.records(), reason, self.jnl)
+
+    def close(self) -> None:
+        journal, self.jnl = self.jnl, None
         journal.close()
-        self.rolling, self.jnl = False, None
 
-    def incomplete(self, error: BaseException) -> None:
-        """The rollback (its record included) did not finish: the journal stays, the next start
-        tries again. A failure outside the rollback itself (closing a recorded retirement's
-        journal) propagates, as it always did."""
-        if not (self.rolling or self.journaled()):
-            raise error
-        out = self.out
-        out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
-        out.reason = f"{self.reason}; rollback incomplete ({reason_of(error)}), will be retried on next start"
-
-    def end(self) -> None:
-        """Every run lock released (once), the duration noted."""
-        if self.ended:
-            return
-        self.ended = True
-        for lk in self.locks:
+    def release(self) -> None:
+        """Every run lock released (once)."""
+        locks, self.locks = self.locks, []
+        for lk in locks:
             lk.release()
-        self.out.duration_s = round(time.monotonic() - self.t0, 3)
 
 
 def _check_space(path: str, need: int) -> None:
@@ -854,7 +791,7 @@ def recover_retire(ctx: Context, records: List[dict]) -> Tuple[str, str]:
     return Recovery.ROLLED_BACK, "every file of the run put back" + (f"; {noted}" if noted else "")
 
 
-__all__ = ["retire_run", "LocalRetire", "LocalUnretire", "unretire_put_back", "unretire_commit", "record_unretire",
+__all__ = ["retire_run", "DiskRetire", "LocalUnretire", "unretire_put_back", "unretire_commit", "record_unretire",
            "unretire", "finish_unretire", "rollback_retire", "log_recorded", "recover_retire",
            "retirements", "retired_now", "is_restorable_retirement", "retired_dir", "tree_sha256", "inventory",
            "RETIRE_STEPS", "UNRETIRE_STEPS"]
