@@ -10,7 +10,7 @@ import math
 import os
 import re
 import time
-from typing import List, Optional
+from typing import Iterable, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Outcome
 from tb_footprint_plugin.engine import manifest, oplog
@@ -157,26 +157,54 @@ def read_vaults(ctx: Context, slim: bool = False, memo: Optional[ManifestMemo] =
 def own_manifests(ctx: Context, reads: Optional[List[VaultRead]] = None) -> List[dict]:
     """Every manifest of operations on this logdir, in every vault it used (from ``reads``,
     ``read_vaults``' of this command, when given: nothing is read again)."""
-    out, seen = [], set()
+    out: List[dict] = []
+    seen: set = set()
     here = os.path.realpath(ctx.logdir)
     identity = manifest_binding(ctx)
     if identity is False:
         return []  # a state directory copied or planted from elsewhere: none of it is ours
     for r in (read_vaults(ctx) if reads is None else reads):
-        root = r.vault.root
-        for m in r.manifests:
-            # a vault shared by several logdirs holds their operations side by side
-            if not isinstance(m.get("logdir"), str) or os.path.realpath(m["logdir"]) != here:
-                continue
-            if identity is not None and m.get("logdir_id") not in (None, identity["id"]):
-                continue  # written for another logdir that once stood at this path
-            if m["op_id"] not in seen:
-                seen.add(m["op_id"])
-                try:  # the one schema (``engine.manifest``); a refused one is named by ``vault_problems``
-                    out.append(manifest.read(m, manifest_file(root, m["op_id"])))
-                except trust.Untrusted:
-                    continue  # never acted on; its blobs stay (``Vault.referenced_blobs`` reads every manifest)
+        _take_own(r.vault.root, r.manifests, here, identity, seen, out)
     return out
+
+
+def own_manifests_of(ctx: Context, op_ids: Iterable[object]) -> List[dict]:
+    """What ``own_manifests`` lists of the operations ``op_ids`` (untrusted: a change log's),
+    reading only theirs (``Vault.manifests_of``: an id not of the op-id format names no file),
+    in each vault in turn those not found yet: the history's page of N entries reads N
+    manifests, not the vaults' every one (issue #28)."""
+    out: List[dict] = []
+    seen: set = set()
+    wanted = {op for op in op_ids if isinstance(op, str)}
+    if not wanted:
+        return out
+    here = os.path.realpath(ctx.logdir)
+    identity = manifest_binding(ctx)
+    if identity is False:
+        return []
+    for root in known_vaults(ctx):
+        if wanted <= seen:
+            break
+        _take_own(root, Vault(root).manifests_of(wanted - seen), here, identity, seen, out)
+    return out
+
+
+def _take_own(root: str, found: List[dict], here: str, identity, seen: set, out: List[dict]) -> None:
+    """Add to ``out`` the manifests of ``found`` (read from the vault at ``root``) that are this
+    logdir's (``here``, ``identity``: ``manifest_binding``) and of an operation not ``seen`` in
+    a vault before: the one rule of ``own_manifests`` and ``own_manifests_of``."""
+    for m in found:
+        # a vault shared by several logdirs holds their operations side by side
+        if not isinstance(m.get("logdir"), str) or os.path.realpath(m["logdir"]) != here:
+            continue
+        if identity is not None and m.get("logdir_id") not in (None, identity["id"]):
+            continue  # written for another logdir that once stood at this path
+        if m["op_id"] not in seen:
+            seen.add(m["op_id"])
+            try:  # the one schema (``engine.manifest``); a refused one is named by ``vault_problems``
+                out.append(manifest.read(m, manifest_file(root, m["op_id"])))
+            except trust.Untrusted:
+                continue  # never acted on; its blobs stay (``Vault.referenced_blobs`` reads every manifest)
 
 
 def manifest_binding(ctx: Context):

@@ -10,7 +10,8 @@ from typing import List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Outcome
 from tb_footprint_plugin.engine import health, lease, trust, usage
-from tb_footprint_plugin.engine.catalogue import known_vaults, own_manifests, read_vaults, vault_problems
+from tb_footprint_plugin.engine.catalogue import (known_vaults, own_manifests, own_manifests_of, read_vaults,
+                                                  vault_problems)
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine.history import read_history_page
 from tb_footprint_plugin.engine.journal import pending_journals
@@ -141,9 +142,9 @@ def history_view(logdir: str, context, newest: Optional[int] = None) -> Tuple[Li
     entries, total = read_history_page(state_dir(logdir), newest)
     try:
         ctx = context()
-        # only the manifests of the entries shown: their kept blobs are looked for (a stat each)
-        shown = {_op_of(e) for e in entries}
-        manifests = {m.get("op_id"): m for m in own_manifests(ctx) if m.get("op_id") in shown}
+        # only the manifests of the entries shown are read (an op id from a line names no file
+        # unless it is of the op-id format: ``own_manifests_of``); their kept blobs are looked for
+        manifests = {m.get("op_id"): m for m in own_manifests_of(ctx, {_op_of(e) for e in entries})}
         kept = kept_blobs(ctx, list(manifests.values()))
         vaults, device = known_vaults(ctx), usage.device_of(ctx.logdir)
     except (OSError, ValueError):

@@ -295,6 +295,40 @@ class VaultManifests:
         self.problems += other_users_state_findings(self.root)
         return out
 
+    def manifests_of(self, op_ids: Iterable[object]) -> List[dict]:
+        """The well-formed manifests of ``op_ids`` the vault records, oldest first: what
+        ``manifests`` lists of them, each read alone (a page of the history reads the manifests
+        it shows, not the vault's every one: issue #28). The ids are untrusted (a change log's
+        lines): one that is not of the op-id format names no file and is passed over, so no id
+        leads out of the vault. Nothing is read in a vault not ours (``manifests`` names it);
+        a manifest refused is left out and named in ``problems``, as ``manifests`` does."""
+        from tb_footprint_plugin.engine.trust import BAD_MANIFEST, Untrusted
+
+        out: List[dict] = []
+        self.problems = []
+        self.unread = 0
+        wanted = sorted({op for op in op_ids if is_op_id(op)})
+        if not wanted or not self.is_private():
+            return out
+        if not os.path.isdir(self.ops) and not os.path.isdir(oplog.oplog_dir(self.root)):
+            return out
+        with oplog.snapshot(self.root):  # one look at the log's files for all of them
+            for op_id in wanted:
+                if not self.has_manifest(op_id):
+                    continue
+                try:
+                    out.append(self.read_manifest(op_id))
+                except FileNotFoundError:
+                    continue  # gone meanwhile, as ``manifests`` passes it over
+                except Untrusted as e:
+                    self.problems.append(e)
+                    self.unread += 1
+                except (OSError, ValueError, RecursionError) as e:
+                    self.problems.append(Untrusted(BAD_MANIFEST, self.manifest_where(op_id), f"unreadable ({e})"))
+                    self.unread += 1
+        out.sort(key=lambda m: (m.get("started_at", 0), m.get("op_id", "")))
+        return out
+
     def _read_all(self, out: List[dict], keep: Optional[Callable[[dict], dict]] = None,
                   memo: Optional["ManifestMemo"] = None,
                   where: Optional[Callable[[object, object], bool]] = None) -> None:
