@@ -155,7 +155,8 @@ def test_a_bucket_purge_is_the_one_Purge_run_by_the_driver_with_the_requests_it_
     """The driver's steps in order (the marks as the swap record, ``purge.intent`` right after,
     each operation's copies deleted in the swap), and the requests of the purge itself as before
     it ran on the driver: one conditional put to mark each manifest, one delete of each
-    operation's copies, no other request."""
+    operation's copies, and its journal's put and delete (issue #26: what lets the next start
+    finish a purge killed past its intent from the listing it makes anyway), no other request."""
     url = s3_bucket.upload(_logdir(tmp_path / "logs"), "logs")
     _reduce(url)
     eng = open_engine(url, None)
@@ -166,9 +167,10 @@ def test_a_bucket_purge_is_the_one_Purge_run_by_the_driver_with_the_requests_it_
     assert seen == ["Purge"]
     assert sorted(o["run"] for o in rep.ops) == list(RUNS) and rep.kept == [], rep.to_dict()
     assert log == BEFORE_INTENT + ["purge.intent", "swap", "purge.blob", "purge.blob", "commit"], log
-    # the listing of the manifests and the journal HEADs before the transaction, then 2 puts and 2 deletes
+    # the listing of the manifests and the journal HEADs before the transaction, then its journal,
+    # 2 marks and 2 deletes, then its journal removed
     spent = {k: after[k] - before[k] for k in ("list", "read", "head", "copy", "put", "delete")}
-    assert spent == {"list": 1, "read": 2, "head": 2, "copy": 0, "put": 2, "delete": 2}, spent
+    assert spent == {"list": 1, "read": 2, "head": 2, "copy": 0, "put": 3, "delete": 3}, spent
     assert all(m["backup_purged"] for m in _reduces(url))
 
 
@@ -221,20 +223,22 @@ def test_a_bucket_purge_killed_after_its_first_mark_leaves_the_other_operations_
     ms = _reduces(url)
     assert sorted(bool(m["backup_purged"]) for m in ms) == [False, True], ms
     after = _bucket_state(s3_bucket)
-    assert set(after) == set(before), "no copy deleted yet"
+    journals = [k for k in after if k.startswith(f"{STATE}journal/")]
+    assert len(journals) == 1, sorted(after)  # the purge's own, naming what it was about to mark
+    assert set(after) - set(journals) == set(before), "no copy deleted yet"
     changed = [k for k in before if before[k] != after[k]]
     assert len(changed) == 1 and changed[0].endswith(".json"), changed  # one manifest marked, no other
     unmarked = next(m for m in ms if not m["backup_purged"])
     marked = next(m for m in ms if m["backup_purged"])
-    # the next purge purges the other operation and finishes the killed one: its copies go too
-    # (its manifest, the intent, says purged; before, they stayed in the vault for good)
+    # the next purge's start finishes the killed one (its manifest, the intent, says purged: its
+    # copies go too, as a disk's start finishes a killed purge), then it purges the other operation
     rep = api.purge(url, yes=True)
-    assert sorted((o["run"], bool(o.get("finished"))) for o in rep.ops) == \
-        sorted([(unmarked["run"], False), (marked["run"], True)]), rep.to_dict()
+    assert [(o["run"], bool(o.get("finished"))) for o in rep.ops] == [(unmarked["run"], False)], rep.to_dict()
     assert all(m["backup_purged"] for m in _reduces(url))
     left = _bucket_state(s3_bucket)
     assert not any("/blobs/" in k for k in left), sorted(left)
     assert rep.freed_bytes == sum(o["bytes"] for o in rep.ops) > 0
+    assert marked["op_id"] not in {o["op_id"] for o in rep.ops}
     # and a purge with nothing left to finish lists nothing more than it did
     again = api.purge(url, yes=True)
     assert again.ops == [] and again.freed_bytes == 0, again.to_dict()

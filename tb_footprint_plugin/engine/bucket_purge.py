@@ -4,29 +4,35 @@ original a restore could not put back), and what a reduction frees on this bucke
 A purge is the one purge of every store (``engine.purge_run``, issue #26), this store's steps
 ``BucketCopies``: its intent, a manifest marked purged, is its commit record, so a cancel is
 honoured up to it (nothing marked or deleted, the operations listed as kept with code
-``interrupted``) and never after (the purge finishes)."""
+``interrupted``) and never after (the purge finishes). Right before it, its journal
+(``bucket_purge_journal``) names the operations it is about to mark: a purge killed past its
+intent is finished by the next start, as a disk's is."""
 from __future__ import annotations
 
 import contextlib
 from typing import Collection, Iterator, List, Optional
 
-from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip, StoreError
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine import faults, manifest, purge_run, txn
+from tb_footprint_plugin.engine.bucket_purge_journal import purge_journal_first, renew
 from tb_footprint_plugin.engine.context import CancelToken
 from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_row, originals_lost
-from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry, names_our_backup
+from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry
 from tb_footprint_plugin.engine.bucket_catalogue import manifests, own_manifests
 from tb_footprint_plugin.engine.bucket_state import (
+    ACTIVE_OPS,
     journal_path,
     BucketState,
     BucketTxnError,
     BucketVault,
+    must_close,
     must_delete,
+    new_journal,
     now_s,
     STORE_FAILURES,
 )
-from tb_footprint_plugin.storage.store import StoreFailure
-from tb_footprint_plugin.storage.store_object import ObjectStore, listing_of
+from tb_footprint_plugin.engine.context import new_op_id
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 
 def purge(ostore: ObjectStore, vault: BucketVault, *, older_than: Optional[float] = None,
@@ -41,7 +47,11 @@ def purge(ostore: ObjectStore, vault: BucketVault, *, older_than: Optional[float
     (``txn.intent_hook``), if one is chosen."""
     now = now_s()
     which = PurgeFilter(now=now, older_than=older_than, run=run, runs=runs, op=op, op_ids=op_ids)
-    rep = purge_run.purge([BucketCopies(ostore, vault, now)], which, yes=yes, cancel=cancel, progress=progress)
+    layout = BucketCopies(ostore, vault, now)
+    try:
+        rep = purge_run.purge([layout], which, yes=yes, cancel=cancel, progress=progress)
+    finally:  # from here on its journal, if left, is a gone holder's: the next start finishes it
+        ACTIVE_OPS.discard(layout.purge_id)
     return {"dry_run": rep.dry_run, "ops": rep.ops, "freed_bytes": rep.freed_bytes, "kept": rep.kept,
             "refused": rep.refused}
 
@@ -59,17 +69,21 @@ class BucketCopies(purge_run.PurgeLayout):
     - settle: a vault of blobs forgets what no manifest or journal in the bucket names any more
       (``purge.forget``), also what a purge stopped after its intent, or a rollback, left.
 
-    A mark the store refuses (a manifest changed since it was read) stops the purge there, the
-    operations before it purged, then the refusal is raised, as it always was; a delete that
-    fails does not keep the next operations' copies: they are purged, then the first failure is
-    raised. What a purge killed past an operation's mark left is finished by the next purge
-    (``killed``, ``finish``: ``purge_run.finish_killed``)."""
+    Before the intent its journal (``bucket_purge_journal``) names the chosen operations, and goes
+    once they are settled. A mark the store refuses (a manifest changed since it was read) stops
+    the purge there, the operations before it purged, then the refusal is raised, as it always
+    was; a delete that fails does not keep the next operations' copies: they are purged, then the
+    first failure is raised (the journal left: the next start deletes what stayed). What a purge
+    killed past an operation's mark left is finished by the next start, from that journal
+    (``bucket_purge_journal.KilledBucketPurges``), as a disk's."""
 
     def __init__(self, ostore: ObjectStore, vault: BucketVault, now: float) -> None:
         self.ostore, self.vault, self.now = ostore, vault, now
         self.st = BucketState(ostore)
         self.every: List[dict] = []
         self.refused_rows: List[dict] = []
+        self.purge_id = new_op_id()  # its journal's name
+        self.jnl = None
 
     @contextlib.contextmanager
     def choose(self, which: PurgeFilter, yes: bool) -> Iterator[purge_run.Chosen]:
@@ -109,44 +123,6 @@ class BucketCopies(purge_run.PurgeLayout):
         # one transaction, run even with none chosen: the vault of blobs forgets what nothing names
         yield purge_run.Chosen([purge_run.Group(chosen, ops, plan=[])], rows)
 
-    finishes_at_purge = True  # a bucket's start reads no manifest: its next purge finishes them
-
-    def killed(self) -> List[purge_run.Killed]:
-        """Operations marked purged (a purge killed after an operation's mark, its intent, and
-        before its deletes) whose backup copies are still there: one listing of the vault's
-        copies, made only when some operation is marked purged; only keys a purged manifest names
-        as its own backups. None with a vault of blobs (its ``collect`` forgets what nothing names)."""
-        vault = self.vault
-        purged = {m["op_id"]: m for m in self.every if m["backup_purged"]}
-        if vault.blobs is not None or not purged:
-            return []
-        try:
-            present = listing_of(vault.store, "blobs")
-        except StoreFailure as e:
-            if e.code == StoreError.NOT_FOUND:
-                return []
-            raise
-        present = {f"{vault.root}/{k}" for k in present}
-        out = []
-        for m in purged.values():
-            left = [f for f in m["files"] if not is_blob_entry(f) and names_our_backup(vault, f)
-                    and f["backup"] in present]
-            if left:
-                out.append(purge_run.Killed(m["op_id"], m["run"], left, m))
-        return out
-
-    def finish(self, killed: List[purge_run.Killed]) -> List[purge_run.Finished]:
-        """The copies each killed purge left, deleted (a failure propagates, as the purge's own)."""
-        out = []
-        for k in killed:
-            must_delete(self.ostore, [f["backup"] for f in k.intent])
-            out.append(purge_run.Finished(k.op_id, k.run, sum(f["size"] for f in k.intent), m=k.m))
-        return out
-
-    def finished_row(self, f: purge_run.Finished) -> dict:
-        return {"op_id": f.op_id, "run": f.run, "bytes": f.freed, "restored": bool(f.m["restored_by"]),
-                "kind": f.m["kind"], "originals": 0, "finished": True}
-
     def intent(self, group: purge_run.Group) -> int:
         """The first operation's manifest marked purged (one conditional write). The others are
         marked in the deletes, each right before its own copies go: a purge killed in between
@@ -154,6 +130,9 @@ class BucketCopies(purge_run.PurgeLayout):
         every one's)."""
         group.done = None  # a mark the store refused: raised once the marked are purged
         if group.manifests:
+            ACTIVE_OPS.add(self.purge_id)  # a start of this process leaves it alone while it runs
+            self.jnl = new_journal(self.st, self.purge_id,
+                                   purge_journal_first(self.ostore, self.vault, self.purge_id, group.manifests))
             self._mark(group, group.manifests[0])
         return len(group.plan)
 
@@ -175,6 +154,8 @@ class BucketCopies(purge_run.PurgeLayout):
         the next operations' copies: the first failure is raised once the others are done."""
         failure: Optional[BaseException] = None
         for i, m in enumerate(group.manifests):
+            if i and self.jnl is not None:
+                renew(self.jnl)  # a start on another host leaves a long purge alone
             if group.done is not None or (i and not self._mark(group, m)):
                 break
             try:
@@ -186,9 +167,11 @@ class BucketCopies(purge_run.PurgeLayout):
             raise group.done or failure
 
     def settle(self, group: purge_run.Group, report: txn.Report) -> None:
-        """The blob vault forgets what no manifest or journal in the bucket names any more."""
+        """The blob vault forgets what no manifest or journal in the bucket names any more; then
+        the purge's journal goes."""
         ostore, vault = self.ostore, self.vault
         if vault.blobs is None:
+            self._close()
             return
         fig = collect(ostore, vault)
         if fig.get("blocked"):
@@ -198,6 +181,12 @@ class BucketCopies(purge_run.PurgeLayout):
                                  f"{', '.join(fig['blocked_by_damaged_index'][:3])} do not read; nothing is "
                                  "deleted while one is damaged: repair or remove them, then purge again")
         faults.hit("purge.forget")
+        self._close()
+
+    def _close(self) -> None:
+        if self.jnl is not None:
+            must_close(self.jnl)
+            self.jnl = None
 
     def refused(self) -> List[dict]:
         return self.refused_rows

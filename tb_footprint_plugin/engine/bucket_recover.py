@@ -3,9 +3,12 @@
 Before its commit record an operation is rolled back (originals untouched, backups and
 temporary keys dropped); from it on (every backup verified, new objects staged and checked) it is
 finished; a retirement's journal is settled by ``engine.bucket_retire.settle``; a restore (or a
-retired run's restore) stopped midway is finished (``_finish_restore``). Journals and
-locks are untrusted input: one that is not a journal's shape, or names a
-key outside the logdir, its vault or its run, is never acted on and is reported with a code.
+retired run's restore) stopped midway is finished (``_finish_restore``); a purge killed past its
+intent (its journal names operations one of which its manifest says purged) is finished as a
+disk's start finishes one (``bucket_purge_journal.KilledBucketPurges`` through
+``purge_run.finish_killed``). Journals and locks are untrusted input: one that is not a journal's
+shape, or names a key outside the logdir, its vault or its run, is never acted on and is reported
+with a code.
 
 This is the bucket's layout of recovery; what it answers (``RecoveryOutcome`` and its codes, the
 settled runs, the reason of a rollback) is ``engine.recovery_rules``', as a disk's recovery's is.
@@ -15,7 +18,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional
 
 from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Recovery, Skip
-from tb_footprint_plugin.engine import manifest, trust
+from tb_footprint_plugin.engine import manifest, purge_run, trust
 from tb_footprint_plugin.engine.bucket_blobs import names_our_backup, plain_under
 from tb_footprint_plugin.engine.bucket_batch import MAX_REASON
 from tb_footprint_plugin.engine.history import append_rolled_back, rolled_back_line
@@ -38,6 +41,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     run_prefix,
     vault_url,
 )
+from tb_footprint_plugin.engine.bucket_purge_journal import PURGE_KIND, KilledBucketPurges
 from tb_footprint_plugin.engine.bucket_steps import finish_op, rollback_entry
 from tb_footprint_plugin.engine.journal_object import (
     COMMITTED_STEPS,
@@ -144,6 +148,7 @@ def recover(ostore: ObjectStore, vault: BucketVault) -> List[RecoveryOutcome]:
     # a damaged run lock is named here too (never acted on: a reduce or restore of its run takes
     # it over once no journal of the operation it names is left)
     out += [refused(d["file"].rsplit("/", 1)[-1], "?", d["detail"], d["code"]) for d in damaged_locks(ostore)]
+    purges: List[ObjectJournal] = []
     for key, _info in pending_objects(BucketState.of(ostore)):
         rel = key.rsplit("/", 1)[-1]
         if not key.startswith(JOURNAL + "/") or not rel.endswith(".json"):
@@ -170,6 +175,9 @@ def recover(ostore: ObjectStore, vault: BucketVault) -> List[RecoveryOutcome]:
         label = runs[0] if len(runs) == 1 else f"{runs[0] if runs else '?'} and {max(0, len(runs) - 1)} more run(s)"
         if refusal:
             out.append(refused(op_id, label, refusal["detail"], refusal["code"]))
+            continue
+        if journal.kind == PURGE_KIND:  # finished below, from this listing: a start costs no request more
+            purges.append(journal)
             continue
         retiring = is_retire_journal(doc)
         # computed, never taken from the journal (a retirement's nested runs: checked to be inside its run)
@@ -224,6 +232,14 @@ def recover(ostore: ObjectStore, vault: BucketVault) -> List[RecoveryOutcome]:
             # ValueError: a key the journal names that no store call can address (the trust check
             # above refuses those it knows of; one it misses must not stop every verb, review R12 F1)
             out.append(failed(op_id, label, str(e)))
+    if purges:  # as a disk's start finishes its killed purges (``upkeep``): the one finish, its outcomes
+        killed = KilledBucketPurges(ostore, vault, purges)
+        try:
+            finished = purge_run.finish_killed(killed)
+        except KilledBucketPurges.finish_errors as e:  # what its journals name did not read: retried later
+            finished = [purge_run.Finished("", "", code=Finding.RECOVERY_FAILED,
+                                           detail=f"interrupted purge not finished: {e}")]
+        out += purge_run.outcomes(finished) + killed.close(finished)
     return out
 
 

@@ -7,23 +7,24 @@
    store refuses (a run locked or with an unfinished operation, a backup damaged or grown, an
    operation still journaled...), listed in ``kept`` with their codes; the store holds what it
    locked for the choice until its block ends;
-2. with ``yes``, what a purge killed past its intent left is finished first, where the store
-   finishes it at a purge (``PurgeLayout.finish_killed``: a bucket's; a disk's are finished by
-   every start, ``upkeep``);
-3. each group of chosen operations is one transaction (``txn.Purge`` over the layout's
+2. each group of chosen operations is one transaction (``txn.Purge`` over the layout's
    ``txn.PurgeSteps``) on the one driver: its intent, then its deletes, then its marks and
    change-log lines. A cancel is honoured up to the intent — every operation of the group then
    a ``kept`` row with the cancel's code, nothing of it deleted or recorded — never after;
-4. the report (``PurgeReport``): the rows purged (or, without ``yes``, that would be), what
-   they free, the originals lost for good (the rows' sum), the kept rows and what was refused.
+3. the report (``PurgeReport``): the rows purged (or, without ``yes``, that would be), what
+   they free, the originals lost for good (derived from the rows, ``originals_lost``), the kept
+   rows and what was refused.
 
-A purge killed past its intent is finished once, the same way on every store (``finish_killed``):
-the layout finds what its intents name and is still there (``PurgeLayout.killed``), each run is
-held once (``PurgeLayout.holding``: a disk's run locks by ``purge_choice``'s rule; a run held
-by another process is left for a later start, ``Recovery.SKIPPED_LIVE``), then the layout
-deletes what is left, marks and writes the change log (``PurgeLayout.finish``). A disk's start
-finishes its two layouts' (``upkeep``; a start's outcomes, ``outcomes``), a bucket's next purge
-its own (its rows ``finished``).
+A purge killed past its intent is finished by the next start, once, the same way on every store
+(``finish_killed``, ``outcomes``: ``Finding.PURGE_FINISHED``): the store's ``KilledPurges`` finds
+what its intents name and is still there (``killed``), each run is held once (``holding``: a
+disk's run locks by ``purge_choice``'s rule, a bucket's purge by its journal's lease; a run held
+by another process is left for a later start, ``Recovery.SKIPPED_LIVE``), then it deletes what
+is left, marks and writes the change log (``finish``). A disk's start finishes its two layouts'
+(``upkeep``), a bucket's start the purges its journals name (``bucket_recover``, through
+``bucket_purge_journal.KilledBucketPurges``: found in the listing of the journal folder every
+start makes, so a start with nothing to finish makes no request more). A purge need not finish
+another's first: every verb that changes something starts with that start.
 """
 from __future__ import annotations
 
@@ -47,15 +48,15 @@ class PurgeReport:
     ops: List[dict]
     freed_bytes: int
     kept: List[dict] = field(default_factory=list)  # {op_id, run, code, detail, bytes}
-    #: original files that exist nowhere else once these backups are gone (runs not restored);
-    #: None: the sum of the rows' ``originals`` (``purge_rules.originals_lost``, on every store)
-    originals_lost: Optional[int] = None
     #: state on disk that was refused (planted, copied or malformed): reported, never acted on
     refused: List[dict] = field(default_factory=list)
 
-    def __post_init__(self) -> None:
-        if self.originals_lost is None:
-            self.originals_lost = sum(int(o.get("originals") or 0) for o in self.ops)
+    @property
+    def originals_lost(self) -> int:
+        """Original files that exist nowhere else once these backups are gone (runs not
+        restored): the sum of the rows' ``originals`` (``purge_rules.originals_lost``, on every
+        store), derived here only, so it always says what ``ops`` says."""
+        return sum(int(o.get("originals") or 0) for o in self.ops)
 
     def to_dict(self) -> dict:
         return {"dry_run": self.dry_run, "ops": self.ops, "freed_bytes": self.freed_bytes, "kept": self.kept,
@@ -112,19 +113,16 @@ class Finished:
 Hold = Callable[[str], Optional[Tuple[Code, str]]]
 
 
-class PurgeLayout(txn.PurgeSteps):
-    """What one store does in the one purge (``purge``): how it chooses, the steps of its
-    transaction (``txn.PurgeSteps``) and what it says after them; and how a purge killed past its
-    intent is found and finished (``finish_killed``)."""
+class KilledPurges:
+    """How one store finds and finishes its purges killed past their intent (``finish_killed``),
+    at every start: a ``PurgeLayout`` of a disk (its intents), or a bucket's start
+    (``bucket_recover``: the purge journals its one listing of the journal folder found)."""
 
-    #: whether this store's killed purges are finished by the next purge (a bucket's: its start
-    #: reads no manifest), not by every start (a disk's ``upkeep``)
-    finishes_at_purge: bool = False
     #: the failures of ``finish`` said as one ``Finished`` (retried later); others propagate
     finish_errors: Tuple[Type[BaseException], ...] = ()
 
     def killed(self) -> List[Killed]:
-        """The purges killed past their intent that left something (none by default)."""
+        """The purges killed past their intent (none by default)."""
         return []
 
     def holding(self) -> contextlib.AbstractContextManager:
@@ -136,9 +134,12 @@ class PurgeLayout(txn.PurgeSteps):
         """Finish ``killed`` (their runs held): delete what is left, mark, write the change log."""
         return []
 
-    def finished_row(self, f: Finished) -> dict:
-        """A purge row of a killed purge this purge finished (``finishes_at_purge``)."""
-        raise NotImplementedError
+
+class PurgeLayout(txn.PurgeSteps, KilledPurges):
+    """What one store does in the one purge (``purge``): how it chooses, the steps of its
+    transaction (``txn.PurgeSteps``) and what it says after them; and, where the same layout
+    finishes them (a disk's), how a purge killed past its intent is found and finished
+    (``KilledPurges``)."""
 
     @abc.abstractmethod
     def choose(self, which: PurgeFilter, yes: bool) -> contextlib.AbstractContextManager:
@@ -166,10 +167,6 @@ def purge(layouts: Sequence[PurgeLayout], which: PurgeFilter, *, yes: bool, canc
     for layout in layouts:
         with layout.choose(which, yes) as chosen:
             kept = list(chosen.kept)
-            # a bucket's purge killed past an operation's mark left that operation's copies: its
-            # manifest (the intent) says purged, so no restore will use them; they go first
-            finished = [layout.finished_row(f) for f in finish_killed(layout)] \
-                if yes and layout.finishes_at_purge and not cancel.cancelled else []
             for group in chosen.groups:
                 rows = group.rows
                 if yes:
@@ -183,16 +180,14 @@ def purge(layouts: Sequence[PurgeLayout], which: PurgeFilter, *, yes: bool, canc
                     rows, stayed = layout.outcome(group)
                     kept += stayed
                 report.ops += rows
-            report.ops += finished
         report.kept += kept
     # what was refused, as it stands once every layout has run
     report.refused = [r for layout in layouts for r in layout.refused()]
     report.freed_bytes = sum(r["bytes"] for r in report.ops)
-    report.originals_lost = sum(int(r.get("originals") or 0) for r in report.ops)
     return report
 
 
-def finish_killed(layout: PurgeLayout) -> List[Finished]:
+def finish_killed(layout: KilledPurges) -> List[Finished]:
     """Finish the purges ``layout`` finds killed past their intent (module doc): each run held
     once, what is left deleted, marked, logged. A run not held is left (its ``Finished`` coded
     with the lock's code); a failure of ``layout.finish_errors`` is one ``Finished`` coded
@@ -247,5 +242,5 @@ def groups_of(manifests: List[dict], rows: List[dict], key) -> Iterator[Group]:
     return iter(by.values())
 
 
-__all__ = ["Chosen", "Finished", "Group", "Hold", "Killed", "PurgeLayout", "PurgeReport", "finish_killed", "groups_of",
+__all__ = ["Chosen", "Finished", "Group", "Hold", "Killed", "KilledPurges", "PurgeLayout", "PurgeReport", "finish_killed", "groups_of",
            "outcomes", "purge"]

@@ -2,11 +2,13 @@
 and on an object store (the crash matrix, ``test_crash_matrix``, injects a failure at every purge
 step on every store in-process; a kill of the CLI was there only for reduce and restore).
 
-What a purge killed past its intent left is finished by the one finish (``purge_run.finish_killed``):
-on a disk by the next start (another process), on a bucket by the next purge (a bucket's start
-reads no manifest), its rows then said ``finished``. Either way nothing that exists nowhere else is
-lost: every operation whose purge did not reach its intent still restores byte for byte, and the
-user's files are never touched (``settled``)."""
+What a purge killed past its intent left is finished by the one finish (``purge_run.finish_killed``)
+at the next start, on every store (issue #26: a bucket's start finishes it from the purge's journal,
+``bucket_purge_journal``, as a disk's from its intents): ``recover`` says ``purge_finished``, a
+second start finds nothing to finish, and the next purge purges the rest, no row of it a finished
+one. Either way nothing that exists nowhere else is lost: every operation whose purge did not
+reach its intent still restores byte for byte, and the user's files are never touched
+(``settled``)."""
 import os
 import signal
 import subprocess
@@ -43,25 +45,26 @@ def test_sigkill_of_a_purge_is_finished_and_loses_nothing(store, step, place_of)
                        text=True, timeout=300)
     assert r.returncode == -signal.SIGKILL, r.stdout[-2000:] + r.stderr[-2000:]
     outs = api.recover_logdir(p.url, p.backup)  # the next start, in another process than the purge
-    if store == "posix":
-        # a disk purges its reductions first: their intents (every operation's, before any blob)
-        # were recorded, so the start finished that purge; the retired run's never began
-        assert [(o.action, o.code) for o in outs] == [("completed", "purge_finished")], \
-            [(o.action, o.code, o.detail) for o in outs]
-        assert {m["kind"]: bool(m["backup_purged"]) for m in _ops(p).values()} == {"reduce": True, "retire": False}
-    else:
-        # a bucket marks one operation, deletes its copies, then the next: the kill left one marked
-        marked = [op for op, m in _ops(p).items() if m["backup_purged"]]
-        assert len(marked) == 1, _ops(p)
-        rep = api.purge(p.url, yes=True, backup_dir=p.backup)
-        rows = {o["op_id"]: bool(o.get("finished")) for o in rep.ops}
-        # the next purge purges the other; killed at its intent, the marked one's copies were all still
-        # there: that purge finishes it first (after its delete, none was left to finish)
-        expect = {op: False for op in before if op not in marked}
-        if step == "purge.intent":
-            expect[marked[0]] = True
-        assert rows == expect, rep.to_dict()
-        assert all(m["backup_purged"] for m in _ops(p).values())
+    # a disk purges its reductions first (every operation's intent before any blob), a bucket one
+    # operation at a time (marked, then its copies): either way one operation was past its intent
+    assert [(o.action, o.code) for o in outs] == [("completed", "purge_finished")], \
+        [(o.action, o.code, o.detail) for o in outs]
+    purged = {op for op, m in _ops(p).items() if m["backup_purged"]}
+    assert [o.op_id for o in outs] == sorted(purged), (outs, purged)
+    # a disk's reductions' purge comes before its retired runs'; a bucket's one purge takes them in
+    # its manifests' order
+    assert len(purged) == 1 and (store != "posix" or before[min(purged)]["kind"] == "reduce"), _ops(p)
+    if store != "posix":
+        left = [k for k in p.bucket.hashes(p.prefix) if any(f"/blobs/{op}/" in k for op in purged)]
+        assert left == [], left  # the finished operation's copies went at the start
+        assert api.status(p.url, backup_dir=p.backup)["unfinished_operations"] == []
+    again = api.recover_logdir(p.url, p.backup)
+    assert [(o.op_id, o.code) for o in again] == [], [(o.op_id, o.code, o.detail) for o in again]
+    rep = api.purge(p.url, yes=True, backup_dir=p.backup)  # nothing left to finish: the rest, as usual
+    assert sorted((o["op_id"], bool(o.get("finished"))) for o in rep.ops) == \
+        sorted((op, False) for op in before if op not in purged), rep.to_dict()
+    assert all(m["backup_purged"] for m in _ops(p).values())
+    if store != "posix":
         left = [k for k in p.bucket.hashes(p.prefix) if "/blobs/" in k or "/retired/" in k]
         assert left == [], left
     assert p.user() == start
