@@ -505,6 +505,53 @@ def remove_put_back_temps(ctx: Context, recs: Iterable[dict], token: Optional[st
     return removed
 
 
+#: how many times a put-back looks at an original's path again when something was made or changed
+#: there between its look and its place (a writer each time): bounded, then refused
+PUT_BACK_LOOKS = 5
+
+
+class _Moved(OSError):
+    """The original's path is no longer what the put-back looked at (``put_back``: looked at again).
+    An ``OSError``, so that whoever made the temporary removes it as after a failed rename
+    (``restore_staged.Prepared.put`` keeps one only on ``EXDEV``)."""
+
+
+def _same_entry(a: Optional[os.stat_result], b: Optional[os.stat_result]) -> bool:
+    """Whether two lstats show the same file unchanged: its inode, type, size and mtime (a writer's
+    append changes the size and the mtime; a new file the inode). Not the ctime: a backup's hard
+    link changes it."""
+    if a is None or b is None:
+        return a is b
+    return ((a.st_dev, a.st_ino, stat.S_IFMT(a.st_mode), a.st_size, a.st_mtime_ns)
+            == (b.st_dev, b.st_ino, stat.S_IFMT(b.st_mode), b.st_size, b.st_mtime_ns))
+
+
+def _lstat(p: str) -> Optional[os.stat_result]:
+    try:
+        return os.lstat(p)
+    except FileNotFoundError:
+        return None
+
+
+def _where_looked(place: Callable[[str, str], None], p: str, look: Optional[os.stat_result],
+                  stored: Optional[str] = None) -> Callable[[str, str], None]:
+    """``place`` (the verified temporary onto ``p``), done only where ``p`` is still what the
+    put-back looked at (``look``; None: nothing, and then ``place`` is create-only), right before
+    it: else, or where the create-only place finds a file made since, ``_Moved`` (the temporary
+    removed by ``restore_blob``) and the put-back looks again. ``stored``: the sha256 the vault
+    keeps of a displaced file as a copy, not a link of its inode: its bytes are read again too (a
+    write within the same mtime tick keeps size and time)."""
+    def guarded(tmp: str, dest: str) -> None:
+        if look is not None and (stored is not None and not matches(p, stored, look.st_size)
+                                 or not _same_entry(look, _lstat(p))):
+            raise _Moved()
+        try:
+            place(tmp, dest)
+        except FileExistsError:
+            raise _Moved() from None  # a file made at the path since the look: never replaced unseen
+    return guarded
+
+
 def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = None,
              on_displaced: Optional[Callable[[dict], None]] = None,
              tmp_token: Optional[str] = None, strategy: Optional[SwapStrategy] = None,
@@ -519,6 +566,11 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
     (``<file>.salvaged-NNN``, ``displaced["late_records"]``): TensorBoard keeps showing them.
     ``on_displaced`` is called with that record before the original takes the path, so a caller
     can make it durable first (a restore finished after a crash finds the path already restored).
+    The original takes a path found free create-only (``put_in_place(new_name=True)``), and one
+    where something stood only while it is still what was looked at (and, kept as a copy,
+    stored: ``_where_looked``); a file made or changed there meanwhile (a writer) is looked at
+    again, displaced in its turn (each one passed to ``on_displaced``; the last returned), at
+    most ``PUT_BACK_LOOKS`` times, then refused (``Skip.OPEN_FOR_WRITING``).
     ``tmp_token``: a restore's journaled token of its temp names (``vault.restore_tmp_path``).
     ``strategy``: how the original takes its path (``put_in_place``; the folder's by default),
     its ``copying`` record written to ``journal``, and so does the salvage file of late records;
@@ -527,43 +579,62 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
     (``keep_late_records``) is that attempt's own and goes before the copy is made again.
     """
     strategy = strategy or swap_strategy(folder_capabilities())
-    place = put_in_place(strategy, journal, rec, begun=begun)  # refused here, before anything, without a journal
+    put_in_place(strategy, journal, rec, begun=begun)  # refused here, before anything, without a journal
     no_symlink(ctx, rec["path"])
     p = ctx.abs(rec["path"])
     key = ctx.key(rec["path"])
+    resumed = False
     if rec["path"] in begun:
         # a copy a killed attempt began: finished (its bytes whole), or emptied (their beginning)
         meta = {"mode": rec["mode"], "mtime": rec["mtime"], "owner": recorded_owner(rec), **_time_of(vault, rec)}
         if resume_copy(p, rec, lambda q: partial_put_back(vault, q, rec), meta) == IN_PLACE:
             return None
-    elif os.path.lexists(p) and holds_original(ctx.store, key, rec):
-        return None  # the original stands there (asked only of a name something stands at: one lstat)
-    displaced = None
-    if os.path.lexists(p) and not (produced and holds_original(ctx.store, key, produced)):
-        if os.path.islink(p) or not os.path.isfile(p):
-            raise TransactionError(f"{rec['path']}: is no longer a regular file; left as is")
-        if not vault.check_blob(rec["sha256"]):
-            # a writer appended to the original itself (its backup is a hard link of it):
-            # the file in place holds every byte, the newest ones included; leave it
-            return {"path": rec["path"], "kept_in_place": True, "size": os.lstat(p).st_size}
-        writers = find_writers([p]).holders
-        if writers:
-            # its next records would go into the inode the original is about to replace
-            raise TransactionError(describe_holders(writers, lambda x: rec["path"])
-                                   + "; its original is not put back while it is written", Skip.OPEN_FOR_WRITING)
-        sha = sha256_file(p)
-        blob = vault.store(p, sha, link=strategy.link_backups)
-        displaced = {"path": rec["path"], "sha256": sha, "size": os.lstat(blob).st_size,
-                     "blob": os.path.relpath(blob, vault.root)}
-        late = _late_records(ctx, rec, produced, blob, displaced["size"], tmp_token,
-                             strategy=strategy, journal=journal, begun=begun)
-        if late:
-            displaced["late_records"] = late
-        if on_displaced is not None:
-            on_displaced(displaced)
-    vault.restore_blob(rec["sha256"], p, rec["mode"], rec["mtime"], tmp_token=tmp_token, owner=recorded_owner(rec),
-                       place=place, **_time_of(vault, rec))
-    return displaced
+        resumed = True  # the original is not there whole: asked already
+    displaced: Optional[dict] = None
+    for _ in range(PUT_BACK_LOOKS):
+        look = _lstat(p)  # the look: what stands at the path now (one lstat)
+        if look is not None and not resumed and holds_original(ctx.store, key, rec):
+            return displaced  # the original stands there
+        resumed = False
+        stored = None
+        if look is not None and not (produced and holds_original(ctx.store, key, produced)):
+            if stat.S_ISLNK(look.st_mode) or not stat.S_ISREG(look.st_mode):
+                raise TransactionError(f"{rec['path']}: is no longer a regular file; left as is")
+            if not vault.check_blob(rec["sha256"]):
+                # a writer appended to the original itself (its backup is a hard link of it):
+                # the file in place holds every byte, the newest ones included; leave it
+                return {"path": rec["path"], "kept_in_place": True, "size": os.lstat(p).st_size}
+            writers = find_writers([p]).holders
+            if writers:
+                # its next records would go into the inode the original is about to replace
+                raise TransactionError(describe_holders(writers, lambda x: rec["path"])
+                                       + "; its original is not put back while it is written", Skip.OPEN_FOR_WRITING)
+            sha = sha256_file(p)
+            blob = vault.store(p, sha, link=strategy.link_backups)
+            bst = os.lstat(blob)
+            # a blob that is a link of the file keeps what a writer appends to it; a copy does not
+            stored = None if (bst.st_dev, bst.st_ino) == (look.st_dev, look.st_ino) else sha
+            prev, displaced = displaced, {"path": rec["path"], "sha256": sha, "size": bst.st_size,
+                                          "blob": os.path.relpath(blob, vault.root)}
+            # records an earlier look of this call set beside the original already are not set there twice
+            base = prev if prev and prev.get("late_records") and starts_with(blob, prev["size"], prev["sha256"]) \
+                else produced
+            late = _late_records(ctx, rec, base, blob, displaced["size"], tmp_token,
+                                 strategy=strategy, journal=journal, begun=begun)
+            if late:
+                displaced["late_records"] = late
+            if on_displaced is not None:
+                on_displaced(displaced)
+        place = put_in_place(strategy, journal, rec, new_name=look is None, begun=begun)
+        try:
+            vault.restore_blob(rec["sha256"], p, rec["mode"], rec["mtime"], tmp_token=tmp_token,
+                               owner=recorded_owner(rec), place=_where_looked(place, p, look, stored),
+                               **_time_of(vault, rec))
+        except _Moved:
+            continue  # made or changed since the look: looked at again, never replaced unseen
+        return displaced
+    raise TransactionError(f"{rec['path']}: changed each of the {PUT_BACK_LOOKS} times it was looked at while its "
+                           "original was being put back (a writer); left as it is", Skip.OPEN_FOR_WRITING)
 
 
 def _late_records(ctx: Context, rec: dict, produced: Optional[dict], blob: str, size: int,

@@ -1,0 +1,221 @@
+"""A restore puts an original back without losing what a writer makes at its path meanwhile
+(invariant 1; ``swap.put_back``). Two windows, each opened by a hook at the instant between the
+put-back's look and its place (``restore_copied``: the original's verified temporary is made,
+not yet in its place), not by timing:
+
+- the path was free at the look (the reduce removed the file): a file a writer makes there
+  before the place was replaced by the original (a rename over it, or a copy after an unlink)
+  and lost, never in the vault. Now the original takes the path create-only; the writer's file
+  is looked at again and kept in the vault as displaced, listed by the restore;
+- a file stood there (neither the original nor the reduced file): it was stored in the vault,
+  then replaced; records a writer appended in between (reopening by name, appending, closing)
+  were lost where the vault keeps a copy (a hard link's inode kept them, under the older
+  content's name). Now the place happens only while the file is still what was stored; else
+  its newer content is stored in its turn and listed.
+
+On a folder that renames (its vault linking or copying) and on one that copies (a folder declaring
+no atomic rename, ``folder_capabilities`` monkeypatched as ``test_put_back_strategy.py`` does)."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from test_vault_remote import make_logdir
+from tb_footprint_plugin import api
+from tb_footprint_plugin.engine import faults, swap, transaction
+from tb_footprint_plugin.engine.context import Context
+from tb_footprint_plugin.storage.store_posix import PosixStore
+
+pytestmark = pytest.mark.usefixtures("disarm_faults")
+
+FOLDER = PosixStore(os.sep).capabilities
+CAPS = {
+    "renames-linking-vault": FOLDER,
+    "renames-copying-vault": dataclasses.replace(FOLDER, hard_link=False),
+    "copies": dataclasses.replace(FOLDER, rename_atomic=False, hard_link=False),
+}
+
+WRITER = b"a writer's profile, written again while the run came back\n" * 50
+APPENDED = b"records the writer appended after the put-back stored the file\n" * 50
+
+
+def _sha(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+def _reduced(tmp_path, monkeypatch, caps):
+    """A logdir whose profiles the archive policy removed; (logdir, run a's profile path, its
+    original bytes, the reduce's op id); the folder declares ``caps`` from the restore on."""
+    logdir = make_logdir(tmp_path)
+    prof = next((logdir / "a").rglob("*.xplane.pb"))
+    original = prof.read_bytes()
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
+    op = next(o.op_id for o in rep.outcomes if o.run == "a" and o.op_id)
+    assert not prof.exists(), "the archive policy removes the profile"
+    for mod in (transaction, swap):
+        monkeypatch.setattr(mod, "folder_capabilities", lambda: caps)
+    return logdir, prof, original, op
+
+
+def _listed_displaced(logdir: Path, sha: str) -> bool:
+    """Whether the vault keeps ``sha`` and a manifest (a restore's, a rollback's) lists it as displaced."""
+    vault = Context(str(logdir)).vault
+    named = [d for m in vault.manifests() for d in m.get("displaced", [])
+             if d.get("sha256") == sha]
+    return bool(named) and vault.has_blob(sha) and vault.check_blob(sha)
+
+
+@pytest.mark.parametrize("caps", list(CAPS.values()), ids=list(CAPS))
+def test_a_file_made_at_a_free_path_before_the_place_is_kept(tmp_path, monkeypatch, caps):
+    logdir, prof, original, op = _reduced(tmp_path, monkeypatch, caps)
+    made = []
+
+    def writer():
+        if not made and not prof.exists():
+            made.append(prof)
+            prof.write_bytes(WRITER)  # after the look found the path free, before the place
+
+    faults.arm("restore_copied", writer)
+    outs = api.restore(str(logdir), op=op)
+    faults.disarm_all()
+    assert made, "the put-back never reached its place"
+    assert prof.read_bytes() == original, [o.to_dict() for o in outs]
+    assert _listed_displaced(logdir, _sha(WRITER)), "the writer's file is nowhere: replaced by the original"
+
+
+@pytest.mark.parametrize("caps", list(CAPS.values()), ids=list(CAPS))
+def test_records_appended_between_the_store_and_the_place_are_kept(tmp_path, monkeypatch, caps):
+    logdir, prof, original, op = _reduced(tmp_path, monkeypatch, caps)
+    prof.parent.mkdir(parents=True, exist_ok=True)
+    prof.write_bytes(WRITER)  # the profiler wrote the file again after the reduce
+    appended = []
+
+    def writer():
+        if not appended:
+            appended.append(prof)
+            with open(prof, "ab") as f:  # reopened by name, appended, closed: between two flushes
+                f.write(APPENDED)
+
+    faults.arm("restore_copied", writer)
+    outs = api.restore(str(logdir), op=op)
+    faults.disarm_all()
+    assert appended, "the put-back never reached its place"
+    assert prof.read_bytes() == original, [o.to_dict() for o in outs]
+    assert _listed_displaced(logdir, _sha(WRITER + APPENDED)), "the appended records were lost"
+
+
+def test_a_writer_at_every_look_is_refused_and_nothing_is_lost(tmp_path, monkeypatch):
+    """A path taken again before each place: the put-back gives up after ``PUT_BACK_LOOKS`` looks,
+    leaves the writer's last file in place and each earlier one in the vault; the restore is
+    finished by the next start (the writer gone), the last one displaced in its turn."""
+    logdir, prof, original, op = _reduced(tmp_path, monkeypatch, CAPS["renames-copying-vault"])
+    written = []
+
+    def writer():
+        data = b"write %d\n" % len(written) * 100
+        written.append(data)
+        with contextlib.suppress(FileNotFoundError):
+            prof.unlink()
+        prof.write_bytes(data)
+
+    faults.arm("restore_copied", writer)
+    outs = api.restore(str(logdir), op=op)
+    faults.disarm_all()
+    assert [(o.status, o.code) for o in outs] == [("failed", "interrupted")], [o.to_dict() for o in outs]
+    assert len(written) == swap.PUT_BACK_LOOKS
+    assert prof.read_bytes() == written[-1]  # the last one, left as it is
+    vault = Context(str(logdir)).vault
+    assert all(vault.check_blob(_sha(d)) for d in written[:-1])  # every other one kept
+    api.recover_logdir(str(logdir))
+    assert prof.read_bytes() == original
+    assert all(_listed_displaced(logdir, _sha(d)) for d in written)
+
+
+def test_late_records_appended_between_the_store_and_the_place_go_back_once(tmp_path, monkeypatch):
+    """An event file: a resumed job's records appended to the reduced file, and more appended by
+    path while the restore puts its original back: every one of them goes back into the run beside
+    the original, each once (what an earlier look set beside it is not set there again)."""
+    from test_late_records import append_by_path, image_run, scalar_steps
+
+    run = tmp_path / "logdir" / "run"
+    path = image_run(run)
+    original = path.read_bytes()
+    rep = api.reduce_logdir(str(tmp_path / "logdir"), policy="archive", dry_run=False, verify_backends=("python",))
+    assert [o.status for o in rep.outcomes] == ["verified"], rep.to_dict()
+    append_by_path(path, 1000)  # the resumed job's records land in the reduced file
+    appended = []
+
+    def writer():
+        if not appended:
+            appended.append(path)
+            append_by_path(path, 2000)  # and more, while the original is being put back
+
+    faults.arm("restore_copied", writer)
+    (o,) = api.restore(str(tmp_path / "logdir"))
+    faults.disarm_all()
+    assert appended and o.status == "restored", o.to_dict()
+    assert path.read_bytes() == original
+    steps = scalar_steps(run)
+    assert steps["late"] == [1000, 1001, 1002, 2000, 2001, 2002] and steps["loss"] == list(range(30))
+
+
+def test_a_file_made_at_a_free_path_is_kept_when_the_backup_comes_from_a_remote_vault(tmp_path, s3_bucket):
+    """The same window where the original is streamed from an offloaded vault (moto S3), whose
+    check keeps a verified temporary for its put-back (``restore_staged``)."""
+    from test_vault_remote import offload_all
+    from tb_footprint_plugin.engine import remote_vault
+
+    logdir = make_logdir(tmp_path)
+    prof = next((logdir / "a").rglob("*.xplane.pb"))
+    original = prof.read_bytes()
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
+    op = next(o.op_id for o in rep.outcomes if o.run == "a" and o.op_id)
+    offload_all(logdir, s3_bucket.url("v"))
+    remote_vault._stores.clear()
+    made = []
+
+    def writer():
+        if not made and not prof.exists():
+            made.append(prof)
+            prof.write_bytes(WRITER)  # after the look found the path free, before the place
+
+    faults.arm("restore_copied", writer)
+    outs = api.restore(str(logdir), op=op)
+    faults.disarm_all()
+    assert made, "the put-back never looked at the path"
+    assert prof.read_bytes() == original, [o.to_dict() for o in outs]
+    assert _listed_displaced(logdir, _sha(WRITER)), "the writer's file is nowhere: replaced by the original"
+
+
+@pytest.mark.parametrize("caps", list(CAPS.values()), ids=list(CAPS))
+def test_a_rollback_keeps_a_file_made_at_a_free_path_before_the_place(tmp_path, monkeypatch, caps):
+    """A rollback's put-back (a failure once the swap removed the profiles) has the same window."""
+    logdir = make_logdir(tmp_path)
+    prof = next((logdir / "a").rglob("*.xplane.pb"))
+    original = prof.read_bytes()
+    for mod in (transaction, swap):
+        monkeypatch.setattr(mod, "folder_capabilities", lambda: caps)
+    made = []
+
+    def writer():
+        if not made and not prof.exists():
+            made.append(prof)
+            prof.parent.mkdir(parents=True, exist_ok=True)
+            prof.write_bytes(WRITER)  # after the look found the path free, before the place
+
+    def fail():
+        faults.arm("restore_copied", writer)
+        raise RuntimeError("a failure after the swap")
+
+    faults.arm("reduce.swap", fail)
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
+    faults.disarm_all()
+    assert made, "the put-back never reached its place"
+    assert [o.status for o in rep.outcomes if o.run == "a"] == ["rolled_back"], rep.to_dict()
+    assert prof.read_bytes() == original
+    assert _listed_displaced(logdir, _sha(WRITER)), "the writer's file is nowhere: replaced by the original"
