@@ -289,7 +289,8 @@ class DiskRetire(one_retirement.RetireLayout):
             src, dst = ctx.abs(f["path"]), os.path.join(dest_dir, str(i))
             no_symlink(ctx, f["path"])
             if not unchanged(src, f):
-                raise TransactionError(f"{f['path']}: changed during the retirement (is the run still being written?)")
+                raise TransactionError(f"{f['path']}: changed during the retirement (is the run still being written?)",
+                                       Skip.ACTIVE)
             if same_fs:
                 os.rename(src, dst)
                 if os.lstat(dst).st_ino != f["ino"]:
@@ -324,7 +325,8 @@ class DiskRetire(one_retirement.RetireLayout):
         for f in self.begin_rec["files"]:
             no_symlink(self.ctx, f["path"])
             if not unchanged(self.ctx.abs(f["path"]), f):
-                raise TransactionError(f"{f['path']}: changed during the retirement (is the run still being written?)")
+                raise TransactionError(f"{f['path']}: changed during the retirement (is the run still being written?)",
+                                       Skip.ACTIVE)
 
     def commit_record(self) -> None:
         """``delete`` before a copy's originals are unlinked (a rename leaves none to delete, and
@@ -342,7 +344,7 @@ class DiskRetire(one_retirement.RetireLayout):
                 no_symlink(ctx, f["path"])
                 if not unchanged(src, f):
                     raise TransactionError(f"{f['path']}: changed during the retirement (is the run still being "
-                                           "written?)")
+                                           "written?)", Skip.ACTIVE)
                 os.unlink(src)
                 if i == 0:
                     faults.hit("retire.mid_delete")
@@ -355,7 +357,8 @@ class DiskRetire(one_retirement.RetireLayout):
                 pass
             except OSError as e:
                 if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                    raise TransactionError(f"{d['path']}: new files appeared in the run while it was being retired")
+                    raise TransactionError(f"{d['path']}: new files appeared in the run while it was being retired",
+                                           Skip.ACTIVE)
                 raise
         with contextlib.suppress(OSError):
             fsync_dir(os.path.dirname(ctx.abs(begin["run"])))

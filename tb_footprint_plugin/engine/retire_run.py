@@ -216,8 +216,12 @@ class Retire(txn.Txn):
         return self.layout.committed()
 
     def failed(self, error: BaseException) -> None:
-        """Why, its code, and whether the store has recorded the retirement as done already."""
-        self.error, self.reason, self.code = error, reason_of(error), self.layout.code_of(error)
+        """Why, its code, and whether the store has recorded the retirement as done already. A
+        failure coded with a ``Skip`` (a writer found after the journal) is that skip on every
+        store, as a reduce says it; any other is coded by the store's one rule (``code_of``)."""
+        code = getattr(error, "code", None)
+        self.error, self.reason = error, reason_of(error)
+        self.code = code if isinstance(code, Skip) else self.layout.code_of(error)
         self.was_retired = self.layout.journaled() and self.layout.retired()
 
     def rollback(self, committed: bool) -> None:
