@@ -2,8 +2,9 @@
 objects restores kept, and the re-check of kept reductions without downloading."""
 from __future__ import annotations
 
+import heapq
 import os
-from typing import List, Optional
+from typing import Callable, Iterable, Iterator, List, Optional, Set, Tuple
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import manifest, usage
@@ -47,21 +48,39 @@ def manifests(ostore: ObjectStore, vault: BucketVault, problems: Optional[List[d
     and key). One that cannot be read or is not a manifest is left out (its backups stay) and,
     with ``problems``, named there by its URL (``Finding.MANIFEST_DAMAGED``, with the reader's
     own code as ``why``)."""
-    st = BucketState(ostore)
-    try:  # one paginated listing of the vault's own store, keyed under it (``manifests/…``)
-        found = listing_of(vault.store, "manifests")
+    out = list(_read_listed(ostore, vault, _listing(vault), problems))
+    out.sort(key=lambda d: -(d.get("started_at") or 0))
+    return out
+
+
+def _listed(found: dict) -> List[tuple]:
+    """The manifests' ``(key, info)`` of a listing of the vault's store, in key order."""
+    return [(key, info) for key, info in sorted(found.items()) if key.startswith("manifests/")]
+
+
+def _listing(vault: BucketVault) -> List[tuple]:
+    """The vault's manifests as one paginated listing of its own store finds them (``_listed``,
+    keyed under it: ``manifests/…``)."""
+    try:
+        return _listed(listing_of(vault.store, "manifests"))
     except StoreFailure as e:
         if e.code != StoreError.NOT_FOUND:
             raise
-        found = {}  # no such bucket (yet): no manifest
-    out = []
+        return []  # no such bucket (yet): no manifest
+
+
+def _read_listed(ostore: ObjectStore, vault: BucketVault, wanted: Iterable[tuple],
+                 problems: Optional[List[dict]] = None) -> Iterator[dict]:
+    """The usable manifests of ``wanted`` (``(key, info)`` of the vault's listing), read a few at
+    once and yielded one by one in its order: ``manifests``' reader and its rules (memory: the
+    few in flight, not the vault's every manifest)."""
+    st = BucketState(ostore)
 
     def read(item):
         p = f"{vault.root}/{item[0]}"
         return (p, *st.read(p, item[1]))
 
     # read a few at once: one after the other, a vault of 10,000 operations took minutes to list
-    wanted = ((key, info) for key, info in sorted(found.items()) if key.startswith("manifests/"))
     for p, doc, version in map_ordered(read, wanted):
         if doc is None:
             continue
@@ -82,9 +101,7 @@ def manifests(ostore: ObjectStore, vault: BucketVault, problems: Optional[List[d
             continue
         m["_version"] = version
         m["_path"] = p
-        out.append(m)
-    out.sort(key=lambda d: -(d.get("started_at") or 0))
-    return out
+        yield m
 
 
 def own_manifests(ostore: ObjectStore, vault: BucketVault, found: List[dict], refused: List[dict]) -> List[dict]:
@@ -180,43 +197,108 @@ def history(ostore: ObjectStore, vault: BucketVault) -> List[dict]:
     is its record, marked when restored or purged) and the change-log object's lines of the
     reductions rolled back (``engine.history.bucket_log``: their manifests are gone), each with
     ``backup: none`` as a disk's ``history_view`` says it."""
-    out = []
-    for e in bucket_log(BucketState.of(ostore).logdir_store()).read():
-        if e.get("kind") == "reduce":  # no manifest stands behind a line (as ``history_view`` says)
-            e["backup"] = "none" if not e.get("backup_kept") else "unknown"
-        out.append(e)
+    out = [_line_entry(e) for e in bucket_log(BucketState.of(ostore).logdir_store()).read()]
     for m in manifests(ostore, vault):
-        kept = backup_kept(m)
-        shard = m["shard"] if isinstance(m.get("shard"), str) else None
-        if m["kind"] == KIND:  # a retirement's line, as a disk's change log has it
-            tool = m.get("tool_version") if isinstance(m.get("tool_version"), str) else None
-            out.append(dict(retire_line(m, Outcome.VERIFIED, kept=kept, tool_version=tool),
-                            time=m["finished_at"], shard=shard))
-        else:
-            out.append({"time": m["finished_at"], "op_id": m["op_id"], "kind": m["kind"], "run": m["run"],
-                        "before": m.get("bytes_before"), "after": m.get("bytes_after"), "verified": True,
-                        "outcome": Outcome.VERIFIED, "backup_kept": kept, "policy": m.get("policy"),
-                        "user": m.get("user"), "host": m.get("host"), "shard": shard})
-        if m["kind"] == "reduce":  # the columns a local history has (``local_views.history_view``)
-            e = out[-1]
-            e["removed_from_logdir_bytes"] = removed_bytes(m)
-            e["freed_now_bytes"], e["freed_after_purge_bytes"] = usage.bucket_freed_by_op(
-                m, e["removed_from_logdir_bytes"])
-            e["backup"] = "purged" if m["backup_purged"] else "kept"  # a restore keeps the copies: purge frees them
-        if m["restored_at"] and m["kind"] == KIND:  # the restore's own op id, as a disk's line
-            by = m.get("restored_with") if isinstance(m.get("restored_with"), dict) else {}
-            out.append(dict(unretire_line(m, m["restored_by"], kept=not m["backup_purged"],
-                                          **{k: by[k] if isinstance(by.get(k), str) else None for k in ("user", "host")}),
-                            time=m["restored_at"]))
-        elif m["restored_at"]:
-            out.append({"time": m["restored_at"], "op_id": m["op_id"], "kind": "restore", "run": m["run"],
-                        "of_op": m["op_id"], "before": m.get("bytes_after"), "after": m.get("bytes_before"),
-                        "verified": True, "outcome": Outcome.RESTORED, "backup_kept": not m["backup_purged"],
-                        "policy": m.get("policy"), **(m.get("restored_with") or {})})
-        if m["backup_purged"]:
-            out.append({"time": m["purged_at"], "op_id": m["op_id"], "kind": "purge", "run": m["run"],
-                        "outcome": "purged", "backup_kept": False})
-    out.sort(key=lambda e: e.get("time") if isinstance(e.get("time"), (int, float)) else 0)
+        out += _entries_of(m)
+    out.sort(key=_when)
+    return out
+
+
+def history_page(ostore: ObjectStore, vault: BucketVault, newest: int,
+                 held: Callable[[], Set[str]]) -> Tuple[List[dict], int]:
+    """The newest ``newest`` entries of ``history`` less those of the operations ``held()`` names
+    (asked after the listing of the manifests and before they are read: a manifest is written
+    after its journal), in its order, and how many such entries there are in all (issue #28).
+    The same requests as ``history``, but its memory is the listing's keys and ``newest``
+    entries: the manifests are read a few at a time into a bounded heap, keyed by ``history``'s
+    order (time; the change log's lines first, in its order; then the manifests newest started
+    first, of one start in key order; then each one's entries in order); the change log's
+    newest lines are read a block at a time (``ChangeLog.newest``), or whole while an operation
+    is held (its lines are left out: the newest of the rest cannot be told from the log's newest)."""
+    found = _listing(vault)
+    skip = held()
+    kept: List[tuple] = []
+    total = 0
+
+    def offer(key: tuple, e: dict) -> None:
+        nonlocal total
+        if _op_of(e) in skip:
+            return
+        total += 1
+        if newest <= 0:
+            return
+        if len(kept) < newest:
+            heapq.heappush(kept, (key, e))
+        elif key > kept[0][0]:  # keys are unique: entries are never compared
+            heapq.heapreplace(kept, (key, e))
+
+    log = bucket_log(BucketState.of(ostore).logdir_store())
+    if skip:
+        lines = log.read()
+    else:
+        lines, count = log.newest(max(newest, 0))
+        total += count - len(lines)  # the older lines are counted, not offered
+    for i, e in enumerate(lines):
+        offer((_when(e), 0, i), _line_entry(e))
+    for m in _read_listed(ostore, vault, found):
+        for j, e in enumerate(_entries_of(m)):
+            offer((_when(e), 1, -(m.get("started_at") or 0), m["_path"], j), e)
+    kept.sort(key=lambda item: item[0])
+    return [e for _k, e in kept], total
+
+
+def _op_of(entry: dict) -> Optional[str]:
+    """An entry's op id where it is a string (a change log's lines are untrusted: a list is no key)."""
+    op = entry.get("op_id")
+    return op if isinstance(op, str) else None
+
+
+def _when(e: dict):
+    """An entry's place in time in ``history``'s order (one that has none comes first)."""
+    return e.get("time") if isinstance(e.get("time"), (int, float)) else 0
+
+
+def _line_entry(e: dict) -> dict:
+    """A change-log line as ``history`` shows it."""
+    if e.get("kind") == "reduce":  # no manifest stands behind a line (as ``history_view`` says)
+        e["backup"] = "none" if not e.get("backup_kept") else "unknown"
+    return e
+
+
+def _entries_of(m: dict) -> List[dict]:
+    """The entries of one operation's manifest in ``history``, in order: its own line (a
+    reduction's, a retirement's), its restore's, its purge's."""
+    out = []
+    kept = backup_kept(m)
+    shard = m["shard"] if isinstance(m.get("shard"), str) else None
+    if m["kind"] == KIND:  # a retirement's line, as a disk's change log has it
+        tool = m.get("tool_version") if isinstance(m.get("tool_version"), str) else None
+        out.append(dict(retire_line(m, Outcome.VERIFIED, kept=kept, tool_version=tool),
+                        time=m["finished_at"], shard=shard))
+    else:
+        out.append({"time": m["finished_at"], "op_id": m["op_id"], "kind": m["kind"], "run": m["run"],
+                    "before": m.get("bytes_before"), "after": m.get("bytes_after"), "verified": True,
+                    "outcome": Outcome.VERIFIED, "backup_kept": kept, "policy": m.get("policy"),
+                    "user": m.get("user"), "host": m.get("host"), "shard": shard})
+    if m["kind"] == "reduce":  # the columns a local history has (``local_views.history_view``)
+        e = out[-1]
+        e["removed_from_logdir_bytes"] = removed_bytes(m)
+        e["freed_now_bytes"], e["freed_after_purge_bytes"] = usage.bucket_freed_by_op(
+            m, e["removed_from_logdir_bytes"])
+        e["backup"] = "purged" if m["backup_purged"] else "kept"  # a restore keeps the copies: purge frees them
+    if m["restored_at"] and m["kind"] == KIND:  # the restore's own op id, as a disk's line
+        by = m.get("restored_with") if isinstance(m.get("restored_with"), dict) else {}
+        out.append(dict(unretire_line(m, m["restored_by"], kept=not m["backup_purged"],
+                                      **{k: by[k] if isinstance(by.get(k), str) else None for k in ("user", "host")}),
+                        time=m["restored_at"]))
+    elif m["restored_at"]:
+        out.append({"time": m["restored_at"], "op_id": m["op_id"], "kind": "restore", "run": m["run"],
+                    "of_op": m["op_id"], "before": m.get("bytes_after"), "after": m.get("bytes_before"),
+                    "verified": True, "outcome": Outcome.RESTORED, "backup_kept": not m["backup_purged"],
+                    "policy": m.get("policy"), **(m.get("restored_with") or {})})
+    if m["backup_purged"]:
+        out.append({"time": m["purged_at"], "op_id": m["op_id"], "kind": "purge", "run": m["run"],
+                    "outcome": "purged", "backup_kept": False})
     return out
 
 

@@ -208,16 +208,20 @@ class BucketEngine(Engine):
         less those of runs a journal has not committed (``_unreduced``)."""
         found = self.bk.history(self.ostore, self.vault)
         held = self._unreduced()
-        return [e for e in found if e.get("op_id") not in held]
+        # a change log's lines are untrusted: an op id that is no string names no operation held
+        return [e for e in found if not (isinstance(e.get("op_id"), str) and e["op_id"] in held)]
 
     def history_page(self, newest: Optional[int] = None) -> Tuple[List[dict], int]:
-        """Differs: ``history`` whole, then cut to the newest (a bucket's history is built from
-        its manifests and change-log lines in memory: not constant-memory here)."""
-        entries = self.history()
-        total = len(entries)
-        if newest is not None:
-            entries = entries[max(0, total - newest):] if newest > 0 else []
-        return entries, total
+        """Differs: read from the manifests and the change-log object's lines into a bounded
+        heap of the newest (``bucket_catalogue.history_page``: every manifest is read, as
+        ``history`` reads them, since each one's entries count in the total, but only ``newest``
+        entries are held); ``newest`` None: ``history`` whole."""
+        from tb_footprint_plugin.engine.bucket_catalogue import history_page
+
+        if newest is None:
+            entries = self.history()
+            return entries, len(entries)
+        return history_page(self.ostore, self.vault, newest, self._unreduced)
 
     # -- backups -----------------------------------------------------------------------------
     def recheck(self, run: Optional[str], op: Optional[str],

@@ -1,0 +1,146 @@
+"""The Activity view's read at many operations: ``python bench/history_page.py [--ops N] [--keep DIR]``.
+
+Issue #28 (r23 task B). ``api.history_page(newest=500)`` is what the tab's Activity page asks.
+On a disk: a logdir of N small runs reduced in one batch (``--keep DIR``: built there once and
+reused, so the same logdir can be measured by two trees); it prints the seconds, the manifests
+read (``Vault.read_manifest`` calls) and the peak of traced memory of the page. On a bucket (moto's
+S3 on loopback): three real reductions and N-3 manifests planted as copies of theirs; it prints
+the same for the page and for the whole history cut to its newest 500 (what the page was before
+r23), with the requests the store's counters saw. Run it with ``PYTHONPATH`` at another tree to
+measure that tree.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+for p in (str(REPO / "tests"),):
+    if p not in sys.path:
+        sys.path.append(p)
+
+NEWEST = 500
+
+
+def build_runs(ld: Path, n: int) -> None:
+    """``n`` small runs, each with a profile session the archive policy removes."""
+    from tb_footprint_plugin import synth
+
+    for i in range(n):
+        run = ld / f"exp{i // 100:03d}/run{i:06d}"
+        with synth.EventWriter(str(run), timestamp=1_700_000_000) as w:
+            for s in range(3):
+                w.scalar("loss", s, 1.0 / (s + 1 + i))
+        synth.write_profile_session(str(run), synth.session_name_for(1_700_000_600), "host", n_events=3, seed=i)
+
+
+def measured(fn):
+    """``fn()``'s result, seconds, manifests read and peak traced MB."""
+    from tb_footprint_plugin.engine.vault import Vault
+
+    reads = []
+    real = Vault.read_manifest
+
+    def counted(self, op_id):
+        reads.append(op_id)
+        return real(self, op_id)
+
+    Vault.read_manifest = counted
+    tracemalloc.start()
+    t = time.perf_counter()
+    try:
+        res = fn()
+        secs = time.perf_counter() - t
+        peak = tracemalloc.get_traced_memory()[1] / (1 << 20)
+    finally:
+        tracemalloc.stop()
+        Vault.read_manifest = real
+    return res, secs, len(reads), peak
+
+
+def disk(n: int, keep: str) -> None:
+    from tb_footprint_plugin import api
+
+    ld = Path(keep) / "logs"
+    if not ld.exists():
+        build_runs(ld, n)
+        t = time.perf_counter()
+        rep = api.reduce_logdir(str(ld), policy="archive", dry_run=False, quiet_period=0,
+                                verify_backends=("python",))
+        print(f"built: {sum(o.status == 'verified' for o in rep.outcomes)} reductions in "
+              f"{time.perf_counter() - t:.0f} s")
+    api.history_page(str(ld), newest=1)  # the vault's index read once, as a long-lived tab has it
+    for label in ("first", "again"):
+        page, secs, reads, peak = measured(lambda: api.history_page(str(ld), newest=NEWEST))
+        print(f"disk, {label}: history_page(newest={NEWEST}) of {page['total']} entries: {secs:.2f} s, "
+              f"{reads} manifests read, peak {peak:.1f} MB")
+
+
+def bucket(n: int) -> None:
+    import objstore_servers as servers
+    from tb_footprint_plugin import api
+    from tb_footprint_plugin.engine.front_bucket import BucketEngine
+
+    srv = servers.start_moto()
+    try:
+        os.environ.update(srv.env)
+        b = servers.Bucket(srv)
+        with tempfile.TemporaryDirectory() as d:
+            build_runs(Path(d) / "logs", 3)
+            url = b.upload(Path(d) / "logs", "v")
+        rep = api.reduce_logdir(url, policy="archive", dry_run=False, quiet_period=0, verify_backends=("python",))
+        ops = [o.op_id for o in rep.outcomes if o.status == "verified"]
+        api.restore(url, op=ops[1])
+        state = b.key("v/.tb-footprint")
+        docs = [json.loads(b.fs.cat_file(f"{state}/manifests/{op}.json")) for op in ops]
+        planted = {}
+        for i in range(n - 3):
+            doc = dict(docs[i % 3], op_id=f"20250101T000000-{i:06x}", started_at=1.7e9 + i, finished_at=1.7e9 + i + 1)
+            if "op" in doc:
+                doc["op"] = doc["op_id"]
+            planted[f"{state}/manifests/{doc['op_id']}.json"] = json.dumps(doc).encode()
+        keys = list(planted)
+        for i in range(0, len(keys), 500):
+            b.fs.pipe({k: planted[k] for k in keys[i:i + 500]})
+        b.fs.invalidate_cache()
+
+        def whole_cut(eng):
+            entries = eng.history()
+            return entries[-NEWEST:], len(entries)
+
+        for label, fn in (("whole history, cut (the page before r23)", whole_cut),
+                          (f"history_page(newest={NEWEST})", lambda eng: eng.history_page(NEWEST))):
+            eng = BucketEngine(url)
+            (entries, total), secs, _reads, peak = measured(lambda: fn(eng))
+            c = eng.request_counts()
+            print(f"bucket, {label}: {len(entries)} of {total} entries, {secs:.2f} s, {c['requests']} requests "
+                  f"({c['list']} list, {c['read']} read, {c['head']} head), peak {peak:.1f} MB")
+    finally:
+        srv.stop()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ops", type=int, default=2000)
+    ap.add_argument("--keep", help="the disk logdir's folder (built there if absent, reused after)")
+    ap.add_argument("--only", choices=("disk", "bucket"))
+    args = ap.parse_args(argv)
+    if args.only != "bucket":
+        if args.keep:
+            disk(args.ops, args.keep)
+        else:
+            with tempfile.TemporaryDirectory() as d:
+                disk(args.ops, d)
+    if args.only != "disk":
+        bucket(args.ops)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
