@@ -15,6 +15,10 @@ rules of a put-back that neither a disk's (``engine.restore``) nor a bucket's
 - **a grown file's complete records** (``copy_late_records``): what a resumed writer added
   after the reduced bytes goes back into the run record by record (framing and CRCs checked
   by ``scan.tfrecord``); a trailing partial record stays only in the copy kept in the vault;
+- **the outcome it starts from** (``restore_outcome``): failed (``restore_blocked``), named in
+  ``op_id`` by the reduction asked for until the restore's journal is written, then by the
+  restore's own record (a disk's own op id; a bucket's restore has none: its journal and its
+  history line are the reduction's), as an unretire's (``retire_rules.unretire_outcome``);
 - **the outcome's code** (``restore_code``) from what the restore found in the originals'
   places: records back in the run, else bytes kept in the vault (a disk's blob, a bucket's
   kept object), else the store's own (a bucket's ``mtime_not_kept``, a disk's none);
@@ -34,10 +38,11 @@ import hashlib
 import io
 from typing import BinaryIO, Callable, List, Mapping, Optional, Tuple
 
-from tb_footprint_plugin.codes import Finding
+from tb_footprint_plugin.codes import Failure, Finding, Outcome
+from tb_footprint_plugin.engine.context import RunOutcome
 from tb_footprint_plugin.scan.tfrecord import RecordReader
 from tb_footprint_plugin.storage.files import CHUNK
-from tb_footprint_plugin.storage.paths import is_sha256
+from tb_footprint_plugin.storage.paths import is_op_id, is_sha256
 from tb_footprint_plugin.storage.remote import same_content
 from tb_footprint_plugin.storage.store import Store
 
@@ -154,6 +159,18 @@ def copy_late_records(src: BinaryIO, start: int, size: int, sink, name: str) -> 
             "partial_bytes": size - start - reader.valid_bytes, "corrupt": reader.status == "corrupt"}
 
 
+def restore_outcome(m: dict) -> RunOutcome:
+    """The outcome a restore of the reduction ``m`` starts from, on every store: failed
+    (``RESTORE_BLOCKED``), its bytes the reduced run's, named in ``op_id`` by the reduction it was
+    asked to restore (None where ``m`` names no op id), as a cancelled restore and an
+    already-restored skip are: what a refusal before its journal carries. Once its journal is
+    written the outcome names the restore by its own record: a disk's restore's op id, a bucket's
+    the reduction's (it has none of its own; its journal and history line carry the reduction's)."""
+    op, n = m.get("op_id"), m.get("bytes_after", 0)
+    return RunOutcome(run=str(m.get("run")), status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED,
+                      op_id=op if is_op_id(op) else None, bytes_before=n, bytes_after=n)
+
+
 def restore_code(displaced: List[dict], default: Optional[str] = None) -> Optional[str]:
     """The code of a restore from what it found in the originals' places (``displaced``):
     records put back into the run (``late_records_restored``), else bytes kept in the vault
@@ -197,5 +214,5 @@ def kept_said(n: int, what: str, how: str) -> str:
     return f"; {n} {what}(s) as they stood before the restore kept in the vault ({how})"
 
 
-__all__ = ["Limited", "holds_original", "begins_with", "copy_late_records", "restore_code",
+__all__ = ["Limited", "holds_original", "begins_with", "copy_late_records", "restore_outcome", "restore_code",
            "restored_said", "late_records_said", "left_said", "kept_said"]

@@ -42,7 +42,7 @@ from tb_footprint_plugin.engine.context import (
 )
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.putback import (holds_original, kept_said, late_records_said, left_said, restore_code,
-                                                 restored_said)
+                                                 restore_outcome, restored_said)
 from tb_footprint_plugin.engine.journal import Journal, RunLocked
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
 from tb_footprint_plugin.engine.swap import (copies_begun, folder_times, make_dirs, put_back, put_back_token,
@@ -165,8 +165,7 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
     are checked, ``restore`` as the first original goes back."""
     t0 = time.monotonic()
     run = manifest["run"]
-    out = RunOutcome(run=run, status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, bytes_before=manifest.get("bytes_after", 0),
-                     bytes_after=manifest.get("bytes_after", 0))
+    out = restore_outcome(manifest)  # a refusal before the journal names the reduction, as a bucket's
     # one read of now (through the memo) for both checks: a newer reduction, a retirement; only this
     # run's operations and the retirements are copied out of it and checked as this logdir's
     mine = own_manifests(ctx, read_roots(known_vaults(ctx), True, memo,
@@ -303,7 +302,6 @@ class LocalRestore(txn.PutBack):
             out.reason, out.code = str(e), e.code
             raise txn.NotStarted() from e
         op_id = new_op_id()
-        out.op_id = op_id
         try:
             identity = trust.bind(ctx.logdir, ctx.state)
             self.jnl = Journal.create(ctx.journal_dir, op_id, {
@@ -325,6 +323,7 @@ class LocalRestore(txn.PutBack):
             out.reason = f"cannot start the restore (journal in {ctx.journal_dir}): {reason_of(e)}"
             out.code = failure_code(e)
             raise txn.NotStarted() from e
+        out.op_id = op_id  # started: named by its own op id (its manifest's, its history line's)
 
     def backup(self, report: txn.Report) -> None:
         """The streamed backups, each read back whole into its target's temporary (the cancel
@@ -503,7 +502,8 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
         vault=vault.root, tool_version=__version__, **who(),
         restored_files=sorted(originals), kept_changed=kept_changed, displaced=displaced))
     append_history(ctx.state, {
-        "op_id": begin["op_id"], "kind": "restore", "run": manifest["run"], "policy": None,
+        # ``of_op``: the reduction restored, as a bucket's restore line and an unretire's say it
+        "op_id": begin["op_id"], "kind": "restore", "run": manifest["run"], "of_op": manifest["op_id"], "policy": None,
         "before": manifest.get("bytes_after"), "after": manifest.get("bytes_before"), "verified": True,
         "outcome": Outcome.RESTORED, "reason": f"restored {manifest['op_id']}", "backup_kept": True,
         "user": who()["user"], "host": who()["host"], "tool_version": __version__,
