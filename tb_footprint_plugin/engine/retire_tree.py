@@ -33,12 +33,13 @@ from tb_footprint_plugin.engine.context import Context, TransactionError, no_sym
 from tb_footprint_plugin.engine.history import append_history, disk_log
 from tb_footprint_plugin.engine.journal import OpJournal
 from tb_footprint_plugin.engine.placement import IN_PLACE, partial_copy, place_at_free_name, put_in_place, resume_copy, starts_with
+from tb_footprint_plugin.engine.putback import holds_original
 from tb_footprint_plugin.engine.retire_rules import KIND, is_restorable_retirement
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.salvage import salvage_name
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import Vault, who
-from tb_footprint_plugin.storage.files import CopyMismatch, copy_new, fsync_dir, give_owner, matches, recorded_owner, sha256_file
+from tb_footprint_plugin.storage.files import CopyMismatch, copy_new, fsync_dir, give_owner, recorded_owner, sha256_file
 from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
 from tb_footprint_plugin.storage.paths import is_within, plausible_mtime_ns
 from tb_footprint_plugin.storage import throttle as fsops
@@ -277,13 +278,15 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
     no_symlink(ctx, f["path"])
     dst = ctx.abs(f["path"])
     stored = stored_file(vault, op_id, i)
-    tmp = os.path.join(os.path.dirname(dst), f".footprint-unretire-{op_id}-{i}.tmp")
+    tmp_name = f".footprint-unretire-{op_id}-{i}.tmp"
+    tmp = os.path.join(os.path.dirname(dst), tmp_name)
+    tmp_key = ctx.key(os.path.join(os.path.dirname(f["path"]), tmp_name))
     if f["path"] in begun:
         # a copy a killed attempt began: finished (the vault's bytes whole: what it had yet to set is
         # the recorded mode, time and owner), or emptied (their beginning, every byte in the vault)
         meta = {"mode": f["mode"], "mtime_ns": plausible_mtime_ns(f.get("mtime_ns")), "owner": recorded_owner(f)}
         if resume_copy(dst, f, lambda q: partial_copy(q, stored, f), meta) == IN_PLACE:
-            if matches(tmp, f["sha256"], f["size"]):
+            if holds_original(ctx.store, tmp_key, f):
                 os.unlink(tmp)  # a copy killed before it deleted its source: the file is in place
             return None
     here = os.path.lexists(dst)
@@ -293,7 +296,7 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
         if not os.path.isfile(dst) or os.path.islink(dst):
             raise TransactionError(f"{f['path']}: something else stands there now; left as is")
         if not there or unchanged(dst, f) or grown(dst, f) or sha256_file(dst) == f["sha256"]:
-            if matches(tmp, f["sha256"], f["size"]):
+            if holds_original(ctx.store, tmp_key, f):
                 os.unlink(tmp)  # a copy killed before it deleted its source: the file is in place
             return None  # the file is in place (a copy's original never left): the vault's copy may go
         if not set_aside:

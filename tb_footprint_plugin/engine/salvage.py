@@ -37,14 +37,14 @@ from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.engine import remote_vault
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec
-from tb_footprint_plugin.engine.putback import copy_late_records
+from tb_footprint_plugin.engine.putback import copy_late_records, holds_original
 from tb_footprint_plugin.engine.placement import (copies_begun, partial_copy, place_at_free_name, put_in_place,
                                                   resume_copy, starts_with)
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.engine.vault import Vault, who
-from tb_footprint_plugin.storage.files import CHUNK, create_new, fsync_dir, give_owner, matches, recorded_owner, sha256_file
+from tb_footprint_plugin.storage.files import CHUNK, create_new, fsync_dir, give_owner, recorded_owner, sha256_file
 from tb_footprint_plugin.version import __version__
 
 SALVAGE_SUFFIX = ".salvaged-"
@@ -352,7 +352,7 @@ def finish_salvage(ctx, records: List[dict]) -> str:
     if begin.get("tmp"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(ctx.abs(begin["tmp"]))
-    if staged and begin.get("final") and matches(ctx.abs(begin["final"]), staged["sha256"], staged["size"]):
+    if staged and begin.get("final") and holds_original(ctx.store, ctx.key(begin["final"]), staged):
         os.unlink(ctx.abs(begin["final"]))
     old, new = vault.blob_path(begin["old_sha256"]), vault.blob_path(begin["new_sha256"])
     with contextlib.suppress(OSError):

@@ -23,10 +23,11 @@ from typing import Callable, Dict, List, Optional
 from tb_footprint_plugin.codes import Failure
 from tb_footprint_plugin.engine.checks import compare_views
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, Context, NoSpace, TransactionError
+from tb_footprint_plugin.engine.putback import holds_original
 from tb_footprint_plugin.plan.model import RunPlan
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.storage import scratch
-from tb_footprint_plugin.storage.files import matches, sha256_file
+from tb_footprint_plugin.storage.files import sha256_file
 
 
 #: what an outcome keeps of a committed run's verification (the manifest keeps all of it)
@@ -209,7 +210,7 @@ def unchanged_event_files(ctx: Context, rp: RunPlan) -> Optional[List[dict]]:
 
 def changed_files(ctx: Context, files: List[dict]) -> List[str]:
     """The ones of ``files`` (``{path, sha256, size}``) whose bytes are no longer those."""
-    return [f["path"] for f in files if not matches(ctx.abs(f["path"]), f["sha256"], f["size"])]
+    return [f["path"] for f in files if not holds_original(ctx.store, ctx.key(f["path"]), f)]
 
 
 def verify_unchanged(ctx: Context, rp: RunPlan, backups: Dict[str, dict], staged: List[dict],
