@@ -219,3 +219,39 @@ def test_a_rollback_keeps_a_file_made_at_a_free_path_before_the_place(tmp_path, 
     assert [o.status for o in rep.outcomes if o.run == "a"] == ["rolled_back"], rep.to_dict()
     assert prof.read_bytes() == original
     assert _listed_displaced(logdir, _sha(WRITER)), "the writer's file is nowhere: replaced by the original"
+
+
+@pytest.mark.parametrize("caps", list(CAPS.values()), ids=list(CAPS))
+def test_a_rollback_names_every_content_it_displaced_over_several_looks(tmp_path, monkeypatch, caps):
+    """A rollback whose put-back looks more than once (a file made at the free path, then appended
+    to before the next place) stores each content it found in the vault; its manifest names them
+    all. It named only the last: the earlier one was journaled and in the vault, a blob no
+    manifest names (review of b29e2e3)."""
+    logdir = make_logdir(tmp_path)
+    prof = next((logdir / "a").rglob("*.xplane.pb"))
+    original = prof.read_bytes()
+    for mod in (transaction, swap):
+        monkeypatch.setattr(mod, "folder_capabilities", lambda: caps)
+    steps = []
+
+    def writer():
+        steps.append(len(steps))
+        if len(steps) == 1:  # the path found free: a writer makes the file before the place
+            prof.parent.mkdir(parents=True, exist_ok=True)
+            prof.write_bytes(WRITER)
+        elif len(steps) == 2:  # stored as displaced: the writer appends before the next place
+            with open(prof, "ab") as f:
+                f.write(APPENDED)
+
+    def fail():
+        faults.arm("restore_copied", writer)
+        raise RuntimeError("a failure after the swap")
+
+    faults.arm("reduce.swap", fail)
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
+    faults.disarm_all()
+    assert len(steps) >= 3, steps
+    assert [o.status for o in rep.outcomes if o.run == "a"] == ["rolled_back"], rep.to_dict()
+    assert prof.read_bytes() == original
+    for content in (WRITER, WRITER + APPENDED):
+        assert _listed_displaced(logdir, _sha(content)), f"{len(content)} bytes displaced: no manifest names them"

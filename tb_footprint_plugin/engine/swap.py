@@ -191,8 +191,13 @@ def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[J
     displaced = _displaced_records(records)
 
     def remember(d: dict) -> None:
-        if journal is not None and not _listed(displaced, d):
+        # called at each look that stores content found in the path: a put-back that looks again
+        # (the file changed before its place) stores each, and the manifest names every one
+        if _listed(displaced, d):
+            return
+        if journal is not None:
             _journal_displaced(journal, d)
+        displaced.append(d)
 
     strategy = swap_strategy(folder_capabilities())
     # only a swap that was recorded (begun) can have left a partial copy: before it, whatever
@@ -610,9 +615,11 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
                 raise TransactionError(describe_holders(writers, lambda x: rec["path"])
                                        + "; its original is not put back while it is written", Skip.OPEN_FOR_WRITING)
             sha = sha256_file(p)
-            blob = vault.store(p, sha, link=strategy.link_backups)
+            # a copy, never a link: a writer's append before the place would change a linked blob
+            # along with the file (the blob then no longer its name's bytes) while the next look
+            # stores the newer content too; a copy keeps each content found, whole
+            blob = vault.store(p, sha, link=False)
             bst = os.lstat(blob)
-            # a blob that is a link of the file keeps what a writer appends to it; a copy does not
             stored = None if (bst.st_dev, bst.st_ino) == (look.st_dev, look.st_ino) else sha
             prev, displaced = displaced, {"path": rec["path"], "sha256": sha, "size": bst.st_size,
                                           "blob": os.path.relpath(blob, vault.root)}
