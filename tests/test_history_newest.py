@@ -137,8 +137,8 @@ def test_history_last_n(tmp_path, capsys):
 
 
 def test_a_buckets_history_is_cut_to_the_newest(s3_bucket, tmp_path):
-    """A bucket's history is built whole from its manifests and change-log lines, then cut (not
-    constant-memory there): the same entries as the whole history's last N, and the total."""
+    """A bucket's newest N: its manifests each read into a bounded heap of the newest, with the
+    change log's newest lines: the same entries as the whole history's last N, and the total."""
     url = s3_bucket.upload(_planted_logdir(tmp_path, 12), "v")
     whole = api.history(url)
     assert len(whole) == 12

@@ -67,7 +67,9 @@ def history_page(logdir: str, backup_dir: Optional[str] = None, *, newest: Optio
     """``entries``: ``history``'s (all, or the newest ``newest``, oldest first) and ``total``: how
     many entries the change log holds in all. A local logdir's newest are read a block of the log
     at a time, holding only ``newest`` entries, and only those are given their backup state (the
-    tab's Activity page at 100,000 runs, issue #28); a bucket's history is built whole, then cut."""
+    tab's Activity page at 100,000 runs, issue #28), and only the manifests of the entries shown
+    are read; a bucket's manifests are each read (they give the total), into a bounded heap of
+    the newest."""
     entries, total = open_engine(logdir, backup_dir, lazy=True).history_page(newest)
     for e in entries:
         # lines are untrusted: a code is a string or nothing
