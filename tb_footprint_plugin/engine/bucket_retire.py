@@ -177,7 +177,6 @@ class BucketRetire(one_retirement.RetireLayout):
     rollback_errors = (BucketTxnError, *STORE_FAILURES, ValueError, OSError)
     #: the driver's instants where a bucket's own failpoints are (its manifest is written in the check)
     failpoints = {"verify": "retire.manifest", "swap_record": "retire.delete_record"}
-    incomplete_tail = "; the journal is kept and the next start settles it"
 
     def __init__(self, ostore: ObjectStore, vault: BucketVault, run: str, along: List[str], rule: Optional[dict],
                  quiet_period: float, closed_files: Optional[Mapping[str, float]]) -> None:

@@ -34,6 +34,7 @@ from tb_footprint_plugin.engine.bucket_state import (
 from tb_footprint_plugin.engine.context import RunOutcome
 from tb_footprint_plugin.engine.journal_object import ObjectJournal, live_entries, pending_objects
 from tb_footprint_plugin.engine.manifest import renamed  # noqa: F401  (re-exported: the bucket modules' name)
+from tb_footprint_plugin.engine.recovery_rules import rollback_incomplete_reason
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.storage.remote import (
     ObjectInfo,
@@ -138,7 +139,7 @@ def rolled_back(out: RunOutcome, code: Code) -> None:
 def rollback_incomplete(out: RunOutcome, e: Exception) -> None:
     """A rollback that did not finish: the journal stays, and the next start settles it."""
     out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
-    out.reason += f"; rollback incomplete ({e}); the journal is kept and the next start settles it"
+    out.reason = rollback_incomplete_reason(out.reason, str(e))
 
 
 def finish_op(ostore: ObjectStore, vault: BucketVault, doc: dict,

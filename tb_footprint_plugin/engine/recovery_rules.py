@@ -24,6 +24,15 @@ INTERRUPTED_REASON = "interrupted (crash or kill); rolled back on recovery"
 CANCELLED_REASON = "interrupted before the commit point (the batch was cancelled)"
 #: what recovery leaves of an operation whose journal it will not replay (damaged, or not a journal)
 NOT_REPLAYED = "not replayed: its run and backups are left exactly as they are"
+#: what a run whose rollback did not finish (``Failure.ROLLBACK_INCOMPLETE``) says after why it
+#: stopped, on every store and verb: the journal stays, and the next start settles it
+ROLLBACK_LEFT_TO_RECOVERY = "the journal is kept and the next start settles it"
+
+
+def rollback_incomplete_reason(reason: str, error: str) -> str:
+    """The reason of a run whose rollback did not finish, on every store and verb: ``reason``
+    (why it was rolled back), ``error`` (what stopped the rollback), and what happens next."""
+    return f"{reason}; rollback incomplete ({error}); {ROLLBACK_LEFT_TO_RECOVERY}"
 
 
 def damaged_journal(file: str, what: str) -> str:

@@ -15,6 +15,7 @@ from tb_footprint_plugin.codes import Failure, Outcome
 from tb_footprint_plugin.engine.context import (Context, NoSpace, RunOutcome, TransactionError, no_symlink, reason_of,
                                                 writing)
 from tb_footprint_plugin.engine.journal import Journal, JournalGone, StateMoved
+from tb_footprint_plugin.engine.recovery_rules import rollback_incomplete_reason
 from tb_footprint_plugin.engine.swap import rollback
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.files import fsync_dir
@@ -154,7 +155,7 @@ def settle_again(ctx: Context, journal: Journal, gone: JournalGone, reason: str,
         return False
     except Exception as e2:  # the journal stays: recovery will try again
         out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
-        out.reason = f"{reason}; rollback incomplete ({reason_of(e2)}), will be retried on next start"
+        out.reason = rollback_incomplete_reason(reason, reason_of(e2))
         return True
     out.status, out.code, out.reason = Outcome.ROLLED_BACK, gone.code, f"{reason}; the run is as it was"
     journal.close()

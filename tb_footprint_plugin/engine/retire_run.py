@@ -33,6 +33,7 @@ from typing import Dict, List, Optional, Tuple, Type
 from tb_footprint_plugin.codes import Code, Failure, Outcome, Skip
 from tb_footprint_plugin.engine import txn
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, reason_of
+from tb_footprint_plugin.engine.recovery_rules import rollback_incomplete_reason
 
 #: the driver's instants → the failpoints every store's retirement hits there (``engine.faults``)
 FAILPOINTS: Dict[str, str] = {"journal": "retire.journal", "backup": "retire.move", "swap": "retire.delete"}
@@ -59,8 +60,6 @@ class RetireLayout(abc.ABC):
     injected_is_crash: bool = True
     errors: Tuple[Type[BaseException], ...] = (Exception,)
     rollback_errors: Tuple[Type[BaseException], ...] = (Exception,)
-    #: what a rollback that did not finish adds: how the journal left is settled
-    incomplete_tail: str = ", will be retried on next start"
 
     def __init__(self, run: str, along: List[str]) -> None:
         self.run, self.along = run, along
@@ -257,7 +256,7 @@ class Retire(txn.Txn):
         out = self.out
         base = out.reason if self.said else self.reason
         out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
-        out.reason = f"{base}; rollback incomplete ({reason_of(error)}){self.layout.incomplete_tail}"
+        out.reason = rollback_incomplete_reason(base, reason_of(error))
 
     def unwind(self) -> None:
         self.layout.unwind()

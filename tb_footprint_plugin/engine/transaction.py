@@ -44,7 +44,7 @@ from tb_footprint_plugin.engine.journal import Journal, JournalGone, RunLocked
 from tb_footprint_plugin.engine.lease import RunLease
 from tb_footprint_plugin.engine.preflight import check_writers, preflight
 from tb_footprint_plugin.engine.recovery import recover
-from tb_footprint_plugin.engine.recovery_rules import CANCELLED_REASON
+from tb_footprint_plugin.engine.recovery_rules import CANCELLED_REASON, rollback_incomplete_reason
 from tb_footprint_plugin.engine.reduce_journal import (append_record, append_rollback, create_journal, journal_gone,
                                                        own_records)
 from tb_footprint_plugin.engine.run_lock import folder_capabilities, lock_failure, run_lock
@@ -479,7 +479,7 @@ class LocalReduce(txn.Txn):
             journal_gone(ctx, journal, error, reason, out)
             return
         out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
-        out.reason = f"{reason}; rollback incomplete ({reason_of(error)}), will be retried on next start"
+        out.reason = rollback_incomplete_reason(reason, reason_of(error))
 
     def unwind(self) -> None:
         """The Rust reader of the original run, closed whatever happened."""
