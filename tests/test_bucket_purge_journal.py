@@ -18,6 +18,7 @@ from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.codes import Finding, Recovery
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.front import open_engine
+from tb_footprint_plugin.engine.journal_object import PURGING, journal_unreadable
 from tb_footprint_plugin.engine.purge_run import PurgeReport
 
 pytestmark = pytest.mark.usefixtures("disarm_faults")
@@ -123,7 +124,7 @@ def test_a_journal_whose_purge_marked_nothing_goes_and_nothing_else_changes(s3_b
     entries = [{"run": "b" if ops[op]["run"] == "a" else "a", "op": op, "files": []} for op in marked]
     entries += [{"run": m["run"], "op": op, "files": []} for op, m in ops.items() if op not in marked]
     entries += [{"run": "a", "op": "../../x", "files": []}, {"run": "a", "op": "20990101T000000-abcdef", "files": []}]
-    _rewrite(url, key, runs=entries, host=socket.gethostname(), pid=_dead_pid(), pid_start=None)
+    _rewrite(url, key, **{PURGING: entries}, host=socket.gethostname(), pid=_dead_pid(), pid_start=None)
     state = {k: v for k, v in s3_bucket.hashes("logs").items() if k != key}
     assert api.recover_logdir(url) == []
     assert s3_bucket.hashes("logs") == state  # the journal gone, nothing else touched
@@ -136,3 +137,31 @@ def test_originals_lost_is_the_sum_of_the_rows_as_they_stand():
     rep = PurgeReport(dry_run=True, ops=[{"op_id": "x", "bytes": 1, "originals": 2}], freed_bytes=1)
     rep.ops.append({"op_id": "y", "bytes": 1, "originals": 3})
     assert rep.originals_lost == 5 and rep.to_dict()["originals_lost"] == 5
+
+
+def _unreadable_before_the_purge_journal(doc: dict) -> bool:
+    """``journal_object.journal_unreadable`` as every release before the purge journal has it
+    (dc346ea and earlier): a journal naming no ``run`` nor ``runs`` is damaged, never acted on;
+    one that does is replayed as the reduce, restore or retirement it names."""
+    return bool(doc.get("corrupt")) or not ("run" in doc or "runs" in doc) or \
+        ("runs" in doc and not isinstance(doc["runs"], list))
+
+
+def test_an_earlier_release_never_acts_on_a_purge_journal(s3_bucket, tmp_path):
+    """Review R5 F1: the journal named its operations under ``runs``, where an earlier release
+    (a shard worker or a tab not yet upgraded, on the same bucket) reads the runs of a reduce
+    journal: its start rolled each named operation back as a reduce stopped at ``planned``,
+    deleting the manifests of every one, unmarked ones included (their copies then named by
+    nothing), and a live purge's too (a purge holds no run lock). Now they are under
+    ``PURGING`` alone, which an earlier release's rule calls damaged and leaves; this release
+    reads them and finishes the purge."""
+    url = _reduced(s3_bucket, tmp_path)
+    faults.arm("purge.intent", "raise")
+    with pytest.raises(faults.InjectedFault):
+        api.purge(url, yes=True)
+    faults.disarm_all()
+    key = _journal(s3_bucket)
+    st = open_engine(url, None).state
+    doc, _ = st.read(f"{st.logdir.root}/{key}")
+    assert _unreadable_before_the_purge_journal(doc), doc
+    assert not journal_unreadable(doc) and len(doc[PURGING]) == len(RUNS), doc

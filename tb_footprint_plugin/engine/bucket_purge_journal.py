@@ -29,15 +29,13 @@ from tb_footprint_plugin.engine.bucket_state import (
     vault_url,
 )
 from tb_footprint_plugin.engine.journal import Rec
-from tb_footprint_plugin.engine.journal_object import ObjectJournal
+from tb_footprint_plugin.engine.journal_object import PURGE_KIND, PURGING, ObjectJournal
 from tb_footprint_plugin.engine.recovery_rules import RecoveryOutcome, failed
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.storage.paths import is_op_id
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_object import ObjectStore, listing_of
 
-#: ``kind`` of a bucket purge's journal
-PURGE_KIND = "purge"
 
 
 def purge_journal_first(ostore: ObjectStore, vault: BucketVault, purge_id: str, ms: List[dict]) -> dict:
@@ -47,7 +45,7 @@ def purge_journal_first(ostore: ObjectStore, vault: BucketVault, purge_id: str, 
     purge alone; ``renew`` keeps it)."""
     now = now_s()
     return {"op": purge_id, "kind": PURGE_KIND, "logdir": ostore.url, "step": Rec.PLANNED, "created": now,
-            "vault": vault.root, "runs": [{"run": m["run"], "op": m["op_id"], "files": []} for m in ms],
+            "vault": vault.root, PURGING: [{"run": m["run"], "op": m["op_id"], "files": []} for m in ms],
             "host": lease.HOST, **lease.me(), **lease.renewed({}, now)}
 
 

@@ -228,10 +228,22 @@ def commit_recorded(doc: dict) -> bool:
         any(isinstance(s, list) and s and s[0] in COMMITTED_STEPS for s in steps)
 
 
+#: where a bucket purge's journal (``kind`` ``purge``) names its operations: never ``runs`` nor a
+#: top-level ``run``. A release from before that journal (dc346ea and earlier) finds no run in
+#: it, calls it damaged and never acts on it; had it found ``runs``, it would have rolled each
+#: named operation back as an unfinished reduce, deleting their manifests (review R5 F1)
+PURGING = "purging"
+#: ``kind`` of a bucket purge's journal (``engine.bucket_purge_journal``)
+PURGE_KIND = "purge"
+
+
 def journal_entries(doc: dict) -> list:
-    """Every run entry a journal document names, in either shape ever written: a batch's ``runs``
-    (as written, dropped ones too; untrusted: an entry may be of any type, its callers check),
-    or the one run a journal of an earlier version held at top level, as such an entry."""
+    """Every run entry a journal document names, in each shape ever written: a batch's ``runs``
+    (as written, dropped ones too; untrusted: an entry may be of any type, its callers check), a
+    purge's ``PURGING``, or the one run a journal of an earlier version held at top level, as
+    such an entry."""
+    if doc.get("kind") == PURGE_KIND:
+        return list(doc[PURGING]) if isinstance(doc.get(PURGING), list) else []
     if "runs" in doc:
         return list(doc["runs"]) if isinstance(doc["runs"], list) else []
     return [{"run": doc.get("run"), "op": doc.get("op"), "lock": doc.get("lock"), "files": doc.get("files", [])}]
@@ -244,9 +256,11 @@ def live_entries(doc: dict) -> List[dict]:
 
 def journal_unreadable(doc: dict) -> bool:
     """A journal object that is not UTF-8 JSON of a journal's shape: never acted on."""
+    if doc.get("kind") == PURGE_KIND:  # its operations under ``PURGING`` alone (see there)
+        return bool(doc.get("corrupt")) or not isinstance(doc.get(PURGING), list) or "run" in doc or "runs" in doc
     return bool(doc.get("corrupt")) or not ("run" in doc or "runs" in doc) or \
         ("runs" in doc and not isinstance(doc["runs"], list))
 
 
-__all__ = ["COMMITTED_STEPS", "OBJECT_JOURNALS", "ObjectFolder", "ObjectJournal", "StateObjects", "commit_recorded",
+__all__ = ["COMMITTED_STEPS", "OBJECT_JOURNALS", "PURGE_KIND", "PURGING", "ObjectFolder", "ObjectJournal", "StateObjects", "commit_recorded",
            "journal_class", "journal_entries", "journal_key", "journal_unreadable", "live_entries", "pending_objects", "step_record"]
