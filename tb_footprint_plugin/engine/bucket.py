@@ -43,8 +43,9 @@ the same failure); reasons are prose without codes.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
+from tb_footprint_plugin.codes import Outcome
 from tb_footprint_plugin.engine.bucket_batch import reduce_batch
 from tb_footprint_plugin.engine.bucket_catalogue import history, kept_objects, manifests, recheck, status
 from tb_footprint_plugin.engine.bucket_purge import purge, retention_report
@@ -64,19 +65,31 @@ from tb_footprint_plugin.engine.bucket_state import (
     owner_gone,
 )
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome
+from tb_footprint_plugin.engine.manifest import A_RESTORE
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
 
 def restore_op(ostore: ObjectStore, vault: BucketVault, manifest: dict, cancel: Optional[CancelToken] = None,
-               progress: Optional[Callable[[str, str, float], None]] = None) -> RunOutcome:
+               progress: Optional[Callable[[str, str, float], None]] = None,
+               catalogue: Optional[List[dict]] = None) -> RunOutcome:
     """Restore one operation of the catalogue: a retired run copied back whole
     (``bucket_retire.unretire``), or a reduction's backups put back (``bucket_restore``, which
-    honours ``cancel`` before its first put-back)."""
+    honours ``cancel`` before its first put-back). ``catalogue``: the vault's manifests as the
+    caller read them (``manifests``, ``manifest`` among them), for the refusals of a reduction's
+    restore (``putback.restore_refusal``: a newer reduction, a retired run); read here when not
+    given (a listing and a read per manifest). An operation restored here is marked restored in
+    ``manifest`` (``restored_by``), so a catalogue holding it says what the store now says to the
+    next restore of the same call (a run's reductions after its retirement, older after newer)."""
     if manifest.get("kind") == "retire":
         if progress is not None:  # not stopped once started: a front end stops offering a cancel
             progress(manifest["run"], "restore", 0.5)
-        return unretire(ostore, vault, manifest)
-    return restore_reduction(ostore, vault, manifest, cancel=cancel, progress=progress)
+        out = unretire(ostore, vault, manifest)
+    else:
+        out = restore_reduction(ostore, vault, manifest, cancel=cancel, progress=progress,
+                                catalogue=manifests(ostore, vault) if catalogue is None else catalogue)
+    if out.status == Outcome.RESTORED and not manifest.get("restored_by"):
+        manifest["restored_by"] = out.op_id if manifest.get("kind") == "retire" else A_RESTORE
+    return out
 
 
 __all__ = ["JOURNAL", "LOCKS", "BucketJournal", "BucketState", "BucketTxnError", "BucketVault", "failure_code",

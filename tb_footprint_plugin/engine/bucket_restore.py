@@ -55,7 +55,7 @@ from tb_footprint_plugin.storage.remote import (
     same_content,
 )
 from tb_footprint_plugin.storage.store import StoreFailure
-from tb_footprint_plugin.storage.store_object import ObjectStore
+from tb_footprint_plugin.storage.store_object import ObjectStore, listing_of
 
 
 #: ``kind`` of the journal a bucket restore writes (``engine.bucket_recover`` finishes it)
@@ -90,7 +90,8 @@ def start_journal(st: BucketState, doc: dict) -> OpJournal:
 
 def restore_op(ostore: ObjectStore, vault: BucketVault, manifest: dict, resume: bool = False,
                cancel: Optional[CancelToken] = None,
-               progress: Optional[Callable[[str, str, float], None]] = None) -> RunOutcome:
+               progress: Optional[Callable[[str, str, float], None]] = None,
+               catalogue: Optional[List[dict]] = None) -> RunOutcome:
     """Copy every backup of one operation back server-side, check it against the recorded
     checksums, and mark the manifest restored: ``ObjectRestore`` run by ``engine.txn.run``. An
     original key that exists again is left alone (one holding the original's bytes counts as
@@ -98,15 +99,22 @@ def restore_op(ostore: ObjectStore, vault: BucketVault, manifest: dict, resume: 
     through the same steps instead of starting one. ``cancel``: honoured before the first
     original goes back (the run left as it was, its journal removed, the outcome coded
     ``interrupted``), never after (a restore is finished, not undone). ``progress(run, step,
-    fraction)``: ``restore`` as the first original goes back."""
+    fraction)``: ``restore`` as the first original goes back. ``catalogue``: the vault's
+    manifests (``bucket_catalogue.manifests``): a restore is refused before its lock, as a disk's,
+    when ``putback.restore_refusal`` says so (a newer reduction, a purged backup, a retired run);
+    a resumed restore (started already, its journal there) is finished whatever they say."""
     try:  # any shape ever written (a recovery passes the manifest as it reads it)
         manifest = read_manifest(manifest, vault_url(ostore, manifest["_path"]) if isinstance(manifest.get("_path"), str)
                                  else "the operation's manifest")
     except Untrusted as e:
         return RunOutcome(run=str(manifest.get("run")), status=Outcome.FAILED, code=Failure.REFUSED,
                           op_id=op_id_of(manifest), reason=f"{e}; nothing was changed")
-    out = RunOutcome(run=manifest["run"], status=Outcome.FAILED, op_id=manifest["op_id"],
-                     bytes_before=manifest.get("bytes_after", 0), bytes_after=manifest.get("bytes_after", 0))
+    out = putback.restore_outcome(manifest)  # a refusal before the journal names the reduction, as a disk's
+    if not resume:
+        refusal = putback.restore_refusal(manifest, catalogue or ())
+        if refusal:
+            out.code, out.reason = refusal
+            return out
     txn.run(ObjectRestore(ostore, vault, manifest, resume, out), cancel or CancelToken(),
             (lambda step, frac: progress(out.run, step, frac)) if progress is not None else None)
     return out
@@ -168,18 +176,18 @@ class ObjectRestore(ObjectPutBack):
         self.jpath = journal_path(ostore, self.op_id)
 
     def _check_keys(self) -> None:
-        """Every key checked before the journal and the first put-back."""
+        """Every key checked before the journal and the first put-back: each names a backup of
+        this vault and an original inside the run (``Failure.REFUSED``), then the backups as far
+        as the store tells without downloading (``putback.backups_refusal``, a disk's words): a
+        blob of the folder read back to its sha256, a backup object listed with its original's
+        size and checksums (one listing of its folder, ``blobs/<op>/``: a restore that started
+        without one could never finish)."""
         ostore, vault, m, run = self.ostore, self.vault, self.m, self.run
+        damaged_blobs: List[str] = []
+        plain: List[dict] = []
         for f in m["files"]:
             if not names_our_backup(vault, f):
                 raise BucketTxnError(Failure.REFUSED, "manifest names a backup outside the vault")
-            if is_blob_entry(f):
-                # refused before anything is put back: the folder not given, a blob damaged or missing
-                blobs_of(vault, f)
-                if not check_entry(vault, f):
-                    raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: its backup in {vault.blobs.folder} "
-                                         "is missing or does not read back to its sha256; nothing was put back"
-                                         + _made_where(m))
             # the journal written from it must be one the next start acts on: keys inside the run
             if not str(f["path"]).startswith(run_prefix(run)) or \
                     (f.get("final") and not str(f["final"]).startswith(run_prefix(run))):
@@ -187,6 +195,18 @@ class ObjectRestore(ObjectPutBack):
             ostore.path(f["path"])
             if f.get("final"):
                 ostore.path(f["final"])
+            if is_blob_entry(f):
+                blobs_of(vault, f)  # the folder not given: refused
+                if not check_entry(vault, f):
+                    damaged_blobs.append(f["path"])
+            else:
+                plain.append(f)
+        refusal = putback.backups_refusal(vault.blobs.folder if vault.blobs is not None else "", damaged_blobs)
+        if refusal:
+            raise BucketTxnError(refusal[0], refusal[1] + _made_where(m))
+        refusal = putback.backups_refusal(vault_url(ostore, vault.root), _missing_backups(vault, plain))
+        if refusal:
+            raise BucketTxnError(*refusal)
 
     def verify(self, report: txn.Report) -> None:
         """Nothing: each put-back is checked against the recorded checksums as it is made."""
@@ -316,6 +336,30 @@ class ObjectRestore(ObjectPutBack):
             out.reason += (f"; {len(conflicts)} file(s) exist again or were changed since the reduce and were left as "
                            f"they are, e.g. {conflicts[0]}: "
                            "their originals stay in the vault, and purge keeps them")
+
+
+def _missing_backups(vault: BucketVault, files: List[dict]) -> List[str]:
+    """The paths of ``files`` (backup-object entries, each a plain key under the vault's
+    ``blobs/``) whose backup object is not listed with the original's size and, where the store
+    computed some in common, its checksums: one listing of each backup folder (``blobs/<op>/``:
+    one for a manifest a reduce wrote), nothing downloaded."""
+    if not files:
+        return []
+    rel = {id(f): f["backup"][len(vault.root) + 1:] for f in files}
+    listed: Dict[str, ObjectInfo] = {}
+    for folder in sorted({"/".join(k.split("/", 2)[:2]) for k in rel.values()}):
+        try:
+            listed.update(listing_of(vault.store, folder))
+        except StoreFailure as e:
+            if e.code != StoreError.NOT_FOUND:
+                raise
+    bad = []
+    for f in files:
+        info = listed.get(rel[id(f)])
+        if info is None or info.size != f["size"] or \
+                same_content(content_checksums(info), f.get("checksums") or {}) is False:
+            bad.append(f["path"])
+    return bad
 
 
 def _made_where(manifest: dict) -> str:

@@ -15,6 +15,12 @@ rules of a put-back that neither a disk's (``engine.restore``) nor a bucket's
 - **a grown file's complete records** (``copy_late_records``): what a resumed writer added
   after the reduced bytes goes back into the run record by record (framing and CRCs checked
   by ``scan.tfrecord``); a trailing partial record stays only in the copy kept in the vault;
+- **what it refuses before it starts** (``restore_refusal``, ``backups_refusal``): a newer kept
+  reduction of the run, a purged backup, a retired run (from the operations each store reads:
+  a disk's manifests, a bucket's catalogue), backups this user may not read or that are damaged
+  or missing (as far as each store tells without downloading: a disk's blob check, a bucket's
+  listing of the operation's backup keys and its blob folder's check); the same codes and words
+  on every store, nothing held or changed;
 - **the outcome it starts from** (``restore_outcome``): failed (``restore_blocked``), named in
   ``op_id`` by the reduction asked for until the restore's journal is written, then by the
   restore's own record (a disk's own op id; a bucket's restore has none: its journal and its
@@ -36,9 +42,11 @@ from __future__ import annotations
 
 import hashlib
 import io
-from typing import BinaryIO, Callable, List, Mapping, Optional, Tuple
+from typing import BinaryIO, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from tb_footprint_plugin.codes import Failure, Finding, Outcome
+from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, StoreError
+from tb_footprint_plugin.engine import retire_rules
+from tb_footprint_plugin.engine.catalogue_rules import is_kept
 from tb_footprint_plugin.engine.context import RunOutcome
 from tb_footprint_plugin.scan.tfrecord import RecordReader
 from tb_footprint_plugin.storage.files import CHUNK
@@ -171,6 +179,41 @@ def restore_outcome(m: dict) -> RunOutcome:
                       op_id=op if is_op_id(op) else None, bytes_before=n, bytes_after=n)
 
 
+def restore_refusal(m: dict, mine: Iterable[dict]) -> Optional[Tuple[Code, str]]:
+    """Why a restore of the reduction ``m`` is refused whatever its backups hold, or None, on every
+    store: a newer kept reduction of its run among ``mine`` (the store's operations: restore that
+    first), its backup purged, its run retired now (``retire_rules.retired_now``: restore the
+    retirement first). Coded ``RESTORE_BLOCKED``; said before anything is held or changed."""
+    mine = list(mine)
+    run, started = m.get("run"), m.get("started_at") or 0
+    newer = sorted((o for o in mine if is_kept(o) and o.get("run") == run and (o.get("started_at") or 0) > started),
+                   key=lambda o: (o.get("started_at") or 0, str(o.get("op_id"))), reverse=True)  # as restorable_ops
+    if newer:
+        return Failure.RESTORE_BLOCKED, (f"operation {newer[0].get('op_id')} on this run is newer; restore it first "
+                                         f"(or restore the whole run: tb-footprint restore LOGDIR {run})")
+    if m.get("backup_purged"):
+        return Failure.RESTORE_BLOCKED, f"the backup of {m.get('op_id')} was purged; nothing to restore from"
+    retired = retire_rules.retired_now(mine, run)
+    if retired:
+        return Failure.RESTORE_BLOCKED, f"run {run!r} is retired ({retired.get('op_id')}); restore the retirement first"
+    return None
+
+
+def backups_refusal(where: str, damaged: Sequence[str], unreadable: Sequence[str] = ()) -> Optional[Tuple[Code, str]]:
+    """Why a restore is refused by what its backups in ``where`` (a vault's folder or URL) were
+    found to be before it starts, or None, on every store: ``unreadable`` (this user may not read
+    them: ``StoreError.PERMISSION``, a mode to fix, no damage), else ``damaged`` (missing, of
+    another size, not reading back to their digest: ``Failure.BACKUP_DAMAGED``). Each names the
+    originals' paths; nothing was changed."""
+    if unreadable:
+        return StoreError.PERMISSION, (f"cannot read the backup in {where} of: {', '.join(unreadable)}; nothing was "
+                                       "changed. Give this user read access to those files (they are its own "
+                                       "backups) and restore again")
+    if damaged:
+        return Failure.BACKUP_DAMAGED, f"backup damaged or missing in {where} for: {', '.join(damaged)}; nothing was changed"
+    return None
+
+
 def restore_code(displaced: List[dict], default: Optional[str] = None) -> Optional[str]:
     """The code of a restore from what it found in the originals' places (``displaced``):
     records put back into the run (``late_records_restored``), else bytes kept in the vault
@@ -214,5 +257,6 @@ def kept_said(n: int, what: str, how: str) -> str:
     return f"; {n} {what}(s) as they stood before the restore kept in the vault ({how})"
 
 
-__all__ = ["Limited", "holds_original", "begins_with", "copy_late_records", "restore_outcome", "restore_code",
+__all__ = ["Limited", "holds_original", "begins_with", "copy_late_records", "restore_refusal", "backups_refusal",
+           "restore_outcome", "restore_code",
            "restored_said", "late_records_said", "left_said", "kept_said"]

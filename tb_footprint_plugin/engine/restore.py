@@ -24,9 +24,9 @@ import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Skip, StoreError
-from tb_footprint_plugin.engine import faults, remote_vault, retire_rules, trust, txn
+from tb_footprint_plugin.engine import faults, remote_vault, trust, txn
 from tb_footprint_plugin.engine import manifest as one_schema
-from tb_footprint_plugin.engine.catalogue import (is_kept, journal_blobs, known_vaults, manifest_binding, own_manifests,
+from tb_footprint_plugin.engine.catalogue import (journal_blobs, known_vaults, manifest_binding, own_manifests,
                                                    unsettled_op)
 from tb_footprint_plugin.engine.context import (
     FREE_SPACE_MARGIN,
@@ -41,8 +41,8 @@ from tb_footprint_plugin.engine.context import (
     reason_of,
 )
 from tb_footprint_plugin.engine.history import append_history
-from tb_footprint_plugin.engine.putback import (holds_original, kept_said, late_records_said, left_said, restore_code,
-                                                 restore_outcome, restored_said)
+from tb_footprint_plugin.engine.putback import (backups_refusal, holds_original, kept_said, late_records_said, left_said,
+                                                 restore_code, restore_outcome, restore_refusal, restored_said)
 from tb_footprint_plugin.engine.journal import Journal, RunLocked
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
 from tb_footprint_plugin.engine.swap import (copies_begun, folder_times, make_dirs, put_back, put_back_token,
@@ -170,19 +170,9 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
     # run's operations and the retirements are copied out of it and checked as this logdir's
     mine = own_manifests(ctx, read_roots(known_vaults(ctx), True, memo,
                                          where=lambda r, kind: r == run or kind == "retire"))
-    newer = sorted((m for m in mine if is_kept(m) and m["run"] == run
-                    and m.get("started_at", 0) > manifest.get("started_at", 0)),
-                   key=lambda m: (m.get("started_at", 0), m["op_id"]), reverse=True)  # as restorable_ops
-    if newer:
-        out.reason = (f"operation {newer[0]['op_id']} on this run is newer; restore it first "
-                      f"(or restore the whole run: tb-footprint restore LOGDIR {run})")
-        return out
-    if manifest.get("backup_purged"):
-        out.reason = f"the backup of {manifest['op_id']} was purged; nothing to restore from"
-        return out
-    retired = retire_rules.retired_now(mine, run)
-    if retired:
-        out.reason = f"run {run!r} is retired ({retired['op_id']}); restore the retirement first"
+    refusal = restore_refusal(manifest, mine)  # newer reduction, purged, retired: the rule of every store
+    if refusal:
+        out.code, out.reason = refusal
         return out
     vault = Vault(manifest["vault"])
     # a remote backup a check would download and not keep (issue #27): checked under the run's
@@ -203,15 +193,9 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
             (damaged if why is None else unreadable).append(f["path"] if why is None else f"{f['path']} ({why})")
         else:
             allocates += n
-    if unreadable:
-        out.reason = (f"cannot read the backup in {vault.root} of: {', '.join(unreadable)}; nothing was changed. "
-                      "Give this user read access to those files (they are its own backups) and restore again")
-        out.code = StoreError.PERMISSION
-        return out
-    if damaged:
-        out.reason = (f"backup damaged or missing in {vault.root} for: {', '.join(damaged)}; "
-                      "nothing was changed")
-        out.code = Failure.BACKUP_DAMAGED
+    refusal = backups_refusal(vault.root, damaged, unreadable)
+    if refusal:
+        out.code, out.reason = refusal
         return out
     try:
         cancel = cancel or CancelToken()
@@ -276,6 +260,8 @@ class LocalRestore(txn.PutBack):
         except (RunLocked, OSError) as e:
             out.code, out.reason = lock_failure(e, run, ctx.lock_dir)
             out.holder = e.holder if isinstance(e, RunLocked) else None
+            if out.code == Skip.LOCKED:  # another process holds it: a skip, as reduce and retire say
+                out.status = Outcome.SKIPPED
             raise txn.NotStarted() from e
         unsettled = unsettled_op(ctx, run)
         if unsettled:
