@@ -248,7 +248,10 @@ class BucketEngine(Engine):
         self.recover()
         damaged: List[dict] = []  # a damaged manifest may hide a backup: named, as on disk
         todo = []
-        for m in bk.manifests(ostore, vault, damaged):
+        # read once: each reduction's refusals (``putback.restore_refusal``: a newer reduction, a
+        # retired run) are asked of it, kept current by ``restore_op`` as each comes back
+        found = bk.manifests(ostore, vault, damaged)
+        for m in found:
             v = op_view(m)  # the one shape's fields, whichever shape the bucket wrote
             if (v.get("outcome") == Outcome.VERIFIED and backup_kept(v)
                     and (op is None or v.get("op_id") == op)
@@ -267,7 +270,7 @@ class BucketEngine(Engine):
                                            op_id=m.get("op_id"), bytes_before=m.get("bytes_after", 0),
                                            bytes_after=m.get("bytes_after", 0)))
             else:
-                outcomes.append(bk.restore_op(ostore, vault, m, cancel=cancel, progress=progress))
+                outcomes.append(bk.restore_op(ostore, vault, m, cancel=cancel, progress=progress, catalogue=found))
             if on_outcome is not None:
                 on_outcome(outcomes[-1])
         return outcomes + [
