@@ -309,7 +309,7 @@ class LocalRestore(txn.PutBack):
             out.reason = f"cannot start the restore (journal in {ctx.journal_dir}): {reason_of(e)}"
             out.code = failure_code(e)
             raise txn.NotStarted() from e
-        out.op_id = op_id  # started: named by its own op id (its manifest's, its history line's)
+        out.op_id = self.op_id = op_id  # started: named by its own op id (its manifest's, its history line's)
 
     def backup(self, report: txn.Report) -> None:
         """The streamed backups, each read back whole into its target's temporary (the cancel
@@ -380,6 +380,9 @@ class LocalRestore(txn.PutBack):
         self.prepared.abandon()
         if self.jnl is not None:
             self.jnl.close()
+        # nothing changed and its journal closed: no line records it (review R5 F3), so it names
+        # the reduction it was asked to restore, as a refusal before its journal does
+        out.op_id = self.manifest["op_id"]
 
     def incomplete(self, error: BaseException) -> None:
         """The journal of a restore stopped before its put-back could not be closed: the next
@@ -387,6 +390,7 @@ class LocalRestore(txn.PutBack):
         self.out.reason = (f"{self.out.reason}; but its journal could not be closed ({reason_of(error)}): "
                            "the next start settles it")
         self.out.code = Failure.INTERRUPTED
+        self.out.op_id = self.op_id  # its journal stands, named by its own op id: what status and recover name
 
     def unwind(self) -> None:
         """The temporaries no put-back took (the journal names them until it is closed)."""
