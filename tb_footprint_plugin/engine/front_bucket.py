@@ -253,7 +253,9 @@ class BucketEngine(Engine):
         found = bk.manifests(ostore, vault, damaged)
         for m in found:
             v = op_view(m)  # the one shape's fields, whichever shape the bucket wrote
-            if (v.get("outcome") == Outcome.VERIFIED and backup_kept(v)
+            # a purged reduction asked for by its op id is taken, to be refused as a disk refuses
+            # it (``putback.restore_refusal``: "was purged"), not said to be nowhere
+            if (v.get("outcome") == Outcome.VERIFIED and (backup_kept(v) or op is not None and v.get("kind") != "retire")
                     and (op is None or v.get("op_id") == op)
                     and (run is None or takes_out(m, run))):
                 todo.append((v.get("kind") != "retire", m))

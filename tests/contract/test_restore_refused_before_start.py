@@ -132,3 +132,22 @@ def test_a_retired_run_and_its_reduction_come_back_in_one_restore(store, reduced
         [(Outcome.RESTORED, None), (Outcome.RESTORED, None)], [o.to_dict() for o in outs]
     assert PROFILE in [k for k, _ in _user_keys(open_store(url))]
     assert api.restorable(url, run="exp") == [] and op
+
+
+@pytest.mark.parametrize("store", KINDS)
+def test_a_purged_reduction_asked_by_its_op_id_is_refused(store, reduced_and_retired):
+    """A reduction whose backup was purged, asked for by ``op=``: refused with the same code and
+    words on every store (``restore_blocked``, "was purged"); a bucket left it out of what it
+    would restore and said there was nothing to restore (a usage error, exit 2), as for an
+    operation that does not exist."""
+    url = reduced_and_retired(store)
+    op = _reduction(url)
+    rep = api.purge(url, yes=True, op=op)
+    assert [r["op_id"] for r in rep.ops] == [op], rep.to_dict()
+    st = open_store(url)
+    before = _user_keys(st)
+
+    (o,) = api.restore(url, op=op)
+    assert (o.status, o.code, o.op_id) == (Outcome.FAILED, Failure.RESTORE_BLOCKED, op), o.to_dict()
+    assert o.reason == f"the backup of {op} was purged; nothing to restore from", o.reason
+    assert _user_keys(st) == before and not _journals(st)
