@@ -104,3 +104,26 @@ def reduced_and_retired(tmp_path, logdir_on):
         assert [o.status for o in rep.outcomes] == ["verified"], rep.to_dict()
         return url
     return make
+
+
+def hold_by_another_host(store: str, url: str, run: str) -> None:
+    """A live lease of ``run`` held by a process on another host, planted in the lock ``store``'s
+    engine reads (as test_trust_matrix plants it): a verb on that run meets a holder still running."""
+    import json
+    import os
+    import time
+
+    from tb_footprint_plugin.engine.bucket_state import lock_key
+    from tb_footprint_plugin.engine.journal import RunLock
+    from tb_footprint_plugin.storage.stores import open_store
+
+    now = time.time()
+    if store == "posix":
+        key = ".tb-footprint/locks/" + os.path.basename(RunLock("locks", run).lease_path)
+        doc = {"expires": now + 3600, "host": "another-host", "pid": 4242, "pid_start": 1, "renewed": now,
+               "run": run, "shard": None, "started": now, "token": "f" * 32}
+    else:
+        key = lock_key(run)
+        doc = {"at": now, "expires": now + 3600, "host": "another-host", "op": "20260101T000003-abcdef",
+               "pid": 4242, "pid_start": 1, "renewed": now, "run": run, "shard": None}
+    open_store(url).put(key, json.dumps(doc, sort_keys=True).encode())

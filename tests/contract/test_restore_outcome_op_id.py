@@ -5,19 +5,14 @@ unretire refused before its journal does (``retire_rules.unretire_outcome``); on
 restore's own record: the ``op_id`` of its history line (a disk's restore has an op id of its own;
 a bucket's none: its line and its journal are the reduction's). A disk's refusal carried None where
 a bucket's carried the reduction's op id. On a folder and the three bucket servers."""
-import json
-import os
-import time
 
-from contract_stores import KINDS, buckets, logdir_on, reduced_and_retired  # noqa: F401 - fixtures
+from contract_stores import KINDS, buckets, hold_by_another_host, logdir_on, reduced_and_retired  # noqa: F401 - fixtures
 
 import pytest
 
 from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Outcome, Skip
 from tb_footprint_plugin.engine import faults
-from tb_footprint_plugin.engine.bucket_state import lock_key
-from tb_footprint_plugin.engine.journal import RunLock
 from tb_footprint_plugin.storage.stores import open_store
 
 
@@ -30,26 +25,12 @@ def _user_keys(st) -> list:
     return sorted((e.key, e.size) for e in st.list(every_key=True) if not e.key.startswith(".tb-footprint"))
 
 
-def _hold_by_another_host(store: str, url: str, run: str) -> None:
-    """A live lease of ``run`` held by a process on another host (as test_trust_matrix plants it)."""
-    now = time.time()
-    if store == "posix":
-        key = ".tb-footprint/locks/" + os.path.basename(RunLock("locks", run).lease_path)
-        doc = {"expires": now + 3600, "host": "another-host", "pid": 4242, "pid_start": 1, "renewed": now,
-               "run": run, "shard": None, "started": now, "token": "f" * 32}
-    else:
-        key = lock_key(run)
-        doc = {"at": now, "expires": now + 3600, "host": "another-host", "op": "20260101T000003-abcdef",
-               "pid": 4242, "pid_start": 1, "renewed": now, "run": run, "shard": None}
-    open_store(url).put(key, json.dumps(doc, sort_keys=True).encode())
-
-
 @pytest.mark.parametrize("store", KINDS)
 def test_a_restore_refused_before_it_starts_names_the_reduction(store, reduced_and_retired):
     url = reduced_and_retired(store)
     op = _reduction(url)
     st = open_store(url)
-    _hold_by_another_host(store, url, "exp")
+    hold_by_another_host(store, url, "exp")
     before = _user_keys(st)
 
     (o,) = api.restore(url, op=op)

@@ -7,18 +7,14 @@ as reduce and retire say it). On a folder and the three bucket servers:
 - a reduction whose backup is gone: refused (``backup_damaged``) with no journal left; a bucket's
   started, failed on the copy and kept a journal it could never finish;
 - a run another host holds: skipped (``locked``); a disk's said failed."""
-import json
 import os
-import time
 
-from contract_stores import KINDS, buckets, logdir_on, reduced_and_retired  # noqa: F401 - fixtures
+from contract_stores import KINDS, buckets, hold_by_another_host, logdir_on, reduced_and_retired  # noqa: F401 - fixtures
 
 import pytest
 
 from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
-from tb_footprint_plugin.engine.bucket_state import lock_key
-from tb_footprint_plugin.engine.journal import RunLock
 from tb_footprint_plugin.storage.stores import open_store
 
 PROFILE = "exp/plugins/profile/2026_01_01_00_00_00/host.xplane.pb"
@@ -90,25 +86,11 @@ def test_a_reduction_whose_backup_is_gone_is_refused_before_it_starts(store, red
     assert (o2.status, o2.code, o2.reason) == (o.status, o.code, o.reason)
 
 
-def _hold_by_another_host(store: str, url: str, run: str) -> None:
-    """A live lease of ``run`` held by a process on another host (as test_trust_matrix plants it)."""
-    now = time.time()
-    if store == "posix":
-        key = ".tb-footprint/locks/" + os.path.basename(RunLock("locks", run).lease_path)
-        doc = {"expires": now + 3600, "host": "another-host", "pid": 4242, "pid_start": 1, "renewed": now,
-               "run": run, "shard": None, "started": now, "token": "f" * 32}
-    else:
-        key = lock_key(run)
-        doc = {"at": now, "expires": now + 3600, "host": "another-host", "op": "20260101T000003-abcdef",
-               "pid": 4242, "pid_start": 1, "renewed": now, "run": run, "shard": None}
-    open_store(url).put(key, json.dumps(doc, sort_keys=True).encode())
-
-
 @pytest.mark.parametrize("store", KINDS)
 def test_a_restore_of_a_run_another_holds_is_skipped(store, reduced_and_retired):
     url = reduced_and_retired(store)
     op = _reduction(url)
-    _hold_by_another_host(store, url, "exp")
+    hold_by_another_host(store, url, "exp")
     st = open_store(url)
     before = _user_keys(st)
 
