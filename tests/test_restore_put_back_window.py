@@ -111,8 +111,9 @@ def test_records_appended_between_the_store_and_the_place_are_kept(tmp_path, mon
 
 def test_a_writer_at_every_look_is_refused_and_nothing_is_lost(tmp_path, monkeypatch):
     """A path taken again before each place: the put-back gives up after ``PUT_BACK_LOOKS`` looks,
-    leaves the writer's last file in place and each earlier one in the vault; the restore is
-    finished by the next start (the writer gone), the last one displaced in its turn."""
+    leaves the writer's last file in place and each earlier one in the vault; the restore stops
+    half way naming the writer as the cause (``open_for_writing``; it said ``interrupted``, review
+    R5 F5) and is finished by the next start (the writer gone), the last one displaced in its turn."""
     logdir, prof, original, op = _reduced(tmp_path, monkeypatch, CAPS["renames-copying-vault"])
     written = []
 
@@ -126,7 +127,8 @@ def test_a_writer_at_every_look_is_refused_and_nothing_is_lost(tmp_path, monkeyp
     faults.arm("restore_copied", writer)
     outs = api.restore(str(logdir), op=op)
     faults.disarm_all()
-    assert [(o.status, o.code) for o in outs] == [("failed", "interrupted")], [o.to_dict() for o in outs]
+    assert [(o.status, o.code) for o in outs] == [("failed", "open_for_writing")], [o.to_dict() for o in outs]
+    assert "once the writer has stopped" in outs[0].reason, outs[0].reason
     assert len(written) == swap.PUT_BACK_LOOKS
     assert prof.read_bytes() == written[-1]  # the last one, left as it is
     vault = Context(str(logdir)).vault

@@ -115,7 +115,13 @@ def restore_access(manifest: dict) -> Tuple[List[str], List[str]]:
 def stopped_half_way(ctx: Context, e: BaseException) -> Tuple[str, Code]:
     """The reason and code of a put-back (restore, unretire) that failed after its journal: left
     for the next start to finish. A permission error is no interruption: every start fails the
-    same way until the mode is fixed (review R16 F8), so it says so, with the system's code."""
+    same way until the mode is fixed (review R16 F8), so it says so, with the system's code; nor is
+    a writer at an original's path (``Skip.OPEN_FOR_WRITING``: held open, or changing it at every
+    look): every start meets it while it writes, so it is named as the cause (review R5 F5)."""
+    if isinstance(e, TransactionError) and e.code == Skip.OPEN_FOR_WRITING:
+        return (f"restore stopped: {reason_of(e)}; the run is partly restored, nothing is lost (what stood there "
+                f"is kept, in place or in the vault); once the writer has stopped, "
+                f"`tb-footprint recover {shlex.quote(ctx.logdir)}` finishes it", Skip.OPEN_FOR_WRITING)
     if is_permission_error(e):
         return (f"restore stopped: {reason_of(e)}; the run is partly restored, nothing is lost (its originals stay "
                 f"in the vault); once this user may write there, `tb-footprint recover {shlex.quote(ctx.logdir)}` "
