@@ -1,4 +1,4 @@
-"""The Activity view's read at many operations: ``python bench/history_page.py [--ops N] [--keep DIR]``.
+"""The Activity view's read at many operations: ``python bench/history_page.py [--ops N] [--keep DIR] [--small]``.
 
 Issue #28 (r23 task B). ``api.history_page(newest=500)`` is what the tab's Activity page asks.
 On a disk: a logdir of N small runs reduced in one batch (``--keep DIR``: built there once and
@@ -6,8 +6,10 @@ reused, so the same logdir can be measured by two trees); it prints the seconds,
 read (``Vault.read_manifest`` calls) and the peak of traced memory of the page. On a bucket (moto's
 S3 on loopback): three real reductions and N-3 manifests planted as copies of theirs; it prints
 the same for the page and for the whole history cut to its newest 500 (what the page was before
-r23), with the requests the store's counters saw. Run it with ``PYTHONPATH`` at another tree to
-measure that tree.
+r23), with the requests the store's counters saw. Each page is printed beside its anchor measured
+in the same run, the whole history (every manifest read); the targets: a disk's page reads no more
+manifests than it shows, a bucket's page makes no more requests than the whole history. ``--small``
+(CI): 30 operations, a page of 10. Run it with ``PYTHONPATH`` at another tree to measure that tree.
 """
 from __future__ import annotations
 
@@ -64,7 +66,7 @@ def measured(fn):
     return res, secs, len(reads), peak
 
 
-def disk(n: int, keep: str) -> None:
+def disk(n: int, keep: str) -> bool:
     from tb_footprint_plugin import api
 
     ld = Path(keep) / "logs"
@@ -76,13 +78,20 @@ def disk(n: int, keep: str) -> None:
         print(f"built: {sum(o.status == 'verified' for o in rep.outcomes)} reductions in "
               f"{time.perf_counter() - t:.0f} s")
     api.history_page(str(ld), newest=1)  # the vault's index read once, as a long-lived tab has it
+    whole, wsecs, wreads, wpeak = measured(lambda: api.history(str(ld)))
+    print(f"disk, anchor: the whole history ({len(whole)} entries): {wsecs:.2f} s, {wreads} manifests read, "
+          f"peak {wpeak:.1f} MB")
+    ok = True
     for label in ("first", "again"):
         page, secs, reads, peak = measured(lambda: api.history_page(str(ld), newest=NEWEST))
+        met = reads <= min(NEWEST, page["total"])
+        ok &= met
         print(f"disk, {label}: history_page(newest={NEWEST}) of {page['total']} entries: {secs:.2f} s, "
-              f"{reads} manifests read, peak {peak:.1f} MB")
+              f"{reads} manifests read (target <= {NEWEST}: {'met' if met else 'NOT MET'}), peak {peak:.1f} MB")
+    return ok
 
 
-def bucket(n: int) -> None:
+def bucket(n: int) -> bool:
     import objstore_servers as servers
     from tb_footprint_plugin import api
     from tb_footprint_plugin.engine.front_bucket import BucketEngine
@@ -114,32 +123,45 @@ def bucket(n: int) -> None:
             entries = eng.history()
             return entries[-NEWEST:], len(entries)
 
-        for label, fn in (("whole history, cut (the page before r23)", whole_cut),
+        seen = []
+        for label, fn in (("anchor: whole history, cut (the page before r23)", whole_cut),
                           (f"history_page(newest={NEWEST})", lambda eng: eng.history_page(NEWEST))):
             eng = BucketEngine(url)
             (entries, total), secs, _reads, peak = measured(lambda: fn(eng))
             c = eng.request_counts()
+            seen.append((entries, c["requests"]))
             print(f"bucket, {label}: {len(entries)} of {total} entries, {secs:.2f} s, {c['requests']} requests "
                   f"({c['list']} list, {c['read']} read, {c['head']} head), peak {peak:.1f} MB")
+        met = seen[1][1] <= seen[0][1] and seen[1][0] == seen[0][0]
+        print(f"bucket: the page's entries are the whole history's newest, with no request more: "
+              f"{'met' if met else 'NOT MET'}")
+        return met
     finally:
         srv.stop()
 
 
 def main(argv=None) -> int:
+    global NEWEST
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ops", type=int, default=2000)
     ap.add_argument("--keep", help="the disk logdir's folder (built there if absent, reused after)")
     ap.add_argument("--only", choices=("disk", "bucket"))
+    ap.add_argument("--newest", type=int, default=500, help="the page's size (default 500, the tab's)")
+    ap.add_argument("--small", action="store_true", help="CI: 30 operations, a page of 10")
     args = ap.parse_args(argv)
+    NEWEST = 10 if args.small else args.newest
+    n = 30 if args.small else args.ops
+    ok = True
     if args.only != "bucket":
         if args.keep:
-            disk(args.ops, args.keep)
+            ok &= disk(n, args.keep)
         else:
             with tempfile.TemporaryDirectory() as d:
-                disk(args.ops, d)
+                ok &= disk(n, d)
     if args.only != "disk":
-        bucket(args.ops)
-    return 0
+        ok &= bucket(n)
+    print("OK" if ok else "a target NOT MET")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
