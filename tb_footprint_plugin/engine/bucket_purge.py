@@ -35,6 +35,12 @@ from tb_footprint_plugin.engine.context import new_op_id
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
 
+#: the keys of one operation's copies deleted between two looks at its journal's lease: one
+#: request on S3 (up to 1,000 a batch) and Azure (256), 256 on GCS (one a key), so no batch comes
+#: near half a lease (60 s) and an operation of up to 256 copies makes the requests it always made
+DELETE_BATCH = 256
+
+
 def purge(ostore: ObjectStore, vault: BucketVault, *, older_than: Optional[float] = None,
           run: Optional[str] = None, op: Optional[str] = None, yes: bool = False,
           runs: Optional[Collection[str]] = None, op_ids: Optional[Collection[str]] = None,
@@ -84,6 +90,7 @@ class BucketCopies(purge_run.PurgeLayout):
         self.refused_rows: List[dict] = []
         self.purge_id = new_op_id()  # its journal's name
         self.jnl = None
+        self.lost: Optional[BaseException] = None  # the renewal of its journal that failed
 
     @contextlib.contextmanager
     def choose(self, which: PurgeFilter, yes: bool) -> Iterator[purge_run.Chosen]:
@@ -150,21 +157,44 @@ class BucketCopies(purge_run.PurgeLayout):
 
     def delete(self, group: purge_run.Group, report: txn.Report) -> None:
         """Each chosen operation marked (the first was, by ``intent``), then its backup copies
-        deleted. A mark the store refuses stops the purge there; a failed delete does not keep
-        the next operations' copies: the first failure is raised once the others are done."""
+        deleted, ``DELETE_BATCH`` keys at a time, the journal's lease renewed before each batch
+        and each mark (``_renew``). A mark the store refuses stops the purge there, and so does a
+        renewal that failed (no operation is marked that the journal may no longer name); a
+        failed delete does not keep the next operations' copies: the first failure is raised
+        once the others are done."""
         failure: Optional[BaseException] = None
         for i, m in enumerate(group.manifests):
-            if i and self.jnl is not None:
-                renew(self.jnl)  # a start on another host leaves a long purge alone
+            if i and self._renew() is not None:
+                break
             if group.done is not None or (i and not self._mark(group, m)):
                 break
-            try:
-                must_delete(self.ostore, [f["backup"] for f in m["files"] if not is_blob_entry(f)])
-            except (BucketTxnError, *STORE_FAILURES) as e:
-                failure = failure or e
+            keys = [f["backup"] for f in m["files"] if not is_blob_entry(f)]
+            for at in range(0, len(keys), DELETE_BATCH):
+                if at:
+                    self._renew()  # a marked operation's copies go on going: nothing else needs them
+                try:
+                    must_delete(self.ostore, keys[at:at + DELETE_BATCH])
+                except (BucketTxnError, *STORE_FAILURES) as e:
+                    failure = failure or e
             faults.hit("purge.blob")
-        if group.done is not None or failure is not None:
-            raise group.done or failure
+        lost = self.lost if len(group.plan) < len(group.manifests) else None
+        if group.done is not None or lost is not None or failure is not None:
+            raise group.done or lost or failure
+
+    def _renew(self) -> Optional[BaseException]:
+        """The journal's lease renewed once half of it has passed (``renew``: a time check, no
+        request before then), so a start on another host leaves a purge alone however long its
+        deletes take, as long as no batch of them outlasts half a lease. A renewal that fails
+        (the journal changed or gone: such a start judged the purge ended and finished it) is
+        kept in ``lost`` and not retried; the purge then marks nothing more."""
+        if self.jnl is not None and self.lost is None:
+            try:
+                renew(self.jnl)
+            except (BucketTxnError, *STORE_FAILURES) as e:
+                self.lost = BucketTxnError(
+                    Failure.STORE_ERROR, f"{self.jnl.path}: this purge's journal could not be renewed ({e}); the "
+                    "operations marked purged are purged, the others kept: purge again")
+        return self.lost
 
     def settle(self, group: purge_run.Group, report: txn.Report) -> None:
         """The blob vault forgets what no manifest or journal in the bucket names any more; then
@@ -184,6 +214,8 @@ class BucketCopies(purge_run.PurgeLayout):
         self._close()
 
     def _close(self) -> None:
+        """The purge's journal removed; one already gone (a start judged this purge ended and
+        finished it) is done: a delete of a missing object is no refusal."""
         if self.jnl is not None:
             must_close(self.jnl)
             self.jnl = None
