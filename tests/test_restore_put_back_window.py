@@ -257,3 +257,33 @@ def test_a_rollback_names_every_content_it_displaced_over_several_looks(tmp_path
     assert prof.read_bytes() == original
     for content in (WRITER, WRITER + APPENDED):
         assert _listed_displaced(logdir, _sha(content)), f"{len(content)} bytes displaced: no manifest names them"
+
+
+def test_a_folder_on_the_path_swapped_for_a_link_before_the_place_is_not_followed(tmp_path, monkeypatch):
+    """Invariant 4 (review R5 F8): the put-back's looks go through the logdir's store
+    (``Store.version``), never a path followed. A file stood at the original's path (stored as
+    displaced); between the look and the place its folder is moved out of the logdir and a link
+    to it put in its stead. The put-back looked with ``os.lstat`` on the absolute path, followed
+    the link, found the same file and renamed the original over it, outside the logdir. Now the
+    link on the way is refused: nothing outside changes, the restore fails and says why."""
+    logdir, prof, original, op = _reduced(tmp_path, monkeypatch, CAPS["renames-copying-vault"])
+    prof.parent.mkdir(parents=True, exist_ok=True)
+    prof.write_bytes(WRITER)  # something stands at the path: looked at, stored, then placed over
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    moved = []
+
+    def swap_folder_for_a_link():
+        if not moved:
+            moved.append(outside / prof.parent.name)
+            os.rename(prof.parent, moved[0])
+            os.symlink(moved[0], prof.parent)
+
+    faults.arm("restore_copied", swap_folder_for_a_link)
+    outs = api.restore(str(logdir), op=op)
+    faults.disarm_all()
+    assert moved, "the put-back never reached its place"
+    assert (moved[0] / prof.name).read_bytes() == WRITER, "the original was written outside the logdir"
+    assert [o.status for o in outs] == ["failed"], [o.to_dict() for o in outs]
+    assert "link" in outs[0].reason, outs[0].reason
+    assert Context(str(logdir)).vault.check_blob(_sha(WRITER))  # what stood there is kept in the vault too

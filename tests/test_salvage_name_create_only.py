@@ -49,6 +49,15 @@ def _intrude(monkeypatch, target: str) -> list:
         return got
 
     monkeypatch.setattr(os.path, "lexists", lexists)
+    real_stands_at = getattr(placement, "stands_at", None)
+    if real_stands_at is not None:  # the look through the logdir's store (``Store.version``)
+        def stands_at(ctx, rel) -> bool:
+            got = real_stands_at(ctx, rel)
+            if not got and ctx.abs(rel) == target:
+                make()
+            return got
+
+        monkeypatch.setattr(placement, "stands_at", stands_at)
     real_rename_new = getattr(throttle, "rename_new", None)
     if real_rename_new is not None:
         def rename_new(src, dst) -> None:

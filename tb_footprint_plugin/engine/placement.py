@@ -39,15 +39,40 @@ import os
 import stat
 from typing import BinaryIO, Callable, Collection, Iterable, Optional, Tuple
 
-from tb_footprint_plugin.codes import Failure
+from tb_footprint_plugin.codes import Failure, StoreError
 from tb_footprint_plugin.engine.context import Context, TransactionError
 from tb_footprint_plugin.engine.journal import OpJournal, Rec, copying_path
-from tb_footprint_plugin.engine.putback import at_free_name, begins_with
+from tb_footprint_plugin.engine.putback import at_free_name, begins_with, holds_original
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.files import CHUNK, copy_new, finish_new_file, matches, sha256_file
 from tb_footprint_plugin.storage.regular import open_regular
+from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_posix import PosixStore
+
+
+def version_at(ctx: Context, rel: str) -> Optional[str]:
+    """The version of the regular file at the logdir path ``rel`` (``Store.version``, the one
+    "same version" rule), asked through the logdir's store: no link on the way followed
+    (invariant 4), whatever was swapped in between two looks. None when nothing stands there;
+    ``TransactionError`` naming ``rel`` when something that is no regular file does (a link, a
+    folder, a FIFO) or a folder on its way is a link."""
+    try:
+        return ctx.store.version(ctx.key(rel))
+    except StoreFailure as e:
+        if e.code in (StoreError.SYMLINK, StoreError.NOT_REGULAR):
+            raise TransactionError(f"{rel}: is no longer a regular file reached without a link ({e}); "
+                                   "left as is") from None
+        raise
+
+
+def stands_at(ctx: Context, rel: str) -> bool:
+    """Whether anything stands at the logdir path ``rel`` (``version_at``): a regular file, or a
+    thing no put-back may take for free (a link, a folder, one reached through a linked folder)."""
+    try:
+        return version_at(ctx, rel) is not None
+    except TransactionError:
+        return True
 
 
 def prefix_sha256(f: BinaryIO, size: int) -> Optional[str]:
@@ -234,10 +259,10 @@ def place_at_free_name(ctx: Context, name_of: Callable[[int], str], source: str,
             if got == IN_PLACE:
                 resumed.add(name)
                 return False
-            return got == AGAIN or not os.path.lexists(p)
+            return got == AGAIN or not stands_at(ctx, name)
         # a copy journals its ``copying`` record before its exclusive create: only at a name that
         # looks free, so no record names a file that was never the copy's; a rename looks by moving
-        return strategy.renames or not os.path.lexists(p)
+        return strategy.renames or not stands_at(ctx, name)
 
     def place(name: str) -> bool:
         try:
@@ -249,7 +274,7 @@ def place_at_free_name(ctx: Context, name_of: Callable[[int], str], source: str,
 
     def holds(name: str) -> bool:
         return name in resumed or (reuse and s is not None and name not in begun
-                                   and matches(ctx.abs(name), s["sha256"], s["size"]))
+                                   and holds_original(ctx.store, ctx.key(name), s))
 
     name, placed = at_free_name(name_of, place, holds, looks_free)
     if not placed:
@@ -257,5 +282,5 @@ def place_at_free_name(ctx: Context, name_of: Callable[[int], str], source: str,
     return name, placed
 
 
-__all__ = ["prefix_sha256", "starts_with", "copy_over", "finish_copied", "put_in_place", "copies_begun", "partial_copy",
+__all__ = ["version_at", "stands_at", "prefix_sha256", "starts_with", "copy_over", "finish_copied", "put_in_place", "copies_begun", "partial_copy",
            "partial_put_back", "IN_PLACE", "AGAIN", "holds_whole", "resume_copy", "place_at_free_name"]

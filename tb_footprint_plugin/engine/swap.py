@@ -25,13 +25,13 @@ from tb_footprint_plugin.engine.journal import Journal
 from tb_footprint_plugin.engine.putback import holds_original
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.placement import (IN_PLACE, copies_begun, partial_copy, partial_put_back,
-                                                  put_in_place, resume_copy, starts_with)
+                                                  put_in_place, resume_copy, stands_at, starts_with, version_at)
 from tb_footprint_plugin.engine.salvage import keep_late_records
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path
 from tb_footprint_plugin.plan.model import Action, RunPlan
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
-from tb_footprint_plugin.storage.files import fsync_dir, give_owner, matches, recorded_owner, sha256_file
+from tb_footprint_plugin.storage.files import fsync_dir, give_owner, recorded_owner, sha256_stream
 from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256, plausible_mtime_ns
@@ -90,10 +90,10 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
     for path, rec in backups.items():
         # only the bytes that were backed up may be replaced or removed
         no_symlink(ctx, path)
-        p = ctx.abs(path)
-        done = any(s["final"] == path and (matches(p, s["sha256"], s["size"])
+        p, key = ctx.abs(path), ctx.key(path)
+        done = any(s["final"] == path and (holds_original(ctx.store, key, s)
                                            or copying and partial_copy(p, ctx.abs(s["tmp"]), s)) for s in staged)
-        if os.path.lexists(p) and not done and not matches(p, rec["sha256"], rec["size"]):
+        if stands_at(ctx, path) and not done and not holds_original(ctx.store, key, rec):
             raise TransactionError(f"{path}: changed after it was backed up; not replaced",
                                    Failure.CHANGED_SINCE_BACKUP)
     # a folder's mtime changes as its files go: taken first, so a restore can give it back
@@ -116,7 +116,8 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
             # original's when resuming on a copying folder): finished, or emptied and made again
             resumed = resume_copy(final, s, lambda q: partial_copy(q, tmp, s), _made_as(tmp)) \
                 if (s["final"] in begun if new_name else copying) else None
-            if new_name and resumed is None and os.path.lexists(final) and not matches(final, s["sha256"], s["size"]):
+            if new_name and resumed is None and stands_at(ctx, s["final"]) \
+                    and not holds_original(ctx.store, ctx.key(s["final"]), s):
                 raise TransactionError(f"{s['final']}: appeared meanwhile; it would be overwritten")
             put_in_place(strategy, journal, {"path": s["final"], "sha256": s["sha256"], "size": s["size"]},
                          begun=named, sparse=False)(tmp, final)
@@ -227,14 +228,13 @@ def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[J
             fsops.unlink(ctx.abs(tmp_rel))
         if final and final not in originals:
             no_symlink(ctx, final)
-            fp = ctx.abs(final)
-            if os.path.exists(fp) and s and matches(fp, s["sha256"], s["size"]):
-                fsops.unlink(fp)
+            if s and holds_original(ctx.store, ctx.key(final), s):
+                fsops.unlink(ctx.abs(final))
     settle_dirs(ctx, rmdirs, remade)
     settle_folder_times(ctx, records[0].get("dir_times"))
     kept = {d["path"] for d in displaced if d.get("kept_in_place")}
     for r in backups if swapped else ():
-        if r["path"] not in kept and not matches(ctx.abs(r["path"]), r["sha256"], r["size"]):
+        if r["path"] not in kept and not holds_original(ctx.store, ctx.key(r["path"]), r):
             raise TransactionError(f"{r['path']}: could not be put back")
     begin = records[0]
     remove_scratch(vault, begin["op_id"])
@@ -521,34 +521,27 @@ class _Moved(OSError):
     (``restore_staged.Prepared.put`` keeps one only on ``EXDEV``)."""
 
 
-def _same_entry(a: Optional[os.stat_result], b: Optional[os.stat_result]) -> bool:
-    """Whether two lstats show the same file unchanged: its inode, type, size and mtime (a writer's
-    append changes the size and the mtime; a new file the inode). Not the ctime: a backup's hard
-    link changes it."""
-    if a is None or b is None:
-        return a is b
-    return ((a.st_dev, a.st_ino, stat.S_IFMT(a.st_mode), a.st_size, a.st_mtime_ns)
-            == (b.st_dev, b.st_ino, stat.S_IFMT(b.st_mode), b.st_size, b.st_mtime_ns))
-
-
-def _lstat(p: str) -> Optional[os.stat_result]:
+def _still(ctx: Context, path: str, look: Optional[str], stored: Optional[dict]) -> bool:
+    """Whether the original's ``path`` is still what the put-back looked at: the same version
+    (``placement.version_at``, the store's one rule: a writer's append changes it, a new file
+    too), and, where the vault keeps what stood there (``stored``: its ``sha256`` and ``size``,
+    always a copy), the same bytes (a write within one mtime tick keeps size and time)."""
     try:
-        return os.lstat(p)
-    except FileNotFoundError:
-        return None
+        if version_at(ctx, path) != look:
+            return False
+    except TransactionError:
+        return False  # a link or a folder now, or a folder on the way swapped for a link: looked at again
+    return stored is None or holds_original(ctx.store, ctx.key(path), stored)
 
 
-def _where_looked(place: Callable[[str, str], None], p: str, look: Optional[os.stat_result],
-                  stored: Optional[str] = None) -> Callable[[str, str], None]:
-    """``place`` (the verified temporary onto ``p``), done only where ``p`` is still what the
-    put-back looked at (``look``; None: nothing, and then ``place`` is create-only), right before
-    it: else, or where the create-only place finds a file made since, ``_Moved`` (the temporary
-    removed by ``restore_blob``) and the put-back looks again. ``stored``: the sha256 the vault
-    keeps of a displaced file as a copy, not a link of its inode: its bytes are read again too (a
-    write within the same mtime tick keeps size and time)."""
+def _where_looked(place: Callable[[str, str], None], ctx: Context, path: str, look: Optional[str],
+                  stored: Optional[dict] = None) -> Callable[[str, str], None]:
+    """``place`` (the verified temporary onto ``path``), done only where ``path`` is still what the
+    put-back looked at (``look``, a version; None: nothing, and then ``place`` is create-only),
+    right before it (``_still``): else, or where the create-only place finds a file made since,
+    ``_Moved`` (the temporary removed by ``restore_blob``) and the put-back looks again."""
     def guarded(tmp: str, dest: str) -> None:
-        if look is not None and (stored is not None and not matches(p, stored, look.st_size)
-                                 or not _same_entry(look, _lstat(p))):
+        if look is not None and not _still(ctx, path, look, stored):
             raise _Moved()
         try:
             place(tmp, dest)
@@ -597,32 +590,34 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
         resumed = True  # the original is not there whole: asked already
     displaced: Optional[dict] = None
     for _ in range(PUT_BACK_LOOKS):
-        look = _lstat(p)  # the look: what stands at the path now (one lstat)
+        # the look: what stands at the path now, its version through the logdir's store (a link,
+        # a folder, a folder on the way that is a link: refused, never followed)
+        look = version_at(ctx, rec["path"])
         if look is not None and not resumed and holds_original(ctx.store, key, rec):
             return displaced  # the original stands there
         resumed = False
         stored = None
         if look is not None and not (produced and holds_original(ctx.store, key, produced)):
-            if stat.S_ISLNK(look.st_mode) or not stat.S_ISREG(look.st_mode):
-                raise TransactionError(f"{rec['path']}: is no longer a regular file; left as is")
             if not vault.check_blob(rec["sha256"]):
                 # a writer appended to the original itself (its backup is a hard link of it):
                 # the file in place holds every byte, the newest ones included; leave it
-                return {"path": rec["path"], "kept_in_place": True, "size": os.lstat(p).st_size}
+                here = ctx.store.stat(key)
+                return {"path": rec["path"], "kept_in_place": True, "size": here.size if here else 0}
             writers = find_writers([p]).holders
             if writers:
                 # its next records would go into the inode the original is about to replace
                 raise TransactionError(describe_holders(writers, lambda x: rec["path"])
                                        + "; its original is not put back while it is written", Skip.OPEN_FOR_WRITING)
-            sha = sha256_file(p)
+            with ctx.store.open_read(key) as r:
+                sha = sha256_stream(r)
             # a copy, never a link: a writer's append before the place would change a linked blob
             # along with the file (the blob then no longer its name's bytes) while the next look
-            # stores the newer content too; a copy keeps each content found, whole
+            # stores the newer content too; a copy keeps each content found, whole (the vault
+            # checks it holds ``sha``: bytes changed since the hash fail the store)
             blob = vault.store(p, sha, link=False)
-            bst = os.lstat(blob)
-            stored = None if (bst.st_dev, bst.st_ino) == (look.st_dev, look.st_ino) else sha
-            prev, displaced = displaced, {"path": rec["path"], "sha256": sha, "size": bst.st_size,
+            prev, displaced = displaced, {"path": rec["path"], "sha256": sha, "size": os.lstat(blob).st_size,
                                           "blob": os.path.relpath(blob, vault.root)}
+            stored = displaced
             # records an earlier look of this call set beside the original already are not set there twice
             base = prev if prev and prev.get("late_records") and starts_with(blob, prev["size"], prev["sha256"]) \
                 else produced
@@ -635,7 +630,7 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
         place = put_in_place(strategy, journal, rec, new_name=look is None, begun=begun)
         try:
             vault.restore_blob(rec["sha256"], p, rec["mode"], rec["mtime"], tmp_token=tmp_token,
-                               owner=recorded_owner(rec), place=_where_looked(place, p, look, stored),
+                               owner=recorded_owner(rec), place=_where_looked(place, ctx, rec["path"], look, stored),
                                **_time_of(vault, rec))
         except _Moved:
             continue  # made or changed since the look: looked at again, never replaced unseen
@@ -690,13 +685,12 @@ def roll_forward(ctx: Context, records: List[dict]) -> bool:
         return False
     finals = {s["final"]: s for s in staged}
     for path, r in backups.items():
-        p, s = ctx.abs(path), finals.get(path)
-        if os.path.lexists(p) and not matches(p, r["sha256"], r["size"]) and not (
-                s and (matches(p, s["sha256"], s["size"]) or copying and partial_copy(p, ctx.abs(s["tmp"]), s))):
+        p, key, s = ctx.abs(path), ctx.key(path), finals.get(path)
+        if stands_at(ctx, path) and not holds_original(ctx.store, key, r) and not (
+                s and (holds_original(ctx.store, key, s) or copying and partial_copy(p, ctx.abs(s["tmp"]), s))):
             return False  # changed after the crash: roll back (keeping the new bytes)
     for s in staged:
-        tmp, final = ctx.abs(s["tmp"]), ctx.abs(s["final"])
-        if not (matches(tmp, s["sha256"], s["size"]) or matches(final, s["sha256"], s["size"])):
+        if not (holds_original(ctx.store, ctx.key(s["tmp"]), s) or holds_original(ctx.store, ctx.key(s["final"]), s)):
             return False
     plan = records[0]["plan"]
     rp = RunPlan(run=plan["run"], bytes_before=plan["bytes_before"],

@@ -254,6 +254,17 @@ class Store(abc.ABC):
         """The entry of ``key``, or None when there is none (a folder is none; a symlink or a
         special file: ``StoreFailure``)."""
 
+    def version(self, key: str) -> Optional[str]:
+        """The version of the file or object at ``key`` (``Entry.version``: POSIX inode, size and
+        mtime; S3/Azure ETag; GCS generation), None when nothing is there: the one "same version"
+        rule of every store. Two looks at a key that give the same version saw the same bytes
+        unchanged (a writer's append, a file made anew, an object written again each change it).
+        Where ``stat`` says None for a thing that is not a file (a folder), this says
+        ``StoreFailure(NOT_REGULAR)``: only an absent key is nothing; a link (a folder on the way
+        included) is ``SYMLINK``, never followed."""
+        e = self.stat(key)
+        return None if e is None else e.version
+
     @abc.abstractmethod
     def read_range(self, key: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of ``key`` (shorter at its end, ``b''`` past it): one request."""
@@ -433,6 +444,9 @@ class Wrapper(Store):
 
     def stat(self, key):
         return self._call("stat", self.inner.stat, key)
+
+    def version(self, key):
+        return self._call("stat", self.inner.version, key)
 
     def read_range(self, key, start, end):
         self._before("read")

@@ -324,6 +324,27 @@ class PosixStore(Store):
             raise
         return None if st is None else self._entry(key, st)
 
+    def version(self, key: str) -> Optional[str]:
+        # one lstat of the name in its folder reached without a link (``_at``); a folder or any
+        # other thing there is not "nothing" (``stat`` says None for a folder)
+        try:
+            with self._at(key) as (dfd, name):
+                fsops.op()
+                self.stats.add("head")
+                try:
+                    st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                except FileNotFoundError:
+                    return None
+        except StoreFailure as e:
+            if e.code == StoreError.NOT_FOUND:
+                return None  # a folder on the way is missing
+            raise
+        if stat.S_ISLNK(st.st_mode):
+            raise StoreFailure(StoreError.SYMLINK, key, "is a symlink; not followed")
+        if not stat.S_ISREG(st.st_mode):
+            raise StoreFailure(StoreError.NOT_REGULAR, key, f"is {kind_of(st.st_mode)}, not a regular file")
+        return version_of(st)
+
     def _pread(self, fd: int, start: int, end: int) -> bytes:
         out = []
         pos = start
