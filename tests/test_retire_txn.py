@@ -136,7 +136,7 @@ def test_a_bucket_retire_is_an_ObjectRetire_run_by_the_driver(s3_bucket, tmp_pat
     assert not [k for k in left if out.op_id in k], sorted(left)  # no copy, manifest, journal or lock of it
 
 
-def test_a_local_unretire_is_a_LocalUnretire_run_by_the_driver(tmp_path, monkeypatch, other_fs):
+def test_a_local_unretire_is_the_one_Unretire_run_by_the_driver(tmp_path, monkeypatch, other_fs):
     """A retired run's restore passes the driver's steps too: the begin record is its commit point
     (nothing is recorded before the put-backs, nothing is ever rolled back), the put-backs are its
     swap, the tree check and the manifests its commit."""
@@ -147,7 +147,7 @@ def test_a_local_unretire_is_a_LocalUnretire_run_by_the_driver(tmp_path, monkeyp
         seen, log = _observe(monkeypatch, retire.UNRETIRE_STEPS)
         outs = api.restore(str(logdir), run="train", backup_dir=backup)
         assert [o.status for o in outs] == [Outcome.RESTORED], [o.to_dict() for o in outs]
-        assert seen == ["LocalUnretire"]
+        assert seen == ["Unretire"]
         assert log == ["journal", "unretire.journal", "backup", "stage", "transform", "verify",
                        "last_look", "record:swap", "swap", "unretire.mid_move", "unretire.move",
                        "commit", "unretire.manifest"], log
@@ -171,14 +171,14 @@ def test_a_failure_right_after_the_unretire_journal_is_an_outcome_and_finished_o
     assert user_files(logdir) == before and api.retired(str(logdir)) == []
 
 
-def test_a_bucket_unretire_is_an_ObjectUnretire_run_by_the_driver(s3_bucket, tmp_path, monkeypatch):
+def test_a_bucket_unretire_is_the_one_Unretire_run_by_the_driver(s3_bucket, tmp_path, monkeypatch):
     url = s3_bucket.upload(_logdir(tmp_path / "logs"), "logs")
     before = {k: v for k, v in s3_bucket.hashes("logs").items() if not k.startswith(STATE)}
     assert api.retire(url, api.retire_rule(runs=["train"]), dry_run=False, quiet_period=0).ok
     seen, log = _observe(monkeypatch, bucket_retire.UNRETIRE_STEPS)
     outs = api.restore(url, run="train")
     assert [o.status for o in outs] == [Outcome.RESTORED], [o.to_dict() for o in outs]
-    assert seen == ["ObjectUnretire"]
+    assert seen == ["Unretire"]
     assert log == ["journal", "backup", "stage", "transform", "verify", "last_look", "record:swap",
                    "swap", "unretire.mid_move", "unretire.move", "commit"], log
     assert {k: v for k, v in s3_bucket.hashes("logs").items() if not k.startswith(STATE)} == before

@@ -1,5 +1,6 @@
 """What a bucket's put-back transactions share: the restore of a reduction
-(``bucket_restore.ObjectRestore``) and of a retired run (``bucket_retire.ObjectUnretire``).
+(``bucket_restore.ObjectRestore``) and of a retired run (``bucket_retire.BucketUnretire``, the
+bucket's layout of ``unretire_run.Unretire``).
 
 Both are a ``txn.PutBack`` under the lock of their runs, with a journal object named by the
 operation they put back (``held_as``): a lock naming it is not taken over while the journal stands,
@@ -43,14 +44,12 @@ def settle_failed_journal(ostore: ObjectStore, jpath: Optional[str], started: bo
     return jpath
 
 
-class ObjectPutBack(txn.PutBack):
-    """A bucket's put-back for ``engine.txn.run`` (module doc): the journal, the failure, the
-    rollback that settles the journal and the end that lets the locks go, once. A subclass takes
-    the locks into ``locks``, sets ``jpath`` when its journal stands (and ``started`` once a put-back
-    may have been made), and does the swap and the commit (which removes the journal: ``jpath``
-    None)."""
-
-    rollback_errors = ()
+class PutBackHold:
+    """What a bucket's put-back holds and how it lets it go (module doc), for a transaction
+    (``ObjectPutBack``) or a store's layout of one (``bucket_retire.BucketUnretire``): the locks
+    taken into ``locks``, ``jpath`` while the journal stands (then the locks stay with it),
+    ``started`` once a put-back may have been made. ``note_failure``, ``settle_journal`` and
+    ``let_go`` are the failure, its journal's settling and the end, once."""
 
     def __init__(self, ostore: ObjectStore, out: RunOutcome, held_as: str, resume: bool) -> None:
         self.ostore, self.out, self.held_as = ostore, out, held_as
@@ -61,25 +60,17 @@ class ObjectPutBack(txn.PutBack):
         self.started = resume  # whether an object may have been put back already
         self.ended = False
 
-    def journaled(self) -> bool:
-        return False  # never a rollback record: a restore is finished, not undone
-
-    def committed(self) -> bool:
-        return self.jpath is not None
-
-    def failed(self, error: BaseException) -> None:
+    def note_failure(self, error: BaseException) -> None:
+        """Why the put-back stopped, and its code (the bucket's one rule, ``failure_code``)."""
         self.out.reason, self.out.code = str(error), failure_code(error)
         if isinstance(error, Cancelled):  # honoured only before the first put-back
             self.out.reason += ": nothing was put back, the run is as it was"
 
-    def rollback(self, committed: bool) -> None:
+    def settle_journal(self) -> None:
         """Nothing is undone: the journal goes if nothing was put back, else it stays."""
         self.jpath = settle_failed_journal(self.ostore, self.jpath, self.started, self.out)
 
-    def incomplete(self, error: BaseException) -> None:
-        raise error  # pragma: no cover - ``rollback`` settles its own failures
-
-    def end(self) -> None:
+    def let_go(self) -> None:
         """Once: the locks no longer renewed, and deleted unless the journal stands (a lock that
         cannot be deleted now is left to its lease: its holder is gone once this ends)."""
         if self.ended:
@@ -95,4 +86,33 @@ class ObjectPutBack(txn.PutBack):
                 pass
 
 
-__all__ = ["ObjectPutBack", "settle_failed_journal"]
+class ObjectPutBack(PutBackHold, txn.PutBack):
+    """A bucket's put-back for ``engine.txn.run`` (module doc): the journal, the failure, the
+    rollback that settles the journal and the end that lets the locks go, once (``PutBackHold``).
+    A subclass takes the locks into ``locks``, sets ``jpath`` when its journal stands (and
+    ``started`` once a put-back may have been made), and does the swap and the commit (which
+    removes the journal: ``jpath`` None)."""
+
+    rollback_errors = ()
+
+    def journaled(self) -> bool:
+        return False  # never a rollback record: a restore is finished, not undone
+
+    def committed(self) -> bool:
+        return self.jpath is not None
+
+    def failed(self, error: BaseException) -> None:
+        self.note_failure(error)
+
+    def rollback(self, committed: bool) -> None:
+        """Nothing is undone: the journal goes if nothing was put back, else it stays."""
+        self.settle_journal()
+
+    def incomplete(self, error: BaseException) -> None:
+        raise error  # pragma: no cover - ``rollback`` settles its own failures
+
+    def end(self) -> None:
+        self.let_go()
+
+
+__all__ = ["ObjectPutBack", "PutBackHold", "settle_failed_journal"]

@@ -53,6 +53,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Recovery, Skip, StoreError
 from tb_footprint_plugin.engine import faults, lease, manifest, txn
 from tb_footprint_plugin.engine import retire_run as one_retirement
+from tb_footprint_plugin.engine import unretire_run as one_unretire
 from tb_footprint_plugin.engine.bucket_blobs import (KEPT_IN, adding, backup_entries, blobs_of, check_entry,
                                                       entry_ok, is_blob_entry, missing_blobs, put_back)
 from tb_footprint_plugin.engine.bucket_state import (
@@ -74,7 +75,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     vault_url,
     written_recently,
 )
-from tb_footprint_plugin.engine.bucket_putback import ObjectPutBack
+from tb_footprint_plugin.engine.bucket_putback import PutBackHold
 from tb_footprint_plugin.engine.bucket_restore import holds_original, restore_journal, start_journal
 from tb_footprint_plugin.engine.bucket_steps import backup_object, copy_matches, finish_op, journal_started, stream_digest
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id
@@ -82,8 +83,7 @@ from tb_footprint_plugin.engine.history import append_rolled_back
 from tb_footprint_plugin.engine.journal import Rec
 from tb_footprint_plugin.engine.journal_object import ObjectJournal, journal_entries
 from tb_footprint_plugin.engine.retire_rules import (KIND, RECOVERED_REASON, refused_names, restorable_retirements,
-                                                    retire_line, taken_along, unnamed_runs, unretire_outcome,
-                                                    unretire_refusal)
+                                                    retire_line, taken_along, unnamed_runs)
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.storage.paths import is_sha256
@@ -479,109 +479,99 @@ def rolled_back_line(doc: dict, reason: Optional[str]) -> dict:
 
 def unretire(ostore: ObjectStore, vault: BucketVault, m: dict, resume: bool = False) -> RunOutcome:
     """Copy every object of a retired run back (create-only, never over an object written since),
-    each checked against the store's checksums; mark the manifest restored: ``ObjectUnretire`` run
-    by ``engine.txn.run``. Before the first put-back a journal (``kind: unretire``) is written and
-    it is removed after the manifest says restored: one stopped midway is finished by the next
-    start (``engine.bucket_recover`` calls this with ``resume``, through the same steps).
-    Idempotent: an object already back with its bytes counts as back."""
-    run = str(m.get("run"))
-    out = unretire_outcome(m)  # a refusal before the journal names the retirement, as a disk's
-    try:  # any shape ever written (a recovery passes the manifest as it reads it)
-        m = manifest.read(m, m.get("_path") and vault_url(ostore, m["_path"]) or "the retirement's manifest")
-    except Untrusted as e:
-        out.reason, out.code = f"{e}; nothing was changed", e.code
-        return out
-    refusal = unretire_refusal(m)
-    if refusal:
-        out.reason = refusal
-        return out
-    prefix = f"{vault.root}/blobs/{m['op_id']}/files/"
-    along = [a for a in m.get("takes_along") or [] if isinstance(a, str)]
-    try:
-        why = _refuse(run, along, ostore, vault)
-        if why:
-            raise BucketTxnError(Failure.REFUSED, why)
-        for f in m["files"]:
-            ostore.path(f["path"])
-            ours = entry_ok(f) and is_sha256(f.get("sha256")) if is_blob_entry(f) else \
-                str(f.get("backup", "")).startswith(prefix)
-            if not ours or not f["path"].startswith(run_prefix(run)):
-                raise BucketTxnError(Failure.REFUSED, f"{m.get('_path')}: names a key outside the run or the vault")
-            if is_blob_entry(f):
-                blobs_of(vault, f)  # the folder not given: said before anything moves
-    except (BucketTxnError, ValueError) as e:
-        out.reason = f"{e}; nothing was changed"
-        return out
-    t = ObjectUnretire(ostore, vault, m, run, along, resume, out)
-    try:
-        if lock_runs(t.st, [run] + along, t.held_as, t.locks, out):
-            txn.run(t, CancelToken())
-    finally:
-        t.end()
-    return out
+    each checked against the store's checksums; mark the manifest restored: the one restore of a
+    retirement (``engine.unretire_run``) over a bucket's layout, ``BucketUnretire``. Before the
+    first put-back a journal (``kind: unretire``) is written and it is removed after the manifest
+    says restored: one stopped midway is finished by the next start (``engine.bucket_recover``
+    calls this with ``resume``, through the same steps). Idempotent: an object already back with
+    its bytes counts as back."""
+    return one_unretire.unretire(BucketUnretire(ostore, vault, m, resume))
 
 
-class ObjectUnretire(ObjectPutBack):
-    """The steps of a bucket retirement's restore for ``engine.txn.run``, under the locks of its
-    runs, named (as its journal) by the retirement restored: a lock naming it is not taken over
-    while its journal stands, and purge leaves its copies alone.
+class BucketUnretire(one_unretire.UnretireLayout):
+    """A bucket's layout of the one restore of a retirement (``unretire_run.Unretire``), under the
+    locks of its runs, named (as its journal) by the retirement restored: a lock naming it is not
+    taken over while its journal stands, and purge leaves its copies alone (``PutBackHold``).
 
-    - **journal**: every copy checked before anything moves (a damaged vault changes nothing),
-      then the restore's journal (``kind: unretire``; a resumed restore's stands already);
-    - **backup**, **stage**, **transform**, **verify**, the last look and the swap record:
-      nothing (the copies go back unchanged; the journal is the commit point);
+    - read: the manifest in any shape ever written (a recovery passes it as it reads it);
+    - refused before anything is held: a run name (``_refuse``), a key outside the run or the
+      vault, a blob whose folder is not given;
+    - **journal**: every copy checked before anything moves (a damaged vault changes nothing; a
+      resumed restore's journal is kept), then the restore's journal (``kind: unretire``; a
+      resumed restore's stands already);
     - **swap**: every object gone from its key copied back create-only and checked
       (``unretire.mid_move`` after the first; ``unretire.move``), one at its key with its bytes
       counted as back, another object there left as it is (``not_restored``);
     - **commit**: the manifest marked restored, the journal removed.
 
-    A failure is never rolled back (``ObjectPutBack``: no rollback record): the journal goes when
-    nothing was put back yet, else it stays and the next start finishes the restore; an injected
-    fault is a crash, the journal left as it stands."""
+    A failure: the journal goes when nothing was put back yet, else it stays and the next start
+    finishes the restore (``PutBackHold``); an injected fault is a crash, the journal left as it
+    stands."""
 
-    verb = "unretire"
     errors = (BucketTxnError, *STORE_FAILURES, ValueError, OSError)
-    FAILPOINTS = {"swap": "unretire.move"}
 
-    def __init__(self, ostore: ObjectStore, vault: BucketVault, m: dict, run: str, along: List[str], resume: bool,
-                 out: RunOutcome) -> None:
-        super().__init__(ostore, out, m["op_id"], resume)
-        self.vault, self.m, self.run, self.along, self.resume = vault, m, run, along, resume
+    def __init__(self, ostore: ObjectStore, vault: BucketVault, m: dict, resume: bool) -> None:
+        super().__init__(m)
+        self.ostore, self.vault, self.resume = ostore, vault, resume
         self.st = BucketState(ostore)
-        self.op_id = new_op_id()
+        self.along: List[str] = []
+        self.held: Optional[PutBackHold] = None  # once the runs are held
         self.conflicts: List[str] = []
 
-    def failpoint(self, step: str) -> Optional[str]:
-        return self.FAILPOINTS.get(step)
+    def admit(self) -> None:
+        m = self.m
+        try:  # any shape ever written (a recovery passes the manifest as it reads it)
+            self.m = manifest.read(m, m.get("_path") and vault_url(self.ostore, m["_path"]) or "the retirement's manifest")
+        except Untrusted as e:
+            raise one_unretire.Refused(f"{e}; nothing was changed", e.code) from e
 
-    def journal(self, report: txn.Report) -> None:
-        """Every copy checked, then the journal (``NotStarted`` with a damaged vault)."""
-        ostore, vault, m, out = self.ostore, self.vault, self.m, self.out
+    def refused(self) -> None:
+        ostore, vault, m, run = self.ostore, self.vault, self.m, self.out.run
+        prefix = f"{vault.root}/blobs/{m['op_id']}/files/"
+        self.along = [a for a in m.get("takes_along") or [] if isinstance(a, str)]
+        try:
+            why = _refuse(run, self.along, ostore, vault)
+            if why:
+                raise BucketTxnError(Failure.REFUSED, why)
+            for f in m["files"]:
+                ostore.path(f["path"])
+                ours = entry_ok(f) and is_sha256(f.get("sha256")) if is_blob_entry(f) else \
+                    str(f.get("backup", "")).startswith(prefix)
+                if not ours or not f["path"].startswith(run_prefix(run)):
+                    raise BucketTxnError(Failure.REFUSED, f"{m.get('_path')}: names a key outside the run or the vault")
+                if is_blob_entry(f):
+                    blobs_of(vault, f)  # the folder not given: said before anything moves
+        except (BucketTxnError, ValueError) as e:
+            raise one_unretire.Refused(f"{e}; nothing was changed") from e
+
+    def hold(self) -> bool:
+        self.held = PutBackHold(self.ostore, self.out, self.m["op_id"], self.resume)
+        return lock_runs(self.st, [self.out.run] + self.along, self.held.held_as, self.held.locks, self.out)
+
+    def begin(self, op_id: str, report: txn.Report) -> None:
+        """Every copy checked, then the journal (``Refused`` with a damaged vault)."""
+        ostore, vault, m, held = self.ostore, self.vault, self.m, self.held
+        assert held is not None
         damaged = [f["path"] for f in m["files"] if not _copy_ok(ostore, vault, f)]
         if damaged:
-            out.reason = f"retired objects missing or damaged in the vault: {', '.join(damaged[:5])}; nothing was changed"
+            why = f"retired objects missing or damaged in the vault: {', '.join(damaged[:5])}; nothing was changed"
             if self.resume:
-                out.reason += "; the journal is kept"
-                self.jpath = journal_path(ostore, self.held_as)
-            raise txn.NotStarted()
+                why += "; the journal is kept"
+                held.jpath = journal_path(ostore, held.held_as)
+            raise one_unretire.Refused(why)
         if not self.resume:  # before the first put-back: the next start finishes a restore stopped midway
-            start_journal(self.st, restore_journal(ostore, vault, m, UNRETIRE_KIND, self.run, self.along))
-        self.jpath = journal_path(ostore, self.held_as)
-        # started: the outcome names the restore by its own op id (the manifest's ``restored_by``,
-        # its history line's), as a disk's does
-        out.op_id = self.op_id
+            start_journal(self.st, restore_journal(ostore, vault, m, UNRETIRE_KIND, self.out.run, self.along))
+        held.jpath = journal_path(ostore, held.held_as)
 
-    def verify(self, report: txn.Report) -> None:
-        """Nothing: each put-back is checked by the store's checksums as it is made."""
-
-    def swap(self, report: txn.Report) -> None:
+    def put_back(self, report: txn.Report) -> None:
         """Every object gone from its key copied back, create-only and checked."""
-        ostore, vault, out = self.ostore, self.vault, self.out
-        present = run_listing(ostore, vault, self.run)
+        ostore, vault, out, held = self.ostore, self.vault, self.out, self.held
+        assert held is not None
+        present = run_listing(ostore, vault, out.run)
         for i, f in enumerate(self.m["files"]):
             cur = present.get(f["path"])
             if cur is None:
-                self.started = True
+                held.started = True
                 try:
                     _copy_back(ostore, vault, f, listed_absent=True)
                 except StoreFailure as e:
@@ -599,23 +589,37 @@ class ObjectUnretire(ObjectPutBack):
             else:
                 self.conflicts.append(f["path"])
 
-    def commit(self, report: txn.Report) -> None:
+    def settle(self, op_id: str, report: txn.Report) -> Tuple[str, Optional[Code]]:
         """The manifest marked restored (keys another object holds now named ``not_restored``:
         their originals stay in the vault only, which purge keeps), the journal removed."""
-        m, st, out, conflicts = self.m, self.st, self.out, self.conflicts
-        doc = dict(m, restored_at=now_s(), restored_with=who(), restored_by=self.op_id)
+        m, st, held, conflicts = self.m, self.st, self.held, self.conflicts
+        assert held is not None
+        doc = dict(m, restored_at=now_s(), restored_with=who(), restored_by=op_id)
         if conflicts:
             doc["not_restored"] = sorted(conflicts)
-        st.update(self.vault.manifest(self.held_as), manifest.bucket_form(doc),
-                  m.get("_version") or st.read(self.vault.manifest(self.held_as))[1])
-        must_delete(self.ostore, [self.jpath])
-        self.jpath = None
-        out.status, out.code = Outcome.RESTORED, Finding.MTIME_NOT_KEPT
-        out.reason = (f"{len(m['files']) - len(conflicts)} object(s) back byte for byte (checksums checked); the "
-                      "object store keeps no modification times: restored objects are dated now")
+        st.update(self.vault.manifest(held.held_as), manifest.bucket_form(doc),
+                  m.get("_version") or st.read(self.vault.manifest(held.held_as))[1])
+        must_delete(self.ostore, [held.jpath])
+        held.jpath = None
+        reason = (f"{len(m['files']) - len(conflicts)} object(s) back byte for byte (checksums checked); the "
+                  "object store keeps no modification times: restored objects are dated now")
         if conflicts:
-            out.reason += (f"; {len(conflicts)} key(s) hold another object now and were left as they are, e.g. "
-                           f"{conflicts[0]}: their originals stay in the vault, and purge keeps them")
+            reason += (f"; {len(conflicts)} key(s) hold another object now and were left as they are, e.g. "
+                       f"{conflicts[0]}: their originals stay in the vault, and purge keeps them")
+        return reason, Finding.MTIME_NOT_KEPT
+
+    def journaled(self) -> bool:
+        return self.held is not None and self.held.jpath is not None
+
+    def stopped(self, error: BaseException, journaled: bool) -> None:
+        """Why, coded by the bucket's one rule; the journal goes if nothing was put back, else it stays."""
+        assert self.held is not None
+        self.held.note_failure(error)
+        self.held.settle_journal()
+
+    def release(self) -> None:
+        if self.held is not None:
+            self.held.let_go()
 
 
 def _copy_ok(ostore: ObjectStore, vault: BucketVault, f: dict) -> bool:
@@ -637,5 +641,5 @@ def retirements(manifests: List[dict]) -> List[dict]:
     return restorable_retirements(manifests)
 
 
-__all__ = ["retire_run", "BucketRetire", "unretire", "ObjectUnretire", "settle", "rollback", "retirements", "is_retire_journal", "journal_runs",
+__all__ = ["retire_run", "BucketRetire", "unretire", "BucketUnretire", "settle", "rollback", "retirements", "is_retire_journal", "journal_runs",
            "stored_key", "manifest_doc", "rolled_back_line", "RETIRE_STEPS", "UNRETIRE_STEPS", "UNRETIRE_KIND"]

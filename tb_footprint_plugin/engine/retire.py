@@ -46,6 +46,7 @@ from typing import Iterable, List, Optional, Tuple
 from tb_footprint_plugin.codes import Code, Failure, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import faults, trust, txn
 from tb_footprint_plugin.engine import retire_run as one_retirement
+from tb_footprint_plugin.engine import unretire_run as one_unretire
 from tb_footprint_plugin.engine import manifest as one_schema
 from tb_footprint_plugin.engine.catalogue import unsettled_op
 from tb_footprint_plugin.engine.context import (
@@ -63,7 +64,7 @@ from tb_footprint_plugin.engine.history import append_history, disk_log
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec, RunLocked
 from tb_footprint_plugin.engine.placement import copies_begun
 from tb_footprint_plugin.engine.retire_rules import (KIND, RECOVERED_REASON, refused_names, retire_line, taken_along, unnamed_runs,
-                                                    unretire_line, unretire_outcome, unretire_refusal)
+                                                    unretire_line)
 from tb_footprint_plugin.engine.retire_tree import (
     OP_ID_RE,
     check_record,
@@ -489,169 +490,143 @@ def _make_dirs(ctx: Context, dirs: List[dict]) -> None:
 # restore a retirement
 # ---------------------------------------------------------------------------------------
 def unretire(ctx: Context, manifest: dict) -> RunOutcome:
-    """Bring a retired run back byte for byte (tree sha256 checked); returns an outcome. The
-    refusals first (nothing changed), then ``LocalUnretire`` run by ``engine.txn.run`` under the
-    lock of every run it puts back."""
-    t0 = time.monotonic()
-    run = manifest["run"]
-    out = unretire_outcome(manifest)  # a refusal before the journal names the retirement, as a bucket's
-    refusal = unretire_refusal(manifest)
-    if refusal:
-        out.reason = refusal
-        return out
-    try:
-        check_record(ctx, manifest)
-        rel_ok(ctx, run)
-        no_symlink(ctx, run)
-    except TransactionError as e:
-        out.reason = str(e)
-        return out
-    vault = Vault(manifest["vault"])
-    try:
-        check_retired_dir(vault, manifest["op_id"])
-    except TransactionError as e:
-        out.reason = f"{e}; nothing was changed"
-        return out
-    top = ctx.abs(run)
-    if os.path.lexists(top) and (not os.path.isdir(top) or os.path.islink(top) or os.listdir(top)):
-        out.reason = (f"{run}: something stands there now (a new run of the same name?); move it away first — "
-                      "nothing was changed")
-        return out
-    runs = [run] + taken_along(manifest)
-    locks = []
-    try:
-        for r in runs:
-            locks.append(run_lock(ctx, r).acquire())
-    except (RunLocked, OSError) as e:
-        for lk in locks:
-            lk.release()
-        out.code, out.reason = lock_failure(e, r, ctx.lock_dir)
-        return out
-    try:
-        unsettled = next((u for u in (unsettled_op(ctx, r) for r in runs) if u), None)
+    """Bring a retired run back byte for byte (tree sha256 checked); returns an outcome: the one
+    restore of a retirement (``engine.unretire_run``) over a disk's layout, ``DiskUnretire``."""
+    return one_unretire.unretire(DiskUnretire(ctx, manifest))
+
+
+class DiskUnretire(one_unretire.UnretireLayout):
+    """A disk's layout of the one restore of a retirement (``unretire_run.Unretire``):
+
+    - refused before anything is held: a record (run, vault) that does not check out, a symlink
+      on the way, a retirement the vault does not hold, something standing at the run's path;
+    - held: the lock of every run it puts back (``run_lock``);
+    - **journal**: under the locks, an unsettled operation on a run, a damaged stored file or a
+      folder this user may not write refuses it (nothing changed); then the logdir's identity
+      bound and the begin record (``unretire.journal``);
+    - **swap**: every file put back where nothing stands, the folders' modes and times after
+      (``unretire_put_back``: ``unretire.mid_move`` after the first; ``unretire.move``);
+    - **commit**: the run re-hashed against its tree sha256, the vault's copy released, the
+      retirement's manifest marked restored (``unretire.manifest``), the restore's manifest and
+      change-log line, the journal closed (``unretire_commit``).
+
+    A failure after the begin record says the restore was interrupted (or refused by a
+    permission) and the journal stays for the next start (``finish_unretire``: the same swap and
+    commit); an injected fault is said as any failure."""
+
+    failpoints = {"journal": "unretire.journal"}
+    injected_is_crash = False
+    errors = (Exception,)
+
+    def __init__(self, ctx: Context, manifest: dict) -> None:
+        super().__init__(manifest)
+        self.ctx = ctx
+        self.vault: Optional[Vault] = None  # once its record checks out (``refused``)
+        self.locks: list = []
+        self.jnl: Optional[Journal] = None
+        self.put: Optional[tuple] = None
+
+    def refused(self) -> None:
+        ctx, m, run = self.ctx, self.m, self.out.run
+        try:
+            check_record(ctx, m)
+            rel_ok(ctx, run)
+            no_symlink(ctx, run)
+        except TransactionError as e:
+            raise one_unretire.Refused(str(e)) from e
+        self.vault = Vault(m["vault"])
+        try:
+            check_retired_dir(self.vault, m["op_id"])
+        except TransactionError as e:
+            raise one_unretire.Refused(f"{e}; nothing was changed") from e
+        top = ctx.abs(run)
+        if os.path.lexists(top) and (not os.path.isdir(top) or os.path.islink(top) or os.listdir(top)):
+            raise one_unretire.Refused(f"{run}: something stands there now (a new run of the same name?); move it "
+                                       "away first — nothing was changed")
+
+    def hold(self) -> bool:
+        r = self.out.run
+        try:
+            for r in [self.out.run] + taken_along(self.m):
+                self.locks.append(run_lock(self.ctx, r).acquire())
+        except (RunLocked, OSError) as e:
+            self.out.code, self.out.reason = lock_failure(e, r, self.ctx.lock_dir)
+            return False
+        return True
+
+    def begin(self, op_id: str, report: txn.Report) -> None:
+        """Under the locks: nothing unsettled, every stored file checked, the folder writable;
+        then the begin record (refused, nothing changed: an untrusted state folder, no journal)."""
+        ctx, m, vault, run = self.ctx, self.m, self.vault, self.out.run
+        assert vault is not None
+        unsettled = next((u for u in (unsettled_op(ctx, r) for r in [run] + taken_along(m)) if u), None)
         if unsettled:
-            out.reason, out.code = f"unfinished operation {unsettled} on this run could not be settled yet", \
-                Failure.UNSETTLED
-            return out
+            raise one_unretire.Refused(f"unfinished operation {unsettled} on this run could not be settled yet",
+                                       Failure.UNSETTLED)
         # every stored file checked before anything moves: a damaged vault changes nothing
-        damaged = [f["path"] for i, f in enumerate(manifest["tree"])
-                   if not stored_ok(vault, manifest["op_id"], i, f)]
+        damaged = [f["path"] for i, f in enumerate(m["tree"]) if not stored_ok(vault, m["op_id"], i, f)]
         if damaged:
-            out.reason = (f"retired files missing or damaged in {retired_dir(vault, manifest['op_id'])}: "
-                          f"{', '.join(damaged[:5])}; nothing was changed")
-            return out
+            raise one_unretire.Refused(f"retired files missing or damaged in {retired_dir(vault, m['op_id'])}: "
+                                       f"{', '.join(damaged[:5])}; nothing was changed")
         # the run's folder (or where it is made again) writable, refused before anything moves
         # as reduce and restore refuse (review R16 F8); its folders below are made by this user
         refusal = access_refusal(ctx.logdir, (), [run])
         if refusal:
-            out.reason, out.code = f"{refusal}; nothing was changed", Failure.REFUSED
-            return out
-        txn.run(LocalUnretire(ctx, manifest, out), CancelToken())
-    finally:
-        for lk in locks:
-            lk.release()
-        out.duration_s = round(time.monotonic() - t0, 3)
-    return out
-
-
-class LocalUnretire(txn.PutBack):
-    """The steps of a retired run's restore on a disk for ``engine.txn.run``:
-
-    - **journal**: the logdir's identity bound, the begin record (``unretire.journal``): from it on
-      the restore is finished, never undone (the next start finishes one stopped midway);
-    - **backup**, **stage**, **transform**, **verify**: nothing (every stored file was checked
-      against its sha256 before the journal; the files go back unchanged);
-    - the last look and the swap record: nothing (the begin record is the commit point);
-    - **swap**: every file put back where nothing stands, the folders' modes and times after
-      (``unretire.mid_move`` after the first; ``unretire.move``);
-    - **commit**: the run re-hashed against its tree sha256, the vault's copy released, the
-      retirement's manifest marked restored (``unretire.manifest``), the restore's manifest and
-      change-log line, the journal closed.
-
-    A failure after the begin record is never rolled back (``journaled`` False: no rollback record):
-    the outcome says the restore was interrupted, or refused by a permission, and the journal stays
-    for the next start (``finish_unretire``: the same swap and commit)."""
-
-    verb = "unretire"
-    injected_is_crash = False
-    errors = (Exception,)
-    rollback_errors = ()
-    FAILPOINTS = {"journal": "unretire.journal", "swap": "unretire.move"}
-
-    def __init__(self, ctx: Context, manifest: dict, out: RunOutcome) -> None:
-        self.ctx, self.manifest, self.out = ctx, manifest, out
-        self.jnl: Optional[Journal] = None
-        self.put: Optional[tuple] = None
-        self.error: Optional[BaseException] = None
-
-    def failpoint(self, step: str) -> Optional[str]:
-        return self.FAILPOINTS.get(step)
-
-    def journal(self, report: txn.Report) -> None:
-        """The begin record (refused, nothing changed: an untrusted state folder, no journal)."""
-        ctx, manifest, out = self.ctx, self.manifest, self.out
-        op_id = new_op_id()
+            raise one_unretire.Refused(f"{refusal}; nothing was changed", Failure.REFUSED)
         try:
             identity = trust.bind(ctx.logdir, ctx.state)
             self.jnl = Journal.create(ctx.journal_dir, op_id, {
-                "type": Rec.BEGIN, "kind": "unretire", "op_id": op_id, "run": out.run, "of_op": manifest["op_id"],
-                "vault": manifest["vault"], "logdir": ctx.logdir, "logdir_id": identity["id"],
+                "type": Rec.BEGIN, "kind": "unretire", "op_id": op_id, "run": run, "of_op": m["op_id"],
+                "vault": m["vault"], "logdir": ctx.logdir, "logdir_id": identity["id"],
             })
         except trust.Untrusted as e:
-            out.reason, out.code = str(e), Failure.REFUSED
-            raise txn.NotStarted() from e
+            raise one_unretire.Refused(str(e), Failure.REFUSED) from e
         except OSError as e:
-            out.reason, out.code = f"cannot start the restore (journal in {ctx.journal_dir}): {reason_of(e)}", failure_code(e)
-            raise txn.NotStarted() from e
-        out.op_id = op_id  # started: named by its own op id (its manifest's, its history line's), as a bucket's
+            raise one_unretire.Refused(f"cannot start the restore (journal in {ctx.journal_dir}): {reason_of(e)}",
+                                       failure_code(e)) from e
 
-    def verify(self, report: txn.Report) -> None:
-        """Nothing yet: the run is re-hashed once it is back (``commit``)."""
-
-    def swap(self, report: txn.Report) -> None:
+    def put_back(self, report: txn.Report) -> None:
         """Every file back at its path (``unretire_put_back``)."""
+        assert self.jnl is not None
         self.put = unretire_put_back(self.ctx, self.jnl.records())
 
-    def commit(self, report: txn.Report) -> None:
+    def settle(self, op_id: str, report: txn.Report) -> Tuple[str, Optional[Code]]:
         """The run checked and recorded as restored (``unretire_commit``), the journal closed."""
+        assert self.jnl is not None
         detail = unretire_commit(self.ctx, *self.put) if self.put else "already restored"
         self.jnl.close()
-        out, manifest = self.out, self.manifest
-        out.status, out.code, out.reason = Outcome.RESTORED, None, detail
-        out.bytes_after = manifest.get("bytes_before", 0)
-        out.created_files = [f["path"] for f in manifest["tree"]]
+        out, m = self.out, self.m
+        out.bytes_after = m.get("bytes_before", 0)
+        out.created_files = [f["path"] for f in m["tree"]]
+        return detail, None
 
     def journaled(self) -> bool:
-        return False  # never a rollback record: from the begin record on the restore is finished
-
-    def committed(self) -> bool:
         return self.jnl is not None
 
-    def failed(self, error: BaseException) -> None:
-        self.error = error
-
-    def rollback(self, committed: bool) -> None:
-        """Nothing is undone: the outcome says why the restore stopped; its journal stays."""
-        out, e = self.out, self.error
-        if not committed:  # no journal was made: nothing changed
-            out.reason = reason_of(e)
+    def stopped(self, error: BaseException, journaled: bool) -> None:
+        """The outcome says why the restore stopped; its journal stays."""
+        out = self.out
+        if not journaled:  # no journal was made: nothing changed
+            out.reason = reason_of(error)
             return
-        if is_permission_error(e):  # no interruption: every start fails so until the mode is fixed
-            out.reason = (f"restore stopped: {reason_of(e)}; the run is partly back, nothing is lost (the rest "
+        if is_permission_error(error):  # no interruption: every start fails so until the mode is fixed
+            out.reason = (f"restore stopped: {reason_of(error)}; the run is partly back, nothing is lost (the rest "
                           f"stays in the vault); once this user may write there, `tb-footprint recover "
                           f"{shlex.quote(self.ctx.logdir)}` finishes it")
             out.code = StoreError.PERMISSION
         else:
-            out.reason = f"restore interrupted: {reason_of(e)}; it will be finished on the next start"
+            out.reason = f"restore interrupted: {reason_of(error)}; it will be finished on the next start"
             out.code = Failure.INTERRUPTED
 
-    def incomplete(self, error: BaseException) -> None:
-        raise error  # pragma: no cover - ``rollback`` only sets the outcome
+    def release(self) -> None:
+        for lk in self.locks:
+            lk.release()
+        self.locks = []
 
 
 def finish_unretire(ctx: Context, records: List[dict]) -> str:
     """Do (or finish) the restore of a retirement from its journal; idempotent: the swap and the
-    commit of ``LocalUnretire``, as recovery runs them."""
+    commit of ``DiskUnretire``, as recovery runs them."""
     put = unretire_put_back(ctx, records)
     if put is None:
         # marked restored before a kill: the restore's manifest and line, written after the mark,
@@ -794,7 +769,7 @@ def recover_retire(ctx: Context, records: List[dict]) -> Tuple[str, str]:
     return Recovery.ROLLED_BACK, "every file of the run put back" + (f"; {noted}" if noted else "")
 
 
-__all__ = ["retire_run", "DiskRetire", "LocalUnretire", "unretire_put_back", "unretire_commit", "record_unretire",
+__all__ = ["retire_run", "DiskRetire", "DiskUnretire", "unretire_put_back", "unretire_commit", "record_unretire",
            "unretire", "finish_unretire", "rollback_retire", "log_recorded", "recover_retire",
            "retirements", "retired_now", "is_restorable_retirement", "retired_dir", "tree_sha256", "inventory",
            "RETIRE_STEPS", "UNRETIRE_STEPS"]

@@ -1,0 +1,201 @@
+"""The one restore of a retired run, on every store (issue #26): a disk's (``retire.DiskUnretire``)
+and a bucket's (``bucket_retire.BucketUnretire``) each supply only what their store does
+differently (an ``UnretireLayout``: how the retirement's record is read and refused, how the runs
+are held, journaled, put back, checked and recorded, and what a failure leaves); the sequence is
+written here, once (``Unretire``, a ``txn.PutBack`` run by the one driver ``engine.txn.run``;
+``unretire``, what comes before and after it):
+
+1. the outcome until it starts (``retire_rules.unretire_outcome``: failed, ``RESTORE_BLOCKED``,
+   named by the retirement); the record read as the store keeps it (``UnretireLayout.admit``);
+   what no store restores (``retire_rules.unretire_refusal``: restored already, purged, never
+   verified); the store's refusals of names, keys and what stands at the run's path
+   (``UnretireLayout.refused``) — each before anything is held, nothing changed;
+2. the runs held (``UnretireLayout.hold``: the lock of the run and of every run it takes along);
+3. the driver's steps: **journal** (``begin``: the vault's copies checked, then the journal's
+   begin record, the restore named by its own op id from there on; ``Refused`` before the record,
+   nothing changed), the cancel point right after it (the last before anything is put back),
+   **swap** (``put_back``: every file back where it was), **commit** (``settle``: the run checked,
+   the retirement recorded as restored — a disk's manifest and change-log line, a bucket's
+   manifest mark — the journal closed; then the outcome: restored, with the store's words and
+   code);
+4. a failure is never undone (no rollback record: the begin record is the commit point): the
+   outcome is failed, with the store's words (``UnretireLayout.stopped``), and what the journal
+   leaves for the next start is the store's (``engine.recover`` finishes it);
+5. last, whatever happened, what was held released (``release``) and the duration noted.
+
+Recovery is not this sequence: a disk's next start finishes a restore from its journal
+(``retire.finish_unretire``: the same put-back and commit, under recovery's own lock), a bucket's
+runs ``bucket_retire.unretire(resume=True)``, i.e. this sequence with the standing journal.
+"""
+from __future__ import annotations
+
+import abc
+import time
+from typing import Dict, Optional, Tuple, Type
+
+from tb_footprint_plugin.codes import Code, Outcome
+from tb_footprint_plugin.engine import txn
+from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, new_op_id
+from tb_footprint_plugin.engine.retire_rules import unretire_outcome, unretire_refusal
+
+#: the driver's instants → the failpoints every store's restore of a retirement hits there
+FAILPOINTS: Dict[str, str] = {"swap": "unretire.move"}
+
+
+class Refused(Exception):
+    """Raised by a layout before anything is recorded: the restore does not start. ``reason`` is
+    the outcome's; ``code`` its code (None: the outcome's code until it starts stays)."""
+
+    def __init__(self, reason: str, code: Optional[Code] = None) -> None:
+        super().__init__(reason)
+        self.reason, self.code = reason, code
+
+
+class UnretireLayout(abc.ABC):
+    """What one store does at each instant of a retired run's restore (``Unretire``; the order is
+    not its own). ``m`` is the retirement's manifest, ``out`` the restore's outcome, which
+    ``Unretire`` sets the status of; a layout counts in it what it puts back."""
+
+    #: the failpoints this store hits at the driver's instants besides ``FAILPOINTS``
+    failpoints: Dict[str, str] = {}
+    #: an injected fault is a crash left for recovery (a bucket), or a failure said like any other (a disk)
+    injected_is_crash: bool = True
+    errors: Tuple[Type[BaseException], ...] = (Exception,)
+
+    def __init__(self, m: dict) -> None:
+        self.m = m
+        self.out: RunOutcome = unretire_outcome(m)  # a refusal before the journal names the retirement
+
+    def admit(self) -> None:
+        """The retirement's record read as this store keeps it (``self.m``); ``Refused`` when it
+        does not read."""
+
+    @abc.abstractmethod
+    def refused(self) -> None:
+        """``Refused`` when the store cannot put this retirement back whatever the vault holds
+        (names, keys, something standing at the run's path); before anything is held."""
+
+    @abc.abstractmethod
+    def hold(self) -> bool:
+        """Hold every run it puts back; False when refused (``out`` says why)."""
+
+    @abc.abstractmethod
+    def begin(self, op_id: str, report: txn.Report) -> None:
+        """The vault's copies checked, then the journal's begin record naming restore ``op_id``
+        (``Refused`` before it, nothing changed)."""
+
+    @abc.abstractmethod
+    def put_back(self, report: txn.Report) -> None:
+        """Every file of the run back where it was (``unretire.mid_move`` after the first)."""
+
+    @abc.abstractmethod
+    def settle(self, op_id: str, report: txn.Report) -> Tuple[str, Optional[Code]]:
+        """The run checked and the retirement recorded as restored by ``op_id``, the journal
+        closed; the restored outcome's reason and code."""
+
+    @abc.abstractmethod
+    def journaled(self) -> bool:
+        """Whether the restore's journal stands (from it on the restore is finished, never undone)."""
+
+    @abc.abstractmethod
+    def stopped(self, error: BaseException, journaled: bool) -> None:
+        """A failure (``journaled``: after the begin record): the outcome's reason and code, and
+        the journal settled as this store leaves it for the next start."""
+
+    def release(self) -> None:
+        """Once, last: release what the restore held (its locks)."""
+
+
+class Unretire(txn.PutBack):
+    """The one restore of a retired run, on every store (the module doc): the order, the op id,
+    the cancel point, the status; ``layout`` does the rest."""
+
+    verb = "unretire"
+    rollback_errors: Tuple[Type[BaseException], ...] = ()
+
+    def __init__(self, layout: UnretireLayout, cancel: CancelToken) -> None:
+        self.layout, self.cancel, self.out = layout, cancel, layout.out
+        self.injected_is_crash = layout.injected_is_crash
+        self.errors = layout.errors
+        self.failpoints = {**FAILPOINTS, **layout.failpoints}
+        self.op_id = new_op_id()
+        self.t0 = time.monotonic()
+        self.error: Optional[BaseException] = None
+        self.ended = False
+
+    def failpoint(self, step: str) -> Optional[str]:
+        return self.failpoints.get(step)
+
+    def refuse(self, e: Refused) -> None:
+        """A refusal before anything is recorded: the outcome says why (still failed)."""
+        self.out.reason = e.reason
+        if e.code is not None:
+            self.out.code = e.code
+
+    def journal(self, report: txn.Report) -> None:
+        """The copies checked, the begin record: from it on the outcome names the restore."""
+        try:
+            self.layout.begin(self.op_id, report)
+        except Refused as e:
+            self.refuse(e)
+            raise txn.NotStarted() from e
+        self.out.op_id = self.op_id
+
+    def verify(self, report: txn.Report) -> None:
+        """Nothing: the copies were checked before the journal, the run is checked once back."""
+
+    def swap(self, report: txn.Report) -> None:
+        self.layout.put_back(report)
+
+    def commit(self, report: txn.Report) -> None:
+        """Checked and recorded by the store, then the outcome: restored."""
+        reason, code = self.layout.settle(self.op_id, report)
+        self.out.status, self.out.code, self.out.reason = Outcome.RESTORED, code, reason
+
+    def journaled(self) -> bool:
+        return False  # never a rollback record: from the begin record on the restore is finished
+
+    def committed(self) -> bool:
+        return self.layout.journaled()
+
+    def failed(self, error: BaseException) -> None:
+        self.error = error
+
+    def rollback(self, committed: bool) -> None:
+        """Nothing is undone: the outcome says why it stopped, the journal is the store's to settle."""
+        assert self.error is not None
+        self.layout.stopped(self.error, committed)
+
+    def incomplete(self, error: BaseException) -> None:
+        raise error  # pragma: no cover - ``rollback`` settles its own failures
+
+    def end(self) -> None:
+        """Once: what the layout held released, the duration noted."""
+        if self.ended:
+            return
+        self.ended = True
+        self.layout.release()
+        self.out.duration_s = round(time.monotonic() - self.t0, 3)
+
+
+def unretire(layout: UnretireLayout, cancel: Optional[CancelToken] = None,
+             progress: Optional[txn.Report] = None) -> RunOutcome:
+    """Put ``layout``'s retired run back (module doc): its outcome (``restored`` when every file
+    is back and the retirement recorded as restored), never raised for a failed restore."""
+    t = Unretire(layout, cancel or CancelToken())
+    try:
+        layout.admit()
+        refusal = unretire_refusal(layout.m)
+        if refusal:
+            raise Refused(refusal)
+        layout.refused()
+        if layout.hold():
+            txn.run(t, t.cancel, progress)
+    except Refused as e:
+        t.refuse(e)
+    finally:
+        t.end()
+    return t.out
+
+
+__all__ = ["FAILPOINTS", "Refused", "Unretire", "UnretireLayout", "unretire"]
