@@ -20,7 +20,10 @@ rules of a put-back that neither a disk's (``engine.restore``) nor a bucket's
   a disk's manifests, a bucket's catalogue), backups this user may not read or that are damaged
   or missing (as far as each store tells without downloading: a disk's blob check, a bucket's
   listing of the operation's backup keys and its blob folder's check); the same codes and words
-  on every store, nothing held or changed;
+  on every store, nothing changed; the lock first, then the backups (a check made before the lock
+  could be stale: another process's restore or reduce may be changing the vault);
+- **a writer met** (``writer_met``): before anything is put back a skip (``active``,
+  ``open_for_writing``), as a reduce and a retirement say; once something went back, failed;
 - **the outcome it starts from** (``restore_outcome``): failed (``restore_blocked``), named in
   ``op_id`` by the reduction asked for until the restore's journal is written, then by the
   restore's own record (a disk's own op id; a bucket's restore has none: its journal and its
@@ -214,6 +217,15 @@ def backups_refusal(where: str, damaged: Sequence[str], unreadable: Sequence[str
     return None
 
 
+def writer_met(code: Code, words: str, started: bool = False) -> Tuple[str, Code, str]:
+    """A restore's outcome (status, code, reason) when it meets a writer of its run (``code``: a
+    ``Skip``, ``active`` or ``open_for_writing``), on every store: before anything is put back a
+    skip, as a reduce's and a retirement's (nothing changed: restore again once the writer
+    stopped); once something went back (``started``: past the commit point) failed, the journal
+    kept for the next start to finish."""
+    return (Outcome.FAILED if started else Outcome.SKIPPED), code, words
+
+
 def restore_code(displaced: List[dict], default: Optional[str] = None) -> Optional[str]:
     """The code of a restore from what it found in the originals' places (``displaced``):
     records put back into the run (``late_records_restored``), else bytes kept in the vault
@@ -258,5 +270,5 @@ def kept_said(n: int, what: str, how: str) -> str:
 
 
 __all__ = ["Limited", "holds_original", "begins_with", "copy_late_records", "restore_refusal", "backups_refusal",
-           "restore_outcome", "restore_code",
+           "restore_outcome", "restore_code", "writer_met",
            "restored_said", "late_records_said", "left_said", "kept_said"]

@@ -42,7 +42,8 @@ from tb_footprint_plugin.engine.context import (
 )
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.putback import (backups_refusal, holds_original, kept_said, late_records_said, left_said,
-                                                 restore_code, restore_outcome, restore_refusal, restored_said)
+                                                 restore_code, restore_outcome, restore_refusal, restored_said,
+                                                 writer_met)
 from tb_footprint_plugin.engine.journal import Journal, RunLocked
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
 from tb_footprint_plugin.engine.swap import (copies_begun, folder_times, make_dirs, put_back, put_back_token,
@@ -160,12 +161,13 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
                releases: Optional["Releases"] = None, cancel: Optional[CancelToken] = None,
                progress: Optional[Callable[[str, str, float], None]] = None) -> RunOutcome:
     """Restore one reduction; returns an outcome (status 'restored' or 'failed' with the reason).
-    The checks that read only the vault first (a newer reduction, a purged backup, a retirement,
-    damaged or unreadable backups: nothing held, nothing changed), then ``LocalRestore`` run by
-    ``engine.txn.run``. ``memo``: the command's (a restore of many runs): the manifests its
-    checks and its release read afresh are read through it, so only those changed since its
-    last read are read again. ``releases``: the command's; the pack copies this restore lets go
-    are forgotten with the other runs' by its ``finish`` (``restore_ops``), else at once.
+    The checks that read only the catalogue first (a newer reduction, a purged backup, a
+    retirement: nothing held, nothing changed), then ``LocalRestore`` run by ``engine.txn.run``
+    (its backups checked under the run's lock, as a bucket's). ``memo``: the command's (a
+    restore of many runs): the manifests its checks and its release read afresh are read through
+    it, so only those changed since its last read are read again. ``releases``: the command's;
+    the pack copies this restore lets go are forgotten with the other runs' by its ``finish``
+    (``restore_ops``), else at once.
     ``cancel``: honoured up to the first put-back, never after (the run is then left as it was,
     code ``interrupted``). ``progress(run, step, fraction)``: ``check`` while streamed backups
     are checked, ``restore`` as the first original goes back."""
@@ -183,29 +185,11 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
     vault = Vault(manifest["vault"])
     # a remote backup a check would download and not keep (issue #27): checked under the run's
     # lock and journal instead, by streaming it into its target's temporary, which the put-back
-    # then renames; every other backup is checked here, before anything is locked or made
+    # then renames; every other backup is checked under the run's lock, before the journal
     streamed = [f for f in manifest.get("files", []) if checked_in_place(vault, f)]
-    # the one read of each backup's check also counts what its put-back allocates (zero blocks
-    # go back as holes: a sparse original needs its data extents, not its size)
-    block, allocates, damaged, unreadable = run_block_size(ctx, run), 0, [], []
-    for f in manifest.get("files", []):
-        if any(f is g for g in streamed):
-            allocates += f["size"]  # checked later, as it is streamed in: counted whole
-            continue
-        n = vault.check_blob_extents(f["sha256"], block)
-        if n is None:
-            # a backup this user may not read is no damaged one (review R16 F16): said apart
-            why = blob_unreadable(vault, f["sha256"])
-            (damaged if why is None else unreadable).append(f["path"] if why is None else f"{f['path']} ({why})")
-        else:
-            allocates += n
-    refusal = backups_refusal(vault.root, damaged, unreadable)
-    if refusal:
-        out.code, out.reason = refusal
-        return out
     try:
         cancel = cancel or CancelToken()
-        txn.run(LocalRestore(ctx, manifest, out, vault, streamed, allocates, memo, releases, cancel), cancel,
+        txn.run(LocalRestore(ctx, manifest, out, vault, streamed, memo, releases, cancel), cancel,
                 (lambda step, frac: progress(run, step, frac)) if progress is not None else None)
     finally:
         out.duration_s = round(time.monotonic() - t0, 3)
@@ -213,12 +197,12 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
 
 
 class LocalRestore(txn.PutBack):
-    """The steps of the restore of a reduction on a disk for ``engine.txn.run`` (its backups not
-    streamed were checked before, by ``restore_op``):
+    """The steps of the restore of a reduction on a disk for ``engine.txn.run``:
 
-    - **journal**: the run's lock; the refusals, each ``NotStarted`` with nothing changed (an
-      unsettled operation on the run, a live writer, access, space, an untrusted state folder, no
-      journal); the begin record (``restore.journal`` after it);
+    - **journal**: the run's lock; the refusals, each ``NotStarted`` with nothing changed (its
+      backups damaged or unreadable, an unsettled operation on the run, a live writer: a skip,
+      access, space, an untrusted state folder, no journal); the begin record (``restore.journal``
+      after it);
     - **backup**: the big remote backups checked by streaming each into its target's temporary
       (``prepare_streamed``), then the ``verified`` record; nothing when there are none;
     - stage, transform, verify, the last look and the swap record: nothing (the files go back
@@ -241,10 +225,9 @@ class LocalRestore(txn.PutBack):
     FAILPOINTS = {"journal": "restore.journal"}
 
     def __init__(self, ctx: Context, manifest: dict, out: RunOutcome, vault: Vault, streamed: List[dict],
-                 allocates: int, memo: Optional[ManifestMemo], releases: Optional["Releases"],
-                 cancel: CancelToken) -> None:
+                 memo: Optional[ManifestMemo], releases: Optional["Releases"], cancel: CancelToken) -> None:
         self.ctx, self.manifest, self.out, self.vault = ctx, manifest, out, vault
-        self.streamed, self.allocates, self.memo, self.releases = streamed, allocates, memo, releases
+        self.streamed, self.allocates, self.memo, self.releases = streamed, 0, memo, releases
         self.cancel = cancel
         self.lock = None
         self.jnl: Optional[Journal] = None
@@ -269,6 +252,12 @@ class LocalRestore(txn.PutBack):
             if out.code == Skip.LOCKED:  # another process holds it: a skip, as reduce and retire say
                 out.status = Outcome.SKIPPED
             raise txn.NotStarted() from e
+        # the backups checked under the lock, as a bucket's: another process's restore or reduce
+        # may be changing the vault until it is held, so a check made before could be stale
+        refusal = self._check_backups()
+        if refusal:
+            out.code, out.reason = refusal
+            raise txn.NotStarted()
         unsettled = unsettled_op(ctx, run)
         if unsettled:
             out.reason = (f"unfinished operation {unsettled} on this run could not be settled yet; "
@@ -279,10 +268,10 @@ class LocalRestore(txn.PutBack):
         if holders:
             # the restore puts originals over these paths: a live writer's next records would go
             # into an inode that is then only the vault's copy (the reduce refuses the same way)
-            out.code = Skip.OPEN_FOR_WRITING  # status stays failed, as for a locked run: nothing restored
-            out.reason = (f"run {run!r} is being written: "
-                          + describe_holders(holders, lambda p: os.path.relpath(p, ctx.logdir))
-                          + "; not restored (stop the writer, then restore)")
+            out.status, out.code, out.reason = writer_met(
+                Skip.OPEN_FOR_WRITING, f"run {run!r} is being written: "
+                + describe_holders(holders, lambda p: os.path.relpath(p, ctx.logdir))
+                + "; not restored (stop the writer, then restore)")
             raise txn.NotStarted()
         refusal = access_refusal(ctx.logdir, *restore_access(manifest))
         if refusal:  # said before the first file moves, as reduce says it (never found half-way)
@@ -316,6 +305,26 @@ class LocalRestore(txn.PutBack):
             out.code = failure_code(e)
             raise txn.NotStarted() from e
         out.op_id = self.op_id = op_id  # started: named by its own op id (its manifest's, its history line's)
+
+    def _check_backups(self) -> Optional[Tuple[Code, str]]:
+        """Every backup not streamed read back to its sha256 (``putback.backups_refusal`` when
+        one is damaged or unreadable); the same read counts what the put-back allocates (zero
+        blocks go back as holes: a sparse original needs its data extents, not its size), a
+        streamed one counted whole (checked later, as it is streamed in)."""
+        vault, streamed = self.vault, self.streamed
+        block, damaged, unreadable = run_block_size(self.ctx, self.out.run), [], []
+        for f in self.manifest.get("files", []):
+            if any(f is g for g in streamed):
+                self.allocates += f["size"]
+                continue
+            n = vault.check_blob_extents(f["sha256"], block)
+            if n is None:
+                # a backup this user may not read is no damaged one (review R16 F16): said apart
+                why = blob_unreadable(vault, f["sha256"])
+                (damaged if why is None else unreadable).append(f["path"] if why is None else f"{f['path']} ({why})")
+            else:
+                self.allocates += n
+        return backups_refusal(vault.root, damaged, unreadable)
 
     def backup(self, report: txn.Report) -> None:
         """The streamed backups, each read back whole into its target's temporary (the cancel
