@@ -155,19 +155,24 @@ def test_a_local_unretire_is_the_one_Unretire_run_by_the_driver(tmp_path, monkey
         faults.disarm_all()
 
 
-def test_a_failure_right_after_the_unretire_journal_is_an_outcome_and_finished_on_recovery(tmp_path):
-    """A full disk right after the restore's begin record: an outcome that says the restore was
-    interrupted (never an exception out of the verb), its journal kept, and the next start
-    finishes the restore byte for byte."""
+def test_a_failure_right_after_the_unretire_journal_is_an_outcome_and_leaves_no_journal(tmp_path):
+    """A full disk right after the restore's begin record, before anything is put back: an
+    outcome that says why (never an exception out of the verb), coded as the failure is
+    (``no_space``), and no journal left for every start to meet (``unretire_run``: the journal
+    goes when nothing was put back, on every store): the run stays retired, as it was, and the
+    next restore brings it back byte for byte."""
     logdir = _logdir(tmp_path / "logdir")
     before = user_files(logdir)
     assert api.retire(str(logdir), api.retire_rule(runs=["train"]), dry_run=False).ok
     faults.arm("unretire.journal", "enospc")
     [o] = api.restore(str(logdir), run="train")
     faults.disarm_all()
-    assert (o.status, o.code) == (Outcome.FAILED, "interrupted"), o.to_dict()
-    assert "finished on the next start" in o.reason
-    assert [r.action for r in api.recover_logdir(str(logdir))] == ["completed"]
+    assert (o.status, o.code) == (Outcome.FAILED, "no_space"), o.to_dict()
+    assert o.reason.startswith("disk full") and "journal is kept" not in o.reason, o.reason
+    assert api.recover_logdir(str(logdir)) == []
+    assert [r["run"] for r in api.retired(str(logdir))] == ["train"]
+    [o] = api.restore(str(logdir), run="train")
+    assert o.status == Outcome.RESTORED, o.to_dict()
     assert user_files(logdir) == before and api.retired(str(logdir)) == []
 
 
@@ -179,6 +184,6 @@ def test_a_bucket_unretire_is_the_one_Unretire_run_by_the_driver(s3_bucket, tmp_
     outs = api.restore(url, run="train")
     assert [o.status for o in outs] == [Outcome.RESTORED], [o.to_dict() for o in outs]
     assert seen == ["Unretire"]
-    assert log == ["journal", "backup", "stage", "transform", "verify", "last_look", "record:swap",
-                   "swap", "unretire.mid_move", "unretire.move", "commit"], log
+    assert log == ["journal", "unretire.journal", "backup", "stage", "transform", "verify", "last_look",
+                   "record:swap", "swap", "unretire.mid_move", "unretire.move", "commit"], log
     assert {k: v for k, v in s3_bucket.hashes("logs").items() if not k.startswith(STATE)} == before

@@ -25,22 +25,30 @@ from tb_footprint_plugin.engine.bucket_state import (
     unlock_all,
 )
 from tb_footprint_plugin.engine.context import Cancelled, RunOutcome
+from tb_footprint_plugin.engine.unretire_run import JOURNAL_KEPT, NOTHING_PUT_BACK
 from tb_footprint_plugin.engine.lease import RunLease
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
 
+def drop_journal(ostore: ObjectStore, jpath: str) -> Optional[str]:
+    """The journal of a put-back that put nothing back deleted (the run is as it was); its path
+    while it stands (it could not be deleted now), else None."""
+    try:
+        must_delete(ostore, [jpath])
+        return None
+    except (BucketTxnError, *STORE_FAILURES):
+        return jpath
+
+
 def settle_failed_journal(ostore: ObjectStore, jpath: Optional[str], started: bool, out: RunOutcome) -> Optional[str]:
-    """After a restore (or unretire) failed: its journal goes when nothing was put back yet (the
-    run is as it was), else it stays and ``out.reason`` says the next start finishes the restore.
-    Returns the journal's path while it stands (its lock stays with it), else None."""
+    """After a restore of a reduction failed: its journal goes when nothing was put back yet (the
+    run is as it was), else it stays and ``out.reason`` says the next start finishes the restore,
+    as a retired run's restore says it on every store (``unretire_run``). Returns the journal's
+    path while it stands (its lock stays with it), else None."""
     if jpath is not None and not started:
-        try:
-            must_delete(ostore, [jpath])
-            jpath = None
-        except (BucketTxnError, *STORE_FAILURES):
-            pass
+        jpath = drop_journal(ostore, jpath)
     if jpath is not None:
-        out.reason += "; the journal is kept and the next start finishes the restore"
+        out.reason += JOURNAL_KEPT
     return jpath
 
 
@@ -64,7 +72,7 @@ class PutBackHold:
         """Why the put-back stopped, and its code (the bucket's one rule, ``failure_code``)."""
         self.out.reason, self.out.code = str(error), failure_code(error)
         if isinstance(error, Cancelled):  # honoured only before the first put-back
-            self.out.reason += ": nothing was put back, the run is as it was"
+            self.out.reason += NOTHING_PUT_BACK
 
     def settle_journal(self) -> None:
         """Nothing is undone: the journal goes if nothing was put back, else it stays."""
@@ -115,4 +123,4 @@ class ObjectPutBack(PutBackHold, txn.PutBack):
         self.let_go()
 
 
-__all__ = ["ObjectPutBack", "PutBackHold", "settle_failed_journal"]
+__all__ = ["ObjectPutBack", "PutBackHold", "drop_journal", "settle_failed_journal"]

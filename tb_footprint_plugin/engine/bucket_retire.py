@@ -75,7 +75,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     vault_url,
     written_recently,
 )
-from tb_footprint_plugin.engine.bucket_putback import PutBackHold
+from tb_footprint_plugin.engine.bucket_putback import PutBackHold, drop_journal
 from tb_footprint_plugin.engine.bucket_restore import holds_original, restore_journal, start_journal
 from tb_footprint_plugin.engine.bucket_steps import backup_object, copy_matches, finish_op, journal_started, stream_digest
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id
@@ -99,7 +99,7 @@ from tb_footprint_plugin.version import __version__
 #: failpoints of a bucket retirement, in order (tests inject a failure at each)
 RETIRE_STEPS = ("retire.journal", "retire.mid_move", "retire.move",
                 "retire.manifest", "retire.delete_record", "retire.delete")
-UNRETIRE_STEPS = ("unretire.mid_move", "unretire.move")
+UNRETIRE_STEPS = ("unretire.journal", "unretire.mid_move", "unretire.move")
 #: ``kind`` of the journal a restore of a retired run writes (``engine.bucket_recover`` finishes it)
 UNRETIRE_KIND = "unretire"
 
@@ -504,9 +504,8 @@ class BucketUnretire(one_unretire.UnretireLayout):
       counted as back, another object there left as it is (``not_restored``);
     - **commit**: the manifest marked restored, the journal removed.
 
-    A failure: the journal goes when nothing was put back yet, else it stays and the next start
-    finishes the restore (``PutBackHold``); an injected fault is a crash, the journal left as it
-    stands."""
+    A failure is said as on every store (``Unretire.rollback``); an injected fault is a crash, the
+    journal left as it stands."""
 
     errors = (BucketTxnError, *STORE_FAILURES, ValueError, OSError)
 
@@ -611,11 +610,16 @@ class BucketUnretire(one_unretire.UnretireLayout):
     def journaled(self) -> bool:
         return self.held is not None and self.held.jpath is not None
 
-    def stopped(self, error: BaseException, journaled: bool) -> None:
-        """Why, coded by the bucket's one rule; the journal goes if nothing was put back, else it stays."""
-        assert self.held is not None
-        self.held.note_failure(error)
-        self.held.settle_journal()
+    def started(self) -> bool:
+        return self.held is not None and self.held.started
+
+    def drop_journal(self) -> None:
+        held = self.held
+        if held is not None and held.jpath is not None:
+            held.jpath = drop_journal(self.ostore, held.jpath)
+
+    def code_of(self, error: BaseException) -> Code:
+        return failure_code(error)
 
     def release(self) -> None:
         if self.held is not None:

@@ -98,7 +98,7 @@ STEPS: Tuple[Step, ...] = (
     Step("retire.manifest", _BOTH, "the retirement's manifest is written (local: after the delete; "
                                    "bucket: before it)"),
     # unretire: a retired run put back
-    Step("unretire.journal", (LOCAL,), "the restore's begin record is written; nothing put back"),
+    Step("unretire.journal", _BOTH, "the restore's begin record is written; nothing put back"),
     Step("unretire.mid_move", _BOTH, "the first file is back in the logdir"),
     Step("unretire.move", _BOTH, "every file is back in the logdir"),
     Step("unretire.manifest", (LOCAL,), "the manifest is marked restored"),

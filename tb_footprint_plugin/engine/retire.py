@@ -38,12 +38,11 @@ import contextlib
 import errno
 import math
 import os
-import shlex
 import shutil
 import time
 from typing import Iterable, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Code, Failure, Outcome, Skip, StoreError
+from tb_footprint_plugin.codes import Code, Failure, Outcome, Skip
 from tb_footprint_plugin.engine import faults, trust, txn
 from tb_footprint_plugin.engine import retire_run as one_retirement
 from tb_footprint_plugin.engine import unretire_run as one_unretire
@@ -92,7 +91,7 @@ from tb_footprint_plugin.engine.swap import folder_times, settle_folder_times
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.plan.planner import active_reason, newest_write
-from tb_footprint_plugin.storage.access import access_refusal, is_permission_error
+from tb_footprint_plugin.storage.access import access_refusal
 from tb_footprint_plugin.storage.files import copy_file, fsync_dir, sha256_file
 from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.storage.paths import is_within, real_within
@@ -510,9 +509,9 @@ class DiskUnretire(one_unretire.UnretireLayout):
       retirement's manifest marked restored (``unretire.manifest``), the restore's manifest and
       change-log line, the journal closed (``unretire_commit``).
 
-    A failure after the begin record says the restore was interrupted (or refused by a
-    permission) and the journal stays for the next start (``finish_unretire``: the same swap and
-    commit); an injected fault is said as any failure."""
+    A failure is said as on every store (``Unretire.rollback``): a journal kept is finished by the
+    next start (``finish_unretire``: the same swap and commit); an injected fault is said as any
+    failure."""
 
     failpoints = {"journal": "unretire.journal"}
     injected_is_crash = False
@@ -525,6 +524,7 @@ class DiskUnretire(one_unretire.UnretireLayout):
         self.locks: list = []
         self.jnl: Optional[Journal] = None
         self.put: Optional[tuple] = None
+        self.put_started = False  # a folder made or a file put back, maybe
 
     def refused(self) -> None:
         ctx, m, run = self.ctx, self.m, self.out.run
@@ -588,6 +588,7 @@ class DiskUnretire(one_unretire.UnretireLayout):
     def put_back(self, report: txn.Report) -> None:
         """Every file back at its path (``unretire_put_back``)."""
         assert self.jnl is not None
+        self.put_started = True
         self.put = unretire_put_back(self.ctx, self.jnl.records())
 
     def settle(self, op_id: str, report: txn.Report) -> Tuple[str, Optional[Code]]:
@@ -603,20 +604,20 @@ class DiskUnretire(one_unretire.UnretireLayout):
     def journaled(self) -> bool:
         return self.jnl is not None
 
-    def stopped(self, error: BaseException, journaled: bool) -> None:
-        """The outcome says why the restore stopped; its journal stays."""
-        out = self.out
-        if not journaled:  # no journal was made: nothing changed
-            out.reason = reason_of(error)
-            return
-        if is_permission_error(error):  # no interruption: every start fails so until the mode is fixed
-            out.reason = (f"restore stopped: {reason_of(error)}; the run is partly back, nothing is lost (the rest "
-                          f"stays in the vault); once this user may write there, `tb-footprint recover "
-                          f"{shlex.quote(self.ctx.logdir)}` finishes it")
-            out.code = StoreError.PERMISSION
-        else:
-            out.reason = f"restore interrupted: {reason_of(error)}; it will be finished on the next start"
-            out.code = Failure.INTERRUPTED
+    def started(self) -> bool:
+        return self.put_started
+
+    def drop_journal(self) -> None:
+        """Nothing was put back (no folder made either): the journal removed, the run retired as it was."""
+        if self.jnl is not None:
+            try:
+                self.jnl.close()
+                self.jnl = None
+            except OSError:
+                pass  # it stays: the next start finishes the restore
+
+    def code_of(self, error: BaseException) -> Code:
+        return failure_code(error)
 
     def release(self) -> None:
         for lk in self.locks:

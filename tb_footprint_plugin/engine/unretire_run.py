@@ -13,14 +13,18 @@ written here, once (``Unretire``, a ``txn.PutBack`` run by the one driver ``engi
 2. the runs held (``UnretireLayout.hold``: the lock of the run and of every run it takes along);
 3. the driver's steps: **journal** (``begin``: the vault's copies checked, then the journal's
    begin record, the restore named by its own op id from there on; ``Refused`` before the record,
-   nothing changed), the cancel point right after it (the last before anything is put back),
+   nothing changed), the cancel point right after it (the last before anything is put back; ``unretire.journal``
+   between them),
    **swap** (``put_back``: every file back where it was), **commit** (``settle``: the run checked,
    the retirement recorded as restored — a disk's manifest and change-log line, a bucket's
    manifest mark — the journal closed; then the outcome: restored, with the store's words and
    code);
-4. a failure is never undone (no rollback record: the begin record is the commit point): the
-   outcome is failed, with the store's words (``UnretireLayout.stopped``), and what the journal
-   leaves for the next start is the store's (``engine.recover`` finishes it);
+4. a failure is never undone (no rollback record: the begin record is the commit point), and
+   said one way on every store: failed, its reason the failure's, its code the store's one rule
+   (``UnretireLayout.code_of``; a permission error is ``permission_denied`` everywhere); the
+   journal goes when nothing was put back yet (``started`` False: the run is as it was, retired,
+   and no journal is left for every start to meet), else it stays and the reason says the next
+   start finishes the restore (``JOURNAL_KEPT``);
 5. last, whatever happened, what was held released (``release``) and the duration noted.
 
 Recovery is not this sequence: a disk's next start finishes a restore from its journal
@@ -33,13 +37,19 @@ import abc
 import time
 from typing import Dict, Optional, Tuple, Type
 
-from tb_footprint_plugin.codes import Code, Outcome
+from tb_footprint_plugin.codes import Code, Outcome, StoreError
 from tb_footprint_plugin.engine import txn
-from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, new_op_id
+from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id, reason_of
 from tb_footprint_plugin.engine.retire_rules import unretire_outcome, unretire_refusal
+from tb_footprint_plugin.storage.access import is_permission_error
 
 #: the driver's instants → the failpoints every store's restore of a retirement hits there
-FAILPOINTS: Dict[str, str] = {"swap": "unretire.move"}
+FAILPOINTS: Dict[str, str] = {"journal": "unretire.journal", "swap": "unretire.move"}
+#: what a put-back stopped after its first file says, on every store (a bucket's restore of a
+#: reduction too, ``bucket_putback``): its journal stays and the next start finishes it
+JOURNAL_KEPT = "; the journal is kept and the next start finishes the restore"
+#: what a cancel says (honoured only before the first put-back)
+NOTHING_PUT_BACK = ": nothing was put back, the run is as it was"
 
 
 class Refused(Exception):
@@ -98,9 +108,16 @@ class UnretireLayout(abc.ABC):
         """Whether the restore's journal stands (from it on the restore is finished, never undone)."""
 
     @abc.abstractmethod
-    def stopped(self, error: BaseException, journaled: bool) -> None:
-        """A failure (``journaled``: after the begin record): the outcome's reason and code, and
-        the journal settled as this store leaves it for the next start."""
+    def started(self) -> bool:
+        """Whether a file may have been put back (or a folder made) already."""
+
+    @abc.abstractmethod
+    def drop_journal(self) -> None:
+        """The journal of a restore that put nothing back removed; left standing when it cannot go."""
+
+    @abc.abstractmethod
+    def code_of(self, error: BaseException) -> Code:
+        """The code a failure is said with (the store's one rule, ``failure_code``)."""
 
     def release(self) -> None:
         """Once, last: release what the restore held (its locks)."""
@@ -162,9 +179,21 @@ class Unretire(txn.PutBack):
         self.error = error
 
     def rollback(self, committed: bool) -> None:
-        """Nothing is undone: the outcome says why it stopped, the journal is the store's to settle."""
-        assert self.error is not None
-        self.layout.stopped(self.error, committed)
+        """Nothing is undone (module doc, 4): the outcome says why it stopped, the same way on every
+        store; the journal goes when nothing was put back, else it stays for the next start."""
+        e, out, layout = self.error, self.out, self.layout
+        assert e is not None
+        permission = is_permission_error(e)
+        out.reason = reason_of(e)
+        out.code = StoreError.PERMISSION if permission else layout.code_of(e)
+        if isinstance(e, Cancelled):
+            out.reason += NOTHING_PUT_BACK
+        if committed and not layout.started():
+            layout.drop_journal()
+        if layout.journaled():
+            out.reason += JOURNAL_KEPT
+            if permission:  # every start meets it until the mode is fixed
+                out.reason += " once this user may write there"
 
     def incomplete(self, error: BaseException) -> None:
         raise error  # pragma: no cover - ``rollback`` settles its own failures
@@ -198,4 +227,4 @@ def unretire(layout: UnretireLayout, cancel: Optional[CancelToken] = None,
     return t.out
 
 
-__all__ = ["FAILPOINTS", "Refused", "Unretire", "UnretireLayout", "unretire"]
+__all__ = ["FAILPOINTS", "JOURNAL_KEPT", "NOTHING_PUT_BACK", "Refused", "Unretire", "UnretireLayout", "unretire"]
