@@ -287,3 +287,101 @@ def test_a_folder_on_the_path_swapped_for_a_link_before_the_place_is_not_followe
     assert [o.status for o in outs] == ["failed"], [o.to_dict() for o in outs]
     assert "link" in outs[0].reason, outs[0].reason
     assert Context(str(logdir)).vault.check_blob(_sha(WRITER))  # what stood there is kept in the vault too
+
+
+def _in_the_last_window(monkeypatch, prof: Path, then=None) -> list:
+    """Append ``APPENDED`` to the file at ``prof`` once, exactly between the put-back's last look
+    and the call that puts the original at ``prof`` (the rename over it, or the exchange with
+    it: whichever this version makes), then make that call (and ``then()`` after it)."""
+    from tb_footprint_plugin.storage import throttle
+
+    done: list = []
+
+    def wrap(real):
+        def call(a, b):
+            if os.fspath(b) != str(prof) or done:
+                return real(a, b)
+            done.append(b)
+            with open(prof, "ab") as f:  # reopened by name, appended, closed: after every check
+                f.write(APPENDED)
+            got = real(a, b)
+            if then is not None:
+                then()
+            return got
+        return call
+
+    for name in ("replace", "exchange"):
+        if hasattr(throttle, name):
+            monkeypatch.setattr(throttle, name, wrap(getattr(throttle, name)))
+    return done
+
+
+@pytest.mark.parametrize("caps", [CAPS["renames-linking-vault"], CAPS["renames-copying-vault"]],
+                         ids=["renames-linking-vault", "renames-copying-vault"])
+def test_records_appended_between_the_last_look_and_the_rename_are_kept(tmp_path, monkeypatch, caps):
+    """Review R5 F4: a record a writer appends after the put-back's last look, before the original
+    takes the path, went with the replaced inode (the vault held the file as looked at). Now the
+    original is exchanged with the file (``renameat2(RENAME_EXCHANGE)``), which is compared with
+    the look after: grown, it is stored and listed too, and the path looked at again."""
+    logdir, prof, original, op = _reduced(tmp_path, monkeypatch, caps)
+    prof.parent.mkdir(parents=True, exist_ok=True)
+    prof.write_bytes(WRITER)
+    done = _in_the_last_window(monkeypatch, prof)
+    outs = api.restore(str(logdir), op=op)
+    assert done, "the put-back never reached its place"
+    assert [o.status for o in outs] == ["restored"], [o.to_dict() for o in outs]
+    assert prof.read_bytes() == original
+    assert _listed_displaced(logdir, _sha(WRITER + APPENDED)), "the records appended in the last window were lost"
+    assert sorted(os.listdir(prof.parent)) == [prof.name]  # nothing left beside it
+
+
+KILLED_AFTER_THE_PLACE = """
+import os, signal, sys
+from tb_footprint_plugin import api
+from tb_footprint_plugin.storage import throttle
+logdir, op, prof, appended = sys.argv[1:5]
+
+def wrap(real):
+    def call(a, b):
+        if os.fspath(b) != prof:
+            return real(a, b)
+        with open(prof, "ab") as f:  # a writer's append after every check
+            f.write(appended.encode())
+        real(a, b)
+        os.kill(os.getpid(), signal.SIGKILL)  # right after the original took the path
+    return call
+
+for name in ("replace", "exchange"):
+    if hasattr(throttle, name):
+        setattr(throttle, name, wrap(getattr(throttle, name)))
+api.restore(logdir, op=op)
+"""
+
+
+def test_a_sigkill_right_after_the_exchange_then_recover_loses_nothing(tmp_path, monkeypatch):
+    """A restore killed (SIGKILL, its own process) right after the original took the path, a
+    writer having appended in the last window: what stood there, with the appended records, is at
+    the exchange's name beside the path (a name the journaled token gives); the next start checks
+    it against the vault, keeps its bytes, lists them and removes it. Before, the rename had
+    dropped the inode and the appended records with it."""
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    logdir, prof, original, op = _reduced(tmp_path, monkeypatch, CAPS["renames-linking-vault"])
+    monkeypatch.undo()  # the child runs on the folder's own capabilities
+    prof.parent.mkdir(parents=True, exist_ok=True)
+    prof.write_bytes(WRITER)
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", KILLED_AFTER_THE_PLACE, str(logdir), op, str(prof),
+                        APPENDED.decode()], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == -signal.SIGKILL, r.stdout[-2000:] + r.stderr[-2000:]
+    assert prof.read_bytes() == original  # the original took the path before the kill
+    beside = [n for n in os.listdir(prof.parent) if n != prof.name]
+    assert [(prof.parent / n).read_bytes() for n in beside] == [WRITER + APPENDED], beside
+    api.recover_logdir(str(logdir))
+    assert prof.read_bytes() == original
+    assert _listed_displaced(logdir, _sha(WRITER + APPENDED)), "the records appended in the last window were lost"
+    assert sorted(os.listdir(prof.parent)) == [prof.name]  # the exchange's name settled and gone

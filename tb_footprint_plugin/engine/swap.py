@@ -28,7 +28,7 @@ from tb_footprint_plugin.engine.placement import (IN_PLACE, copies_begun, partia
                                                   put_in_place, resume_copy, stands_at, starts_with, version_at)
 from tb_footprint_plugin.engine.salvage import keep_late_records
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
-from tb_footprint_plugin.engine.vault import RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path
+from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path
 from tb_footprint_plugin.plan.model import Action, RunPlan
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage.files import fsync_dir, give_owner, recorded_owner, sha256_stream
@@ -534,15 +534,59 @@ def _still(ctx: Context, path: str, look: Optional[str], stored: Optional[dict])
     return stored is None or holds_original(ctx.store, ctx.key(path), stored)
 
 
+def exchange_name(rec: dict, token: Optional[str]) -> Optional[str]:
+    """The logdir path beside ``rec``'s where its put-back's exchange leaves what stood at the path
+    (``_exchange``): a name only the operation's journaled ``token`` gives (its begin record's
+    ``tmp_token``, written before any temporary), and never one ``remove_put_back_temps`` removes:
+    what it holds may exist nowhere else, so only ``put_back`` settles it, with the vault at hand.
+    None without a token (the put-back then places as before, with no exchange)."""
+    if token is None or not RESTORE_TOKEN.fullmatch(token) or not is_sha256(rec.get("sha256")):
+        return None
+    return os.path.join(os.path.dirname(rec["path"]), f"{RESTORE_TMP_PREFIX}exchanged-{token}-{rec['sha256'][:12]}")
+
+
+def _exchange(tmp: str, beside: str, dest: str) -> bool:
+    """The verified temporary ``tmp`` moved to ``beside`` (create-only), then swapped with the file
+    at ``dest`` in one atomic step (``throttle.exchange``): ``dest`` holds the original and
+    ``beside`` the inode that stood there, with every byte written to it up to that instant (a
+    rename over it would have dropped what a writer appended after the last look). True when
+    done. False, ``tmp`` where it was, where it cannot be done (``beside`` taken, another file
+    system, no exchange in the kernel or the file system): the caller places as before.
+    ``_Moved`` (``tmp`` back) when ``dest`` is gone meanwhile."""
+    try:
+        fsops.rename_new(tmp, beside)
+    except OSError:
+        return False  # a name taken there (settled by the next start's put-back) or another file system
+    try:
+        fsops.exchange(beside, dest)
+        return True
+    except OSError as e:
+        fsops.rename_new(beside, tmp)  # back where ``restore_blob`` made it (it removes it on failure)
+        if e.errno in fsops.NO_EXCHANGE:
+            return False
+        if e.errno == errno.ENOENT:
+            raise _Moved() from None  # removed since the look: looked at again
+        raise
+
+
 def _where_looked(place: Callable[[str, str], None], ctx: Context, path: str, look: Optional[str],
-                  stored: Optional[dict] = None) -> Callable[[str, str], None]:
+                  stored: Optional[dict] = None, beside: Optional[str] = None,
+                  exchanged: Optional[list] = None) -> Callable[[str, str], None]:
     """``place`` (the verified temporary onto ``path``), done only where ``path`` is still what the
     put-back looked at (``look``, a version; None: nothing, and then ``place`` is create-only),
     right before it (``_still``): else, or where the create-only place finds a file made since,
-    ``_Moved`` (the temporary removed by ``restore_blob``) and the put-back looks again."""
+    ``_Moved`` (the temporary removed by ``restore_blob``) and the put-back looks again.
+    ``beside`` (``exchange_name``, where the folder renames): a file that stood there is not
+    replaced but exchanged with the temporary (``_exchange``; ``beside`` appended to
+    ``exchanged``), so what a writer added after the check is in the inode now at ``beside``,
+    which the put-back compares with its look."""
     def guarded(tmp: str, dest: str) -> None:
         if look is not None and not _still(ctx, path, look, stored):
             raise _Moved()
+        if look is not None and beside is not None and exchanged is not None \
+                and _exchange(tmp, ctx.abs(beside), dest):
+            exchanged.append(beside)
+            return
         try:
             place(tmp, dest)
         except FileExistsError:
@@ -569,6 +613,12 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
     stored: ``_where_looked``); a file made or changed there meanwhile (a writer) is looked at
     again, displaced in its turn (each one passed to ``on_displaced``; the last returned), at
     most ``PUT_BACK_LOOKS`` times, then refused (``Skip.OPEN_FOR_WRITING``).
+    Where the folder renames and there is a ``tmp_token``, a file that stood there is exchanged
+    with the original (``_exchange``), not replaced: compared after with what was looked at, it is
+    stored and listed in its turn when a writer appended to it meanwhile, then removed, and the
+    path looked at again; what a killed attempt's exchange left beside the path
+    (``exchange_name``) is settled first (kept in the vault unless it is the original or the
+    reduced file, then removed).
     ``tmp_token``: a restore's journaled token of its temp names (``vault.restore_tmp_path``).
     ``strategy``: how the original takes its path (``put_in_place``; the folder's by default),
     its ``copying`` record written to ``journal``, and so does the salvage file of late records;
@@ -588,7 +638,32 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
         if resume_copy(p, rec, lambda q: partial_put_back(vault, q, rec), meta) == IN_PLACE:
             return None
         resumed = True  # the original is not there whole: asked already
+
+    def keep(src: str, prev: Optional[dict]) -> dict:
+        # what stands at the logdir path ``src`` (the original's path, or where the exchange left
+        # what stood there) stored as displaced: a copy, never a link (a writer's append before
+        # the place would change a linked blob along with the file, the blob then no longer its
+        # name's bytes); the vault checks it holds ``sha`` (bytes changed since the hash fail it)
+        with ctx.store.open_read(ctx.key(src)) as r:
+            sha = sha256_stream(r)
+        blob = vault.store(ctx.abs(src), sha, link=False)
+        d = {"path": rec["path"], "sha256": sha, "size": os.lstat(blob).st_size,
+             "blob": os.path.relpath(blob, vault.root)}
+        # records an earlier look of this call set beside the original already are not set there twice
+        base = prev if prev and prev.get("late_records") and starts_with(blob, prev["size"], prev["sha256"]) \
+            else produced
+        late = _late_records(ctx, rec, base, blob, d["size"], tmp_token, strategy=strategy, journal=journal,
+                             begun=begun)
+        if late:
+            d["late_records"] = late
+        if on_displaced is not None:
+            on_displaced(d)
+        return d
+
+    beside = exchange_name(rec, tmp_token) if strategy.renames else None
     displaced: Optional[dict] = None
+    if beside is not None:
+        displaced = _settle_exchanged(ctx, beside, rec, produced, keep)
     for _ in range(PUT_BACK_LOOKS):
         # the look: what stands at the path now, its version through the logdir's store (a link,
         # a folder, a folder on the way that is a link: refused, never followed)
@@ -608,35 +683,49 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
                 # its next records would go into the inode the original is about to replace
                 raise TransactionError(describe_holders(writers, lambda x: rec["path"])
                                        + "; its original is not put back while it is written", Skip.OPEN_FOR_WRITING)
-            with ctx.store.open_read(key) as r:
-                sha = sha256_stream(r)
-            # a copy, never a link: a writer's append before the place would change a linked blob
-            # along with the file (the blob then no longer its name's bytes) while the next look
-            # stores the newer content too; a copy keeps each content found, whole (the vault
-            # checks it holds ``sha``: bytes changed since the hash fail the store)
-            blob = vault.store(p, sha, link=False)
-            prev, displaced = displaced, {"path": rec["path"], "sha256": sha, "size": os.lstat(blob).st_size,
-                                          "blob": os.path.relpath(blob, vault.root)}
-            stored = displaced
-            # records an earlier look of this call set beside the original already are not set there twice
-            base = prev if prev and prev.get("late_records") and starts_with(blob, prev["size"], prev["sha256"]) \
-                else produced
-            late = _late_records(ctx, rec, base, blob, displaced["size"], tmp_token,
-                                 strategy=strategy, journal=journal, begun=begun)
-            if late:
-                displaced["late_records"] = late
-            if on_displaced is not None:
-                on_displaced(displaced)
+            displaced = stored = keep(rec["path"], displaced)
         place = put_in_place(strategy, journal, rec, new_name=look is None, begun=begun)
+        exchanged: list = []
         try:
             vault.restore_blob(rec["sha256"], p, rec["mode"], rec["mtime"], tmp_token=tmp_token,
-                               owner=recorded_owner(rec), place=_where_looked(place, ctx, rec["path"], look, stored),
+                               owner=recorded_owner(rec),
+                               place=_where_looked(place, ctx, rec["path"], look, stored, beside, exchanged),
                                **_time_of(vault, rec))
         except _Moved:
             continue  # made or changed since the look: looked at again, never replaced unseen
+        if exchanged:
+            # the original is in place; what stood there is at ``beside``, as a writer left it
+            unchanged = _still(ctx, beside, look, stored)
+            if not unchanged:
+                displaced = keep(beside, displaced)  # appended to after the look: its newer bytes kept too
+            fsops.unlink(ctx.abs(beside))  # stored (or the reduction's own file, which a restore removes)
+            fsync_dir(os.path.dirname(ctx.abs(beside)))
+            if not unchanged:
+                continue  # a writer was at it: the path looked at again
         return displaced
     raise TransactionError(f"{rec['path']}: changed each of the {PUT_BACK_LOOKS} times it was looked at while its "
                            "original was being put back (a writer); left as it is", Skip.OPEN_FOR_WRITING)
+
+
+def _settle_exchanged(ctx: Context, beside: str, rec: dict, produced: Optional[dict],
+                      keep: Callable[[str, Optional[dict]], dict]) -> Optional[dict]:
+    """What a killed put-back's exchange left at ``beside`` (``exchange_name``): the verified
+    original (killed before the exchange), or what stood at the path (after it), perhaps with a
+    writer's newer records. Checked against the vault before it goes: the original's bytes (in the
+    vault) or the reduced file's (a restore removes it) are removed; anything else is stored and
+    listed first (``keep``: returned). A thing there that is no regular file is left alone."""
+    try:
+        if version_at(ctx, beside) is None:
+            return None
+    except TransactionError:
+        return None  # not the exchange's: left as it is (``_exchange`` then places as before)
+    key = ctx.key(beside)
+    got = None
+    if not (holds_original(ctx.store, key, rec) or produced and holds_original(ctx.store, key, produced)):
+        got = keep(beside, None)
+    fsops.unlink(ctx.abs(beside))
+    fsync_dir(os.path.dirname(ctx.abs(beside)))
+    return got
 
 
 def _late_records(ctx: Context, rec: dict, produced: Optional[dict], blob: str, size: int,

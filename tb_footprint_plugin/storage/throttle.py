@@ -139,6 +139,32 @@ def rename_new(src, dst) -> None:
     os.unlink(src)
 
 
+#: renameat2's flag: swap the two names atomically (both must exist)
+_RENAME_EXCHANGE = 2
+
+
+def exchange(a, b) -> None:
+    """Swap the files at ``a`` and ``b`` in one atomic ``renameat2(RENAME_EXCHANGE)``: each
+    inode keeps its bytes, and ``a`` then names what stood at ``b`` (whatever was written to it
+    up to that instant). ``OSError`` with the call's errno otherwise, nothing moved: ``EINVAL``,
+    ``ENOSYS`` or ``EOPNOTSUPP`` where the kernel or the file system has no exchange (no
+    renameat2 at all: ``ENOSYS``), the caller keeping its other way. Neither name followed
+    as a link (the last component; folders on the way are the caller's to check)."""
+    op()
+    fn = _renameat2()
+    if fn is None:
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS), os.fspath(a), None, os.fspath(b))
+    import ctypes
+
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), os.fspath(a), None, os.fspath(b))
+
+
+#: errors that say ``exchange`` is not there (the kernel or the file system): the caller's other way
+NO_EXCHANGE = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP)
+
+
 def rmdir(path):
     op()
     return os.rmdir(path)
@@ -154,5 +180,5 @@ def os_open(path, flags, mode=0o777):
     return os.open(path, flags, mode)
 
 
-__all__ = ["TokenBucket", "configure", "limit", "op", "lstat", "stat", "scandir", "listdir", "replace",
-           "rename_new", "unlink", "rmdir", "link", "os_open"]
+__all__ = ["TokenBucket", "configure", "limit", "op", "lstat", "stat", "scandir", "listdir", "replace", "exchange",
+           "NO_EXCHANGE", "rename_new", "unlink", "rmdir", "link", "os_open"]
