@@ -282,5 +282,6 @@ def place_at_free_name(ctx: Context, name_of: Callable[[int], str], source: str,
     return name, placed
 
 
-__all__ = ["version_at", "stands_at", "prefix_sha256", "starts_with", "copy_over", "finish_copied", "put_in_place", "copies_begun", "partial_copy",
+__all__ = ["version_at", "stands_at",
+           "prefix_sha256", "starts_with", "copy_over", "finish_copied", "put_in_place", "copies_begun", "partial_copy",
            "partial_put_back", "IN_PLACE", "AGAIN", "holds_whole", "resume_copy", "place_at_free_name"]

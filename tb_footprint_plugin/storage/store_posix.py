@@ -93,7 +93,13 @@ _openat2_off = False  # set once openat2 said it is not there
 def version_of(st: os.stat_result) -> str:
     """What changes when a file's bytes change: its inode, size and mtime (not the ctime: a hard
     link to it, as a backup makes, changes that)."""
-    return f"{st.st_ino}-{st.st_size}-{st.st_mtime_ns}"
+    return version_token(st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def version_token(ino: int, size: int, mtime_ns: int) -> str:
+    """The version (``version_of``, ``Store.version``) a file of that inode, size and mtime has:
+    what a record that kept them (a retirement's tree) is compared with, by the one rule."""
+    return f"{ino}-{size}-{mtime_ns}"
 
 
 @dataclass(frozen=True)
@@ -673,4 +679,4 @@ class PosixStore(Store):
         return out
 
 
-__all__ = ["FileEntry", "PosixStore", "folder_capabilities", "version_of"]
+__all__ = ["FileEntry", "PosixStore", "folder_capabilities", "version_of", "version_token"]

@@ -12,7 +12,7 @@ import pytest
 from contract_stores import buckets, store  # noqa: F401 - the store fixtures
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.storage.store import CountingStore, StoreFailure
-from tb_footprint_plugin.storage.store_posix import PosixStore
+from tb_footprint_plugin.storage.store_posix import PosixStore, version_token
 
 
 def fails(code, fn, *args):
@@ -57,7 +57,9 @@ def test_a_folder_s_version_refuses_what_is_no_file(tmp_path):
     fails(StoreError.SYMLINK, s.version, "run/link.bin")
     fails(StoreError.SYMLINK, s.version, "linked/f.bin")
     st = os.lstat(root / "run" / "f.bin")
-    assert s.version("run/f.bin") == f"{st.st_ino}-{st.st_size}-{st.st_mtime_ns}"
+    # a record that kept a file's inode, size and mtime (a retirement's tree) is compared by the same rule
+    assert s.version("run/f.bin") == version_token(st.st_ino, st.st_size, st.st_mtime_ns)
+    assert s.version("run/f.bin") != version_token(st.st_ino, st.st_size, st.st_mtime_ns + 1)
     # a writer's append by its own open (no store): size and mtime change, so does the version
     before = s.version("run/f.bin")
     with open(root / "run" / "f.bin", "ab") as f:
