@@ -36,8 +36,9 @@ from tb_footprint_plugin.engine.context import Context, TransactionError, reason
 from tb_footprint_plugin.engine.health import VaultRoots, purged_retirement, retired_purge_unfinished
 from tb_footprint_plugin.engine.history import append_history, logged_operations
 from tb_footprint_plugin.engine.journal import RunLocked
-from tb_footprint_plugin.engine.purge_choice import PurgeChoice, PurgeFilter, held_runs
+from tb_footprint_plugin.engine.purge_choice import PurgeChoice, PurgeFilter, held_runs, kept_row
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
+from tb_footprint_plugin.engine.retire_rules import kept_by_restore
 from tb_footprint_plugin.engine.retire_tree import (check_retired_dir, is_restorable_retirement, retired_dir,
                                                    retirements, tree_size)
 from tb_footprint_plugin.engine.run_lock import run_lock
@@ -56,7 +57,9 @@ class DiskRetired(purge_run.PurgeLayout):
     """A disk's retired runs in the one purge (``purge_run``; module doc): chosen by the rule a
     reduction's purge chooses by (``purge_choice``: a run being changed right now — locked, or
     its lock not taken — or with an unfinished operation is passed over and listed in ``kept``
-    with its code), each manifest read again under its run's lock; one transaction per vault:
+    with its code; a restored one whose restore left an original in the vault, ``not_restored``,
+    is kept whole, listed with that code: ``retire_rules.kept_by_restore``), each manifest read
+    again under its run's lock; one transaction per vault:
     the marks its intent, the files its deletes, the lines and the emptied folders its settling.
     A failure past the intent propagates as it always did (an injected fault as a crash), the
     marks left for the next start (``finish_retired_purges``)."""
@@ -94,7 +97,14 @@ class DiskRetired(purge_run.PurgeLayout):
             again = _still_purgeable(vault, m)
             return again if again is not None and _own_folder(vault, again) else None
 
+        # a restore that met another file at a path left that original in the vault, its only
+        # copy (``not_restored``): the whole retirement is kept, and the listing says why, as a
+        # bucket's purge says it (a copy read again under the lock as restored is passed over by
+        # ``fresh``, never deleted)
+        held = [(m, kept_by_restore(m)) for m in found]
+        found = [m for m, why in held if why is None]
         with PurgeChoice(ctx, yes) as choice:
+            choice.kept += [kept_row(m, size_of(m), Finding.NOT_RESTORED, why) for m, why in held if why is not None]
             ms = choice.choose(found, size_of, fresh)
             # the vault holds a retired run's only copy: every file of it is lost for good
             rows = [{"op_id": m["op_id"], "run": m["run"], "bytes": size_of(m), "finished_at": m.get("finished_at"),
