@@ -1436,10 +1436,12 @@ EXIT_ONE = {
     "plan": "an error stopped it (said as `error [CODE]`)",
     "reduce": "some run failed or was rolled back (each said with its code), or an error stopped it",
     "verify": "a check failed or a backup is damaged, or an error stopped it",
-    "restore": "some run was not restored (each said with its code), or an error stopped it",
+    "restore": "some run was not restored (each said with its code; a skipped one too — a locked run, a file held "
+               "open for writing: you asked for the originals and they are not back), or an error stopped it",
     "purge": "a backup was kept for an error (a full disk, a run lock it could not take), or what it would "
              "delete changed while the question was open (nothing deleted), or an error stopped it",
-    "retire": "some run was not retired (each said with its code), or an error stopped it",
+    "retire": "some run failed or was rolled back (each said with its code), or an error stopped it; a run left "
+              "alone because it is being written is skipped (`active`), as a reduce's, and exits 0",
     "retired": "an error stopped it (said as `error [CODE]`)",
     "status": "an error stopped it (said as `error [CODE]`); damage it reports is no error",
     "recover": "an operation could not be settled, or a journal was refused (left as it is for you to look "
