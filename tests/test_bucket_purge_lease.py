@@ -116,3 +116,37 @@ def test_a_purge_whose_journal_went_marks_nothing_more_and_says_so(s3_bucket, tm
     monkeypatch.setattr(BucketState, "delete", real_delete)
     assert api.recover_logdir(url) == []
     assert [o.status for o in api.restore(url)] == ["restored"]
+
+
+def test_an_operations_copies_go_in_the_stores_own_batches(s3_bucket, tmp_path, monkeypatch):
+    """Review R6 F2: the lease's batch is the store's own delete batch (one request of up to 1,000
+    keys on S3), never less than 256: a fixed 256 made S3 send 300 copies in two requests where
+    one took them all before the lease was renewed per batch."""
+    many = 300
+    root = tmp_path / "logs"
+    with synth.EventWriter(str(root / "a")) as w:
+        w.scalar("loss", 0, 1.0)
+    session = root / "a" / "plugins" / "profile" / "2026_01_01_00_00_00"
+    session.mkdir(parents=True)
+    for i in range(many):
+        (session / f"host{i}.xplane.pb").write_bytes(b"x" * 64)
+    for d, dirs, files in os.walk(root):
+        for n in files + dirs:
+            os.utime(os.path.join(d, n), (OLD, OLD))
+    url = s3_bucket.upload(root, "logs")
+    rep = api.reduce_logdir(url, policy=DROP, dry_run=False, quiet_period=0, verify_backends=("python",))
+    assert [o.status for o in rep.outcomes] == ["verified"]
+    real_delete = BucketState.delete
+    batches = []
+
+    def delete(self, paths, versions=None):
+        copies = [p for p in paths if "/blobs/" in p]
+        if copies:
+            batches.append(len(copies))
+        return real_delete(self, paths, versions)
+
+    monkeypatch.setattr(BucketState, "delete", delete)
+    out = api.purge(url, yes=True)
+    assert [r["run"] for r in out.ops] == ["a"]
+    assert batches == [many], batches
+    assert not [k for k in s3_bucket.hashes("logs") if "/blobs/" in k]

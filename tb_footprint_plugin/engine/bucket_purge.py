@@ -32,13 +32,24 @@ from tb_footprint_plugin.engine.bucket_state import (
     STORE_FAILURES,
 )
 from tb_footprint_plugin.engine.context import new_op_id
+from tb_footprint_plugin.storage.remote import DELETE_BATCH as STORE_DELETE_BATCH
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
 
-#: the keys of one operation's copies deleted between two looks at its journal's lease: one
-#: request on S3 (up to 1,000 a batch) and Azure (256), 256 on GCS (one a key), so no batch comes
-#: near half a lease (60 s) and an operation of up to 256 copies makes the requests it always made
-DELETE_BATCH = 256
+#: the keys of one operation's copies deleted between two looks at its journal's lease: None is
+#: the store's own delete batch (``remote.DELETE_BATCH``: one request of up to 1,000 on S3, 256 on
+#: Azure), at least ``MIN_DELETE_BATCH`` (256 on GCS, one request a key), so no batch comes near
+#: half a lease (60 s) and an operation's copies take the requests they always took (review R6
+#: F2: a fixed 256 made S3 send four requests for 1,000 copies); a number fixes it (tests)
+DELETE_BATCH: Optional[int] = None
+MIN_DELETE_BATCH = 256
+
+
+def delete_batch(ostore: ObjectStore) -> int:
+    """How many of an operation's copies go between two looks at the lease, on ``ostore``."""
+    if DELETE_BATCH is not None:
+        return DELETE_BATCH
+    return max(MIN_DELETE_BATCH, STORE_DELETE_BATCH.get(ostore.protocol, 1))
 
 
 def purge(ostore: ObjectStore, vault: BucketVault, *, older_than: Optional[float] = None,
@@ -157,7 +168,7 @@ class BucketCopies(purge_run.PurgeLayout):
 
     def delete(self, group: purge_run.Group, report: txn.Report) -> None:
         """Each chosen operation marked (the first was, by ``intent``), then its backup copies
-        deleted, ``DELETE_BATCH`` keys at a time, the journal's lease renewed before each batch
+        deleted, ``delete_batch`` keys at a time, the journal's lease renewed before each batch
         and each mark (``_renew``). A mark the store refuses stops the purge there, and so does a
         renewal that failed (no operation is marked that the journal may no longer name); a
         failed delete does not keep the next operations' copies: the first failure is raised
@@ -169,11 +180,12 @@ class BucketCopies(purge_run.PurgeLayout):
             if group.done is not None or (i and not self._mark(group, m)):
                 break
             keys = [f["backup"] for f in m["files"] if not is_blob_entry(f)]
-            for at in range(0, len(keys), DELETE_BATCH):
+            batch = delete_batch(self.ostore)
+            for at in range(0, len(keys), batch):
                 if at:
                     self._renew()  # a marked operation's copies go on going: nothing else needs them
                 try:
-                    must_delete(self.ostore, keys[at:at + DELETE_BATCH])
+                    must_delete(self.ostore, keys[at:at + batch])
                 except (BucketTxnError, *STORE_FAILURES) as e:
                     failure = failure or e
             faults.hit("purge.blob")
