@@ -1,7 +1,7 @@
 """An unretire puts each file back create-only: a file a writer makes at a retired file's path
 between the put-back's look (nothing there) and its move is kept, never replaced, and the
-retired file stays in the vault (C2's note on ``retire_tree.put_back``: it looked, then renamed
-over whatever stood there by then). The writer is placed at that instant by a hook on the look
+retired file stays in the vault, the run restored with that path named ``not_restored`` (C2's
+note on ``retire_tree.put_back``: it looked, then renamed over whatever stood there by then). The writer is placed at that instant by a hook on the look
 itself, not by timing."""
 import hashlib
 import os
@@ -49,7 +49,9 @@ def test_a_file_made_at_the_path_during_unretire_is_kept(tmp_path, monkeypatch, 
         monkeypatch.undo()
         assert made, "the put-back never looked at the file's path"
         assert target.read_bytes() == WRITER, "the writer's file was replaced"
-        assert [o.status for o in outs] != ["restored"], [o.to_dict() for o in outs]
+        # the path is left to the writer's file: restored, saying so (#26: one rule on every store)
+        assert [(o.status, o.code) for o in outs] == [("restored", "not_restored")], [o.to_dict() for o in outs]
+        assert "train/" in outs[0].reason and "purge keeps them" in outs[0].reason, outs[0].reason
         # the retired file is still whole in the vault
         kept = [p for p in vault.rglob("*") if p.is_file() and not p.is_symlink() and _sha(p) == retired_sha]
         assert kept, "the retired file's bytes are nowhere in the vault"

@@ -590,7 +590,8 @@ class BucketUnretire(one_unretire.UnretireLayout):
 
     def settle(self, op_id: str, report: txn.Report) -> Tuple[str, Optional[Code]]:
         """The manifest marked restored (keys another object holds now named ``not_restored``:
-        their originals stay in the vault only, which purge keeps), the journal removed."""
+        their originals stay in the vault only, which purge keeps; the outcome coded so, as on
+        every store), the journal removed."""
         m, st, held, conflicts = self.m, self.st, self.held, self.conflicts
         assert held is not None
         doc = dict(m, restored_at=now_s(), restored_with=who(), restored_by=op_id)
@@ -605,6 +606,7 @@ class BucketUnretire(one_unretire.UnretireLayout):
         if conflicts:
             reason += (f"; {len(conflicts)} key(s) hold another object now and were left as they are, e.g. "
                        f"{conflicts[0]}: their originals stay in the vault, and purge keeps them")
+            return reason, Finding.NOT_RESTORED  # the code every store says a path left with
         return reason, Finding.MTIME_NOT_KEPT
 
     def journaled(self) -> bool:

@@ -20,8 +20,10 @@ copy checked out. Either way a file is always whole in one place or the other, s
 * Before ``commit`` the operation can always be rolled back: every file goes back to its path
   (renamed, or copied back and checked), emptied directories are re-created with their modes.
   In-process failures and crash recovery run the same ``rollback``.
-* A restore is journaled too and only ever puts files back where nothing stands; an
-  interrupted restore is finished on the next start (``finish_unretire``).
+* A restore is journaled too and only ever puts files back where nothing stands: a path another
+  file holds is left as it is, its original kept in the vault (``not_restored``, which purge
+  keeps), as on every store; an interrupted restore is finished on the next start
+  (``finish_unretire``).
 
 Every file's sha256 is taken before anything moves (a cancellable step), so a restore proves
 the run came back byte for byte (``tree_sha256``). A run being written (a file changed within
@@ -42,7 +44,7 @@ import shutil
 import time
 from typing import Iterable, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Code, Failure, Outcome, Skip
+from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine import faults, trust, txn
 from tb_footprint_plugin.engine import retire_run as one_retirement
 from tb_footprint_plugin.engine import unretire_run as one_unretire
@@ -66,6 +68,7 @@ from tb_footprint_plugin.engine.retire_rules import (KIND, RECOVERED_REASON, ref
                                                     unretire_line)
 from tb_footprint_plugin.engine.retire_tree import (
     OP_ID_RE,
+    StandsThere,
     check_record,
     check_retired_dir,
     chmod_dirs,
@@ -504,10 +507,15 @@ class DiskUnretire(one_unretire.UnretireLayout):
       folder this user may not write refuses it (nothing changed); then the logdir's identity
       bound and the begin record (``unretire.journal``);
     - **swap**: every file put back where nothing stands, the folders' modes and times after
-      (``unretire_put_back``: ``unretire.mid_move`` after the first; ``unretire.move``);
-    - **commit**: the run re-hashed against its tree sha256, the vault's copy released, the
-      retirement's manifest marked restored (``unretire.manifest``), the restore's manifest and
-      change-log line, the journal closed (``unretire_commit``).
+      (``unretire_put_back``: ``unretire.mid_move`` after the first; ``unretire.move``); another
+      file standing at a path is left as it is (``retire_tree.StandsThere``), its original in the
+      vault, as a bucket leaves another object at a key;
+    - **commit**: the run re-hashed against its tree sha256 (with a path left: each file put back
+      against its entry), the vault's copy released (an original left stays: its ``files/<n>``,
+      the only copy), the retirement's manifest marked restored (``not_restored`` naming the paths
+      left: purge keeps it whole), ``unretire.manifest``, the restore's manifest and change-log
+      line, the journal closed (``unretire_commit``); restored, coded ``not_restored`` when a path
+      was left, as on every store.
 
     A failure is said as on every store (``Unretire.rollback``): a journal kept is finished by the
     next start (``finish_unretire``: the same swap and commit); an injected fault is said as any
@@ -597,9 +605,11 @@ class DiskUnretire(one_unretire.UnretireLayout):
         detail = unretire_commit(self.ctx, *self.put) if self.put else "already restored"
         self.jnl.close()
         out, m = self.out, self.m
-        out.bytes_after = m.get("bytes_before", 0)
-        out.created_files = [f["path"] for f in m["tree"]]
-        return detail, None
+        left = set(self.put[3]) if self.put else set()
+        back = [f for f in m["tree"] if f["path"] not in left]
+        out.bytes_after = m.get("bytes_before", 0) if not left else sum(f["size"] for f in back)
+        out.created_files = [f["path"] for f in back]
+        return detail, (Finding.NOT_RESTORED if left else None)
 
     def journaled(self) -> bool:
         return self.jnl is not None
@@ -641,10 +651,12 @@ def finish_unretire(ctx: Context, records: List[dict]) -> str:
     return unretire_commit(ctx, *put)
 
 
-def unretire_put_back(ctx: Context, records: List[dict]) -> Optional[Tuple[dict, Vault, dict]]:
+def unretire_put_back(ctx: Context, records: List[dict]) -> Optional[Tuple[dict, Vault, dict, List[str]]]:
     """Every file of the retirement a restore's journal names back at its path, the folders'
-    modes and times after; idempotent. Returns (the begin record, the vault, the retirement's
-    manifest), or None when that manifest says this restore is done already."""
+    modes and times after; idempotent. A path where another file stands is left as it is, its
+    original in the vault (``StandsThere``). Returns (the begin record, the vault, the
+    retirement's manifest, the paths left), or None when that manifest says this restore is done
+    already."""
     begin = records[0]
     check_record(ctx, begin)
     if not OP_ID_RE.match(str(begin.get("of_op", ""))):
@@ -662,41 +674,64 @@ def unretire_put_back(ctx: Context, records: List[dict]) -> Optional[Tuple[dict,
     # copy an earlier, killed attempt so recorded is its own (``retire_tree.put_back``)
     jnl = Journal(os.path.join(ctx.journal_dir, f"{begin['op_id']}.jsonl"), may_create=False)
     begun = copies_begun(records)
+    left = []
     for i, f in enumerate(m["tree"]):
-        put_back(ctx, vault, op_id, i, dict(f), bool(same_fs), journal=jnl, begun=begun)
+        try:
+            put_back(ctx, vault, op_id, i, dict(f), bool(same_fs), journal=jnl, begun=begun)
+        except StandsThere:
+            left.append(f["path"])  # another file's path now: left as it is, the original kept
         if i == 0:
             faults.hit("unretire.mid_move")
     chmod_dirs(ctx, m["dirs"])
     settle_folder_times(ctx, m.get("dir_times"))
-    return begin, vault, m
+    return begin, vault, m, left
 
 
-def unretire_commit(ctx: Context, begin: dict, vault: Vault, m: dict) -> str:
-    """The run back byte for byte (every file re-hashed where it stands), the vault's copy
-    released, the retirement marked restored, the restore's manifest and change-log line."""
+def unretire_commit(ctx: Context, begin: dict, vault: Vault, m: dict, left: Iterable[str] = ()) -> str:
+    """The run back byte for byte (every file put back re-hashed where it stands), the vault's
+    copy released, the retirement marked restored, the restore's manifest and change-log line.
+    ``left``: the paths another file holds (``unretire_put_back``): never read, their originals
+    kept in the vault (the only copy: ``files/<n>`` stays, the folder with it), named
+    ``not_restored`` in the manifest, which purge keeps whole."""
     op_id = m["op_id"]
-    # byte for byte: every file re-hashed where it stands now
+    left = sorted(set(left))
+    back = [(i, f) for i, f in enumerate(m["tree"]) if f["path"] not in left]
+    # byte for byte: every file put back re-hashed where it stands now
     now = []
-    for f in m["tree"]:
+    for _i, f in back:
         p = ctx.abs(f["path"])
         st = os.lstat(p)
         now.append({"path": f["path"], "size": st.st_size, "mode": st.st_mode & 0o7777, "sha256": sha256_file(p)})
-    if tree_sha256(now) != m["tree_sha256"]:
-        bad = [a["path"] for a, b in zip(sorted(now, key=lambda e: e["path"]), sorted(m["tree"], key=lambda e: e["path"]))
+    # with a path left, each file against its entry of a tree that is the manifest's own
+    want = [f for _i, f in back] if left else m["tree"]
+    if tree_sha256(now) != tree_sha256(want) or tree_sha256(m["tree"]) != m["tree_sha256"]:
+        bad = [a["path"] for a, b in zip(sorted(now, key=lambda e: e["path"]), sorted(want, key=lambda e: e["path"]))
                if (a["size"], a["sha256"]) != (b["size"], b["sha256"])]
         raise TransactionError(f"restored run does not match its tree sha256: {', '.join(bad[:5]) or 'modes differ'}")
-    shutil.rmtree(retired_dir(vault, op_id), ignore_errors=True)
     m["restored_by"] = begin["op_id"]
     m["restored_at"] = time.time()
-    # the retired tree just went (the run stands verified in the logdir): nothing is kept, so
-    # purge has nothing to offer of it; a restore's release marked this only as a side effect
-    m["backup_purged"] = True
-    m["backup_released_by_restore"] = begin["op_id"]
-    m["purged_at"] = m["restored_at"]
+    if left:
+        # each original left is in the vault only: its copy stays (the folder with it), the rest go
+        for i, _f in back:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(stored_file(vault, op_id, i))
+        m["not_restored"] = left
+    else:
+        shutil.rmtree(retired_dir(vault, op_id), ignore_errors=True)
+        # the retired tree just went (the run stands verified in the logdir): nothing is kept, so
+        # purge has nothing to offer of it; a restore's release marked this only as a side effect
+        m["backup_purged"] = True
+        m["backup_released_by_restore"] = begin["op_id"]
+        m["purged_at"] = m["restored_at"]
     vault.write_manifest(m)
     faults.hit("unretire.manifest")
     record_unretire(ctx, begin, vault, m)
-    return f"{len(m['tree'])} file(s) back byte for byte (tree sha256 {m['tree_sha256'][:12]}… checked)"
+    detail = f"{len(back)} file(s) back byte for byte ("
+    detail += f"tree sha256 {m['tree_sha256'][:12]}… checked)" if not left else "each checked against its sha256)"
+    if left:
+        detail += (f"; {len(left)} path(s) hold another file now and were left as they are, e.g. {left[0]}: their "
+                   "originals stay in the vault, and purge keeps them")
+    return detail
 
 
 def record_unretire(ctx: Context, begin: dict, vault: Vault, m: dict, once: bool = False) -> bool:
@@ -704,15 +739,17 @@ def record_unretire(ctx: Context, begin: dict, vault: Vault, m: dict, once: bool
     it. ``once`` (a recovery finishing a restore killed after that mark): the manifest written
     only when missing, the line only when the log has none of it (``ChangeLog.append_once``).
     Returns whether a line was written."""
+    held = m.get("not_restored")  # read back by a recovery: untrusted
+    left = {p for p in held if isinstance(p, str)} if isinstance(held, list) else set()
     if not (once and vault.has_manifest(begin["op_id"])):
         vault.write_manifest(one_schema.new(
             op_id=begin["op_id"], kind="restore", run=m["run"], logdir=ctx.logdir, started_at=begin["t"],
             finished_at=time.time(), outcome=Outcome.RESTORED, files=[], backup_purged=True, of_op=m["op_id"],
             vault=vault.root, tool_version=__version__, **who(),
             **({"logdir_id": begin["logdir_id"]} if begin.get("logdir_id") else {}),
-            restored_files=[f["path"] for f in m["tree"]], tree_sha256=m["tree_sha256"]))
-    # the retired tree went with the mark: nothing of it is kept
-    line = unretire_line(m, begin["op_id"], kept=False, **who(), tool_version=__version__)
+            restored_files=[f["path"] for f in m["tree"] if f["path"] not in left], tree_sha256=m["tree_sha256"]))
+    # the retired tree went with the mark, unless an original was left in the vault
+    line = unretire_line(m, begin["op_id"], kept=bool(left), **who(), tool_version=__version__)
     if once:
         return bool(disk_log(ctx.state, create=True).append_once([dict(line, time=time.time())]))
     append_history(ctx.state, line)

@@ -252,6 +252,12 @@ def _give_back_owner(path: str, rec: dict, kind: int = 0) -> None:
         os.close(fd)
 
 
+class StandsThere(TransactionError):
+    """Another file (or a folder) stands at a retired file's path: left as it is, the retired file
+    stays in the vault. A retirement's rollback fails on it as on any error (its writer's file was
+    set aside first, ``set_aside``); a restore of a retirement leaves that path (``not_restored``)."""
+
+
 def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: bool,
              set_aside: bool = False, strategy: Optional[SwapStrategy] = None,
              journal: Optional[OpJournal] = None, begun: Collection[str] = ()) -> Optional[str]:
@@ -271,7 +277,9 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
     With ``set_aside`` (a rollback) a regular file found at the path that is neither the file
     nor the file grown by appends, while the file itself is in the vault, is a writer's new file:
     it is renamed to ``<file>.salvaged-NNN`` beside it (its records stay in the run) and the
-    file goes back; returns a note saying so (``_set_aside``: by the strategy too)."""
+    file goes back; returns a note saying so (``_set_aside``: by the strategy too). Without it,
+    another file at the path (or made there between the look and the move, or something not a
+    regular file) is left as it is and ``StandsThere`` raised, nothing of this file moved."""
     strategy = strategy or swap_strategy(folder_capabilities())
     # refused here, before anything, where the folder copies and there is no journal (``put_in_place``)
     place = put_in_place(strategy, journal, f, new_name=True, begun=begun)
@@ -294,15 +302,14 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
     note = None
     if here:
         if not os.path.isfile(dst) or os.path.islink(dst):
-            raise TransactionError(f"{f['path']}: something else stands there now; left as is")
+            raise StandsThere(f"{f['path']}: something else stands there now; left as is")
         if not there or unchanged(dst, f) or grown(dst, f) or sha256_file(dst) == f["sha256"]:
             if holds_original(ctx.store, tmp_key, f):
                 os.unlink(tmp)  # a copy killed before it deleted its source: the file is in place
             return None  # the file is in place (a copy's original never left): the vault's copy may go
         if not set_aside:
             # not the file that was retired: both are kept, the operation stays unsettled
-            raise TransactionError(f"{f['path']}: a different file stands there now; the retired one stays in "
-                                   f"{stored}")
+            raise StandsThere(f"{f['path']}: a different file stands there now; the retired one stays in {stored}")
         aside = _set_aside(ctx, f["path"], strategy, journal, begun)
         note = (f"{f['path']}: a file written at its path during the retirement was kept beside it as "
                 f"{os.path.basename(aside)}")
@@ -338,8 +345,8 @@ def _move_new(src: str, dst: str, f: dict, stored: str) -> None:
     try:
         fsops.rename_new(src, dst)
     except FileExistsError:
-        raise TransactionError(f"{f['path']}: a different file stands there now; the retired one stays in "
-                               f"{stored}") from None
+        raise StandsThere(f"{f['path']}: a different file stands there now; the retired one stays in "
+                          f"{stored}") from None
 
 
 def stored_ok(vault: Vault, op_id: str, i: int, f: dict) -> bool:
@@ -419,7 +426,7 @@ def tree_size(d: str) -> int:
     return total
 
 
-__all__ = ["RETIRED", "OP_ID_RE", "retired_dir", "stored_file", "check_retired_dir", "drop_retired", "rel_ok",
+__all__ = ["RETIRED", "OP_ID_RE", "StandsThere", "retired_dir", "stored_file", "check_retired_dir", "drop_retired", "rel_ok",
            "check_record", "tree_sha256", "inventory", "unchanged", "grown", "sized", "chmod_dirs", "put_back",
            "stored_ok", "write_retire_manifest", "retirements", "is_restorable_retirement", "retired_now",
            "retirement_recorded", "tree_size"]

@@ -15,10 +15,12 @@ written here, once (``Unretire``, a ``txn.PutBack`` run by the one driver ``engi
    begin record, the restore named by its own op id from there on; ``Refused`` before the record,
    nothing changed), the cancel point right after it (the last before anything is put back; ``unretire.journal``
    between them),
-   **swap** (``put_back``: every file back where it was), **commit** (``settle``: the run checked,
+   **swap** (``put_back``: every file back where it was; a path another file holds now is left
+   as it is, its original kept in the vault), **commit** (``settle``: the run checked,
    the retirement recorded as restored — a disk's manifest and change-log line, a bucket's
-   manifest mark — the journal closed; then the outcome: restored, with the store's words and
-   code);
+   manifest mark; the paths left named ``not_restored``, which purge keeps — the journal closed;
+   then the outcome: restored, with the store's words and code, ``not_restored`` on every store
+   when a path was left);
 4. a failure is never undone (no rollback record: the begin record is the commit point), and
    said one way on every store: failed, its reason the failure's, its code the store's one rule
    (``UnretireLayout.code_of``; a permission error is ``permission_denied`` everywhere); the
