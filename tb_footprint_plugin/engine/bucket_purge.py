@@ -16,7 +16,7 @@ from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine import faults, manifest, purge_run, txn
 from tb_footprint_plugin.engine.bucket_purge_journal import purge_journal_first, renew
 from tb_footprint_plugin.engine.context import CancelToken
-from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_row, originals_lost
+from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_by_restore, kept_row, originals_lost
 from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry
 from tb_footprint_plugin.engine.bucket_catalogue import manifests, own_manifests
 from tb_footprint_plugin.engine.bucket_state import (
@@ -114,7 +114,7 @@ class BucketCopies(purge_run.PurgeLayout):
         chosen = [m for m in every if m["outcome"] == Outcome.VERIFIED and which.admits(m)]
         # a restore that found a file written again at an original's name left that original in the
         # vault only (``not_restored``): its operation is not purged, and the listing says why
-        kept = [m for m in chosen if m["restored_by"] and m.get("not_restored")]
+        kept = [m for m in chosen if kept_by_restore(m)]
         chosen = [m for m in chosen if m not in kept]
         # an operation whose journal is still there is under way (a retire writes its manifest before
         # its commit record and may still roll back onto these copies) or awaits recovery: its
@@ -132,10 +132,7 @@ class BucketCopies(purge_run.PurgeLayout):
                 "originals": originals_lost(m, lambda f: not is_blob_entry(f) or f.get("sha256") not in stays)}
                for m in chosen]
         # what is passed over, in a disk's rows (``purge_rules.kept_row``): bytes, what stays in the vault
-        rows = [kept_row(m, _size(m), Finding.NOT_RESTORED,
-                         f"{len(m['not_restored'])} original(s) were not put back by its restore (a file was "
-                         f"written again at the name, e.g. {m['not_restored'][0]}): the vault holds the only copy")
-                for m in kept]
+        rows = [kept_row(m, _size(m), Finding.NOT_RESTORED, kept_by_restore(m)) for m in kept]
         rows += [kept_row(m, _size(m), Skip.LOCKED, "the operation is still under way or awaits recovery (its "
                                                     "journal is there); purge it once it has settled") for m in busy]
         # one transaction, run even with none chosen: the vault of blobs forgets what nothing names

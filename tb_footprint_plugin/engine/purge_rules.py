@@ -10,6 +10,8 @@ these rows; nothing here reads or writes a store.
   ``op_id``, ``run``, ``kind`` (``reduce`` or ``retire``, the manifest's), ``bytes`` (what stays
   in the vault), ``code``, ``detail``, and what a row adds (``sha256`` of a blob kept).
 - ``not_purged``: the row of an operation a cancel stopped before the purge's intent.
+- ``kept_by_restore``: an operation whose restore left an original in the vault, its only copy
+  (``not_restored``), kept whole and why.
 - ``originals_lost``: how many of an operation's originals exist nowhere else once its backups
   go (a row's ``originals``; the report's ``originals_lost`` is their sum, what the CLI's and the
   tab's confirmation say is lost for good).
@@ -75,4 +77,18 @@ def originals_lost(m: dict, goes: Callable[[dict], bool]) -> int:
     return 0 if m.get("restored_by") else sum(1 for f in m.get("files") or [] if goes(f))
 
 
-__all__ = ["PurgeFilter", "kept_row", "not_purged", "originals_lost"]
+def kept_by_restore(m: dict) -> Optional[str]:
+    """Why a purge keeps restored operation ``m``'s copy whole (a retirement's, on every store; a
+    reduction's, on a bucket), or None: its restore met another file standing at a path
+    (``not_restored``) and left the original in the vault, its only copy (``Finding.NOT_RESTORED``).
+    A manifest is untrusted input: any ``not_restored`` it carries keeps the copy, and the paths
+    named are only the ones of its type."""
+    held = m.get("not_restored")
+    if not (m.get("restored_by") and held):
+        return None
+    names = [p for p in held if isinstance(p, str)] if isinstance(held, list) else []
+    return (f"{len(names) or 'some'} original(s) were not put back by its restore (another file stood at the path"
+            + (f", e.g. {names[0]}" if names else "") + "): the vault holds the only copy")
+
+
+__all__ = ["PurgeFilter", "kept_row", "not_purged", "originals_lost", "kept_by_restore"]

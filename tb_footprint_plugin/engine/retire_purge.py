@@ -38,7 +38,7 @@ from tb_footprint_plugin.engine.history import append_history, logged_operations
 from tb_footprint_plugin.engine.journal import RunLocked
 from tb_footprint_plugin.engine.purge_choice import PurgeChoice, PurgeFilter, held_runs, kept_row
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
-from tb_footprint_plugin.engine.retire_rules import kept_by_restore
+from tb_footprint_plugin.engine.purge_rules import kept_by_restore
 from tb_footprint_plugin.engine.retire_tree import (check_retired_dir, is_restorable_retirement, retired_dir,
                                                    retirements, tree_size)
 from tb_footprint_plugin.engine.run_lock import run_lock
@@ -58,7 +58,7 @@ class DiskRetired(purge_run.PurgeLayout):
     reduction's purge chooses by (``purge_choice``: a run being changed right now — locked, or
     its lock not taken — or with an unfinished operation is passed over and listed in ``kept``
     with its code; a restored one whose restore left an original in the vault, ``not_restored``,
-    is kept whole, listed with that code: ``retire_rules.kept_by_restore``), each manifest read
+    is kept whole, listed with that code: ``purge_rules.kept_by_restore``), each manifest read
     again under its run's lock; one transaction per vault:
     the marks its intent, the files its deletes, the lines and the emptied folders its settling.
     A failure past the intent propagates as it always did (an injected fault as a crash), the

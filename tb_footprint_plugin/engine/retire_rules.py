@@ -13,8 +13,7 @@ rules instead of spelling them each.
   it, whatever its manifest lists), and the row ``api.retired`` shows
   of one (``retired_row``);
 - which retirements a restore (unretire) refuses whatever the vault holds (``unretire_refusal``:
-  restored, purged, or never verified), and which restored one a purge keeps whole
-  (``kept_by_restore``: an original left in the vault, ``not_restored``);
+  restored, purged, or never verified);
 - the history line of a retirement (``retire_line``: its reason says the nested runs it took
   along) and of its restore (``unretire_line``: the restore's own op id, ``of_op`` the retirement
   restored, reason "restored retirement X"): a disk appends them to its change log, a bucket builds
@@ -120,19 +119,6 @@ def unretire_refusal(m: dict) -> Optional[str]:
     return None
 
 
-def kept_by_restore(m: dict) -> Optional[str]:
-    """Why a purge keeps restored retirement ``m``'s copy whole, or None: its restore met another
-    file standing at a path (``not_restored``) and left the original in the vault, its only copy
-    (``Finding.NOT_RESTORED``). A manifest is untrusted input: any ``not_restored`` it carries keeps
-    the copy, and the paths named are only the ones of its type."""
-    held = m.get("not_restored")
-    if not (m.get("restored_by") and held):
-        return None
-    names = [p for p in held if isinstance(p, str)] if isinstance(held, list) else []
-    return (f"{len(names) or 'some'} original(s) were not put back by its restore (another file stood at the path"
-            + (f", e.g. {names[0]}" if names else "") + "): the vault holds the only copy")
-
-
 def unretire_outcome(m: dict) -> RunOutcome:
     """An unretire's outcome until it starts, on every store: failed (``RESTORE_BLOCKED``) and named
     by the retirement it was asked to restore (``op_id``, None where the manifest names no op id),
@@ -182,6 +168,6 @@ def unretire_line(m: dict, restore_op: Optional[str], *, kept: bool, user: Optio
 
 
 __all__ = ["KIND", "RECOVERED_REASON", "refused_names", "nested_runs", "unnamed_runs", "is_restorable_retirement", "retirements",
-           "restorable_retirements", "taken_along", "takes_out", "retired_now", "unretire_refusal", "kept_by_restore",
+           "restorable_retirements", "taken_along", "takes_out", "retired_now", "unretire_refusal",
            "unretire_outcome", "retired_row",
            "retire_line", "unretire_line"]
