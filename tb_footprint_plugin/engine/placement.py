@@ -34,10 +34,11 @@ free one, or one a killed attempt began a copy at, resumed by that rule.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import stat
-from typing import BinaryIO, Callable, Collection, Iterable, Optional, Tuple
+from typing import BinaryIO, Callable, Collection, Iterable, Iterator, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, StoreError
 from tb_footprint_plugin.engine.context import Context, TransactionError
@@ -48,7 +49,7 @@ from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.files import CHUNK, copy_new, finish_new_file, matches, sha256_file
 from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.storage.store import StoreFailure
-from tb_footprint_plugin.storage.store_posix import PosixStore
+from tb_footprint_plugin.storage.store_posix import PosixStore, version_of
 
 
 def version_at(ctx: Context, rel: str) -> Optional[str]:
@@ -64,6 +65,19 @@ def version_at(ctx: Context, rel: str) -> Optional[str]:
             raise TransactionError(f"{rel}: is no longer a regular file reached without a link ({e}); "
                                    "left as is") from None
         raise
+
+
+def version_in(dir_fd: int, path: str) -> Optional[str]:
+    """The version (``store_posix.version_of``: ``Store.version``'s rule) of the regular file
+    ``path`` names in the folder open at ``dir_fd`` (``throttle.name_in``), never through a link;
+    None when nothing, or no regular file, stands there: for a caller that looks and then acts
+    in that one folder (``swap._where_looked``)."""
+    fsops.op()
+    try:
+        st = os.stat(fsops.name_in(path, dir_fd), dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    return version_of(st) if stat.S_ISREG(st.st_mode) else None
 
 
 def stands_at(ctx: Context, rel: str) -> bool:
@@ -98,8 +112,22 @@ def starts_with(path: str, size: int, sha: str) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def _folder_of(path: str, dir_fd: Optional[int]) -> Iterator[int]:
+    """``dir_fd``, or (None) a descriptor of ``path``'s folder opened here, closed after."""
+    if dir_fd is not None:
+        yield dir_fd
+        return
+    fd = fsops.os_open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
 def copy_over(tmp: str, final: str, sha: str, size: int, sparse: bool = False, new_name: bool = False,
-              before: Optional[Callable[[], None]] = None) -> None:
+              before: Optional[Callable[[], None]] = None, dir_fd: Optional[int] = None,
+              tmp_dir_fd: Optional[int] = None) -> None:
     """``tmp`` (bytes of digest ``sha``, ``size`` long) put at ``final`` by a copy, then deleted:
     the one copy + delete of the swap and of every put-back (``put_in_place``). Unless ``final``
     holds those bytes already, whatever stands there is unlinked (the caller journaled and, where
@@ -109,17 +137,26 @@ def copy_over(tmp: str, final: str, sha: str, size: int, sparse: bool = False, n
     name shares (a backup's hard link) never sees a byte change. ``sparse``: zero blocks stay
     holes (a put-back allocates what the original did). ``before``: called once a copy is to be
     made, before anything at ``final`` changes (``put_in_place`` journals its ``copying`` record
-    there)."""
-    if not matches(final, sha, size):
-        if before is not None:
-            before()
-        if not new_name:
-            with contextlib.suppress(FileNotFoundError):
-                fsops.unlink(final)
-        st = os.lstat(tmp)
-        copy_new(tmp, final, sha, mode=stat.S_IMODE(st.st_mode), mtime_ns=st.st_mtime_ns, exclusive=True,
-                 sparse=sparse, owner=(st.st_uid, st.st_gid))
-    fsops.unlink(tmp)
+    there). ``dir_fd``, ``tmp_dir_fd``: the folders of ``final`` and ``tmp`` (``throttle.name_in``;
+    ``tmp``'s is ``final``'s unless given), opened by the caller's walk that follows no link (a
+    put-back's ``swap._where_looked``); else each is opened here, once. Every step is made in
+    those folders, and ``tmp`` is looked at in its own before anything at ``final`` changes: a
+    folder on the way swapped for a link to another folder (where no ``tmp`` is) fails the copy
+    with nothing there unlinked (review R6 F1)."""
+    with _folder_of(final, dir_fd) as dfd, _folder_of(tmp, dfd if tmp_dir_fd is None and (
+            dir_fd is not None or os.path.dirname(tmp) == os.path.dirname(final)) else tmp_dir_fd) as tfd:
+        if not matches(final, sha, size, dir_fd=dfd):
+            st = os.stat(fsops.name_in(tmp, tfd), dir_fd=tfd, follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode):
+                raise FileNotFoundError(errno.ENOENT, "the verified temporary is not there; nothing replaced", tmp)
+            if before is not None:
+                before()
+            if not new_name:
+                with contextlib.suppress(FileNotFoundError):
+                    fsops.unlink(final, dir_fd=dfd)
+            copy_new(tmp, final, sha, mode=stat.S_IMODE(st.st_mode), mtime_ns=st.st_mtime_ns, exclusive=True,
+                     sparse=sparse, owner=(st.st_uid, st.st_gid), dir_fd=dfd, src_dir_fd=tfd)
+        fsops.unlink(tmp, dir_fd=tfd)
 
 
 def finish_copied(path: str, mode: Optional[int] = None, mtime_ns: Optional[int] = None,
@@ -135,7 +172,7 @@ def finish_copied(path: str, mode: Optional[int] = None, mtime_ns: Optional[int]
 
 
 def put_in_place(strategy: SwapStrategy, journal: Optional[OpJournal], rec: dict, new_name: bool = False,
-                 begun: Collection[str] = (), sparse: bool = True) -> Callable[[str, str], None]:
+                 begun: Collection[str] = (), sparse: bool = True) -> Callable[..., None]:
     """How a verified temporary of ``rec``'s bytes (``path`` logdir-relative, ``sha256``,
     ``size``) takes its path, as the folder's swap strategy says: renamed onto it where the folder
     renames atomically; else copied over it, then deleted (``copy_over``; ``sparse``: holes kept),
@@ -147,7 +184,9 @@ def put_in_place(strategy: SwapStrategy, journal: Optional[OpJournal], rec: dict
     create-only, ``FileExistsError`` when a file stands there (made since it was found free) and
     nothing changed at it (``fsops.rename_new``, or ``copy_over``'s exclusive copy). Refused
     (``TransactionError``, ``Failure.REFUSED``, naming the path) where the folder does not rename
-    and there is no ``journal``: asked before anything is done."""
+    and there is no ``journal``: asked before anything is done. The callable takes
+    ``(tmp, dest)``, and ``src_dir_fd``/``dst_dir_fd``: their folders, opened by the caller's walk
+    that follows no link (``throttle.name_in``; a put-back's ``swap._where_looked``)."""
     if strategy.renames:
         # a new name is taken create-only: a file made there since it was found free is never replaced
         return fsops.rename_new if new_name else fsops.replace
@@ -160,8 +199,10 @@ def put_in_place(strategy: SwapStrategy, journal: Optional[OpJournal], rec: dict
         if rec["path"] not in begun and rec["path"] not in journal.copying_paths:
             journal.append({"type": Rec.COPYING, "final": rec["path"]})
 
-    def copy_in(tmp: str, dest: str) -> None:
-        copy_over(tmp, dest, rec["sha256"], rec["size"], sparse=sparse, new_name=new_name, before=record)
+    def copy_in(tmp: str, dest: str, src_dir_fd: Optional[int] = None, dst_dir_fd: Optional[int] = None) -> None:
+        # the folders only when given: ``copy_over``'s own call as it always was otherwise
+        folders = {} if dst_dir_fd is None and src_dir_fd is None else {"dir_fd": dst_dir_fd, "tmp_dir_fd": src_dir_fd}
+        copy_over(tmp, dest, rec["sha256"], rec["size"], sparse=sparse, new_name=new_name, before=record, **folders)
 
     return copy_in
 
@@ -282,6 +323,6 @@ def place_at_free_name(ctx: Context, name_of: Callable[[int], str], source: str,
     return name, placed
 
 
-__all__ = ["version_at", "stands_at",
+__all__ = ["version_at", "version_in", "stands_at",
            "prefix_sha256", "starts_with", "copy_over", "finish_copied", "put_in_place", "copies_begun", "partial_copy",
            "partial_put_back", "IN_PLACE", "AGAIN", "holds_whole", "resume_copy", "place_at_free_name"]

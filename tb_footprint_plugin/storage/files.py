@@ -22,7 +22,7 @@ from tb_footprint_plugin.storage.sparse import SparseWriter
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.private import (NotPrivate, check_private_dir, ensure_private_dir, open_private,
                                                  set_aside, set_aside_stranger, tool_named)
-from tb_footprint_plugin.storage.regular import open_regular
+from tb_footprint_plugin.storage.regular import open_regular, open_regular_at
 from tb_footprint_plugin.storage.store import StoreFailure, on_a_new_line
 
 CHUNK = 1 << 20  # one read size for every stream of the tool
@@ -100,10 +100,11 @@ def finish_new_file(fo, mode: Optional[int] = None, mtime_ns: Optional[int] = No
     return os.fstat(fo.fileno())
 
 
-def check_still(path: str, ident: os.stat_result) -> None:
-    """``FileExistsError`` unless ``path`` is still the file ``ident`` was taken of: a name
-    swapped meanwhile (a folder others may write to) is never renamed into place."""
-    st = os.lstat(path)
+def check_still(path: str, ident: os.stat_result, dir_fd: Optional[int] = None) -> None:
+    """``FileExistsError`` unless ``path`` (``dir_fd``: its folder, ``throttle.name_in``) is still the file
+    ``ident`` was taken of: a name swapped meanwhile (a folder others may write to) is never
+    renamed into place."""
+    st = os.stat(fsops.name_in(path, dir_fd), dir_fd=dir_fd, follow_symlinks=False)
     if (st.st_dev, st.st_ino) != (ident.st_dev, ident.st_ino):
         raise FileExistsError(errno.EEXIST, "replaced while it was being written; not used", path)
 
@@ -114,12 +115,13 @@ def sha256_file(path: str) -> str:
         return sha256_stream(f)
 
 
-def matches(path: str, sha: str, size: int) -> bool:
-    """True when ``path`` is a regular file holding exactly the bytes of (``sha``, ``size``); False
-    if unreadable, and for a link whatever its target holds (a name planted as a link is never taken
-    for the file it names: it was read through before, when the link's own size matched)."""
+def matches(path: str, sha: str, size: int, dir_fd: Optional[int] = None) -> bool:
+    """True when ``path`` (``dir_fd``: its folder, ``throttle.name_in``) is a regular file holding exactly
+    the bytes of (``sha``, ``size``); False if unreadable, and for a link whatever its target holds
+    (a name planted as a link is never taken for the file it names: it was read through before,
+    when the link's own size matched)."""
     try:
-        with open_regular(path) as f:
+        with (open_regular(path) if dir_fd is None else open_regular_at(dir_fd, fsops.name_in(path, dir_fd))) as f:
             return os.fstat(f.fileno()).st_size == size and sha256_stream(f) == sha
     except OSError:
         return False
@@ -283,25 +285,29 @@ def create_new(path: str, mode: int = 0o600) -> int:
     raise FileExistsError(errno.EEXIST, "not created", path)  # pragma: no cover
 
 
-def create_exclusive(path: str, mode: int = 0o600) -> int:
+def create_exclusive(path: str, mode: int = 0o600, dir_fd: Optional[int] = None) -> int:
     """A write fd of a file made anew at ``path`` (``O_CREAT | O_EXCL | O_NOFOLLOW``), never over
     nor instead of anything standing there: ``FileExistsError``, and whatever is there stays
     (unlike ``create_new``, no file of that name is taken for a leftover of ours). For temporary
-    names with a random part, beside a user's own files."""
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode)
+    names with a random part, beside a user's own files. ``dir_fd``: its folder (``throttle.name_in``)."""
+    return os.open(fsops.name_in(path, dir_fd), os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode,
+                   dir_fd=dir_fd)
 
 
-def unlink_if_same(path: str, made: os.stat_result) -> bool:
-    """Remove ``path`` only while it is still the file ``made`` (its fstat when this process
-    created it: same device and inode, a regular file); True when removed. A name another
-    process or user put there since is left alone."""
+def unlink_if_same(path: str, made: os.stat_result, dir_fd: Optional[int] = None) -> bool:
+    """Remove ``path`` (``dir_fd``: its folder, ``throttle.name_in``) only while it is still the file
+    ``made`` (its fstat when this process created it: same device and inode, a regular file);
+    True when removed. A name another process or user put there since is left alone."""
     try:
-        st = os.lstat(path)
+        st = os.stat(fsops.name_in(path, dir_fd), dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return False
     if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (made.st_dev, made.st_ino):
         return False
-    fsops.unlink(path)
+    if dir_fd is None:
+        fsops.unlink(path)
+    else:
+        fsops.unlink(path, dir_fd=dir_fd)
     return True
 
 
@@ -321,7 +327,8 @@ class CopyMismatch(OSError):
 
 def copy_new(src: str, dst: str, sha: str, mode: Optional[int] = None, mtime_ns: Optional[int] = None,
              mtime: Optional[float] = None, exclusive: bool = False, sparse: bool = False,
-             owner: Optional[Tuple[int, int]] = None) -> os.stat_result:
+             owner: Optional[Tuple[int, int]] = None, dir_fd: Optional[int] = None,
+             src_dir_fd: Optional[int] = None) -> os.stat_result:
     """Copy the regular file ``src`` into a new file ``dst`` (``create_new``) that must hash to
     ``sha`` (``CopyMismatch`` otherwise), with ``mode`` and the modification time set, all
     through its fd: a name swapped for a link meanwhile (a folder others may write to) is never
@@ -330,20 +337,25 @@ def copy_new(src: str, dst: str, sha: str, mode: Optional[int] = None, mtime_ns:
     standing at ``dst`` is removed: ``FileExistsError``). On failure only the file this call made
     is removed. Returns that file's fstat (``unlink_if_same`` removes only it). ``sparse``: the
     zero blocks of ``src`` are left holes in ``dst`` (``SparseWriter``: a put-back allocates what
-    the original did); ``owner``: given back when root (``finish_new_file``)."""
-    fd = create_exclusive(dst) if exclusive else create_new(dst)
+    the original did); ``owner``: given back when root (``finish_new_file``). ``dir_fd``,
+    ``src_dir_fd``: the folders of ``dst`` and ``src`` (``throttle.name_in``; then ``exclusive``
+    only, and ``src`` never through a link)."""
+    if dir_fd is not None and not exclusive:
+        raise ValueError("copy_new into a folder's descriptor is exclusive only")
+    fd = create_exclusive(dst, dir_fd=dir_fd) if exclusive else create_new(dst)
     made = os.fstat(fd)
     try:
-        with os.fdopen(fd, "wb") as fo, open_regular(src, follow_symlinks=True) as fi:
+        with os.fdopen(fd, "wb") as fo, (open_regular(src, follow_symlinks=True) if src_dir_fd is None
+                                         else open_regular_at(src_dir_fd, fsops.name_in(src, src_dir_fd))) as fi:
             got, _ = hash_count_sparse(fi, fo) if sparse else hash_and_count(fi, fo)
             fo.flush()
             if got != sha:
                 raise CopyMismatch(errno.EIO, f"copy of {src} does not match its sha256", dst)
             ident = finish_new_file(fo, mode, mtime_ns, mtime, owner)
-        check_still(dst, ident)
+        check_still(dst, ident, dir_fd)
     except BaseException:
         with contextlib.suppress(OSError):
-            unlink_if_same(dst, made)  # a full disk or a failed check leaves no temp file behind
+            unlink_if_same(dst, made, dir_fd)  # a full disk or a failed check leaves no temp file behind
         raise
     return made
 

@@ -250,6 +250,26 @@ class PosixStore(Store):
         finally:
             os.close(dfd)
 
+    @contextlib.contextmanager
+    def folder(self, key: str) -> Iterator[Tuple[int, str]]:
+        """(a descriptor of ``key``'s folder, reached by the walk that follows no link, and
+        ``key``'s name in it), for a caller that makes several changes in that one folder (a
+        put-back's last look and its place, ``*at`` calls with ``dir_fd``): a folder on the way
+        swapped for a link after the walk changes nothing they do. ``StoreFailure`` from the walk
+        (``SYMLINK`` for a link on the way, ``NOT_FOUND``, …); the caller's own ``OSError`` passes
+        as it is."""
+        parts = self._parts(key)
+        try:
+            dfd = self._open_dir(parts[:-1], key)
+        except StoreFailure:
+            raise
+        except OSError as e:
+            raise _failure(e, key) from None
+        try:
+            yield dfd, parts[-1]
+        finally:
+            os.close(dfd)
+
     def _lstat(self, dfd: int, name: str, key: str) -> Optional[os.stat_result]:
         """The regular file's stat, None if absent or a folder; symlinks and others refused."""
         fsops.op()

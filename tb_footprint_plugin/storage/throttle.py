@@ -87,14 +87,24 @@ def listdir(path):
     return os.listdir(path)
 
 
-def replace(src, dst):
-    op()
-    return os.replace(src, dst)
+def name_in(path, dir_fd):
+    """What ``path`` is looked up as: itself, or (``dir_fd``: its folder, opened already by the
+    caller's walk that follows no link) its last component in that folder. The ``*_dir_fd`` of
+    the wrappers below and of ``files``: callers pass the whole path, which names it in their
+    messages, and the folder's descriptor, so a folder on the way swapped for a link after the
+    walk changes nothing the call does."""
+    return path if dir_fd is None else os.path.basename(os.fspath(path))
 
 
-def unlink(path):
+def replace(src, dst, src_dir_fd=None, dst_dir_fd=None):
     op()
-    return os.unlink(path)
+    return os.replace(name_in(src, src_dir_fd), name_in(dst, dst_dir_fd), src_dir_fd=src_dir_fd,
+                      dst_dir_fd=dst_dir_fd)
+
+
+def unlink(path, dir_fd=None):
+    op()
+    return os.unlink(name_in(path, dir_fd), dir_fd=dir_fd)
 
 
 #: renameat2's flag: fail with EEXIST rather than replace what stands at the new name
@@ -118,45 +128,54 @@ def _renameat2():
     return fn
 
 
-def rename_new(src, dst) -> None:
+def _at(fd) -> int:
+    return _AT_FDCWD if fd is None else fd
+
+
+def rename_new(src, dst, src_dir_fd=None, dst_dir_fd=None) -> None:
     """Move ``src`` to ``dst`` only where nothing stands at ``dst``: ``FileExistsError`` when
     something does, and nothing moved (a name found free may be taken before the move: the move
     itself is the check). One ``renameat2(RENAME_NOREPLACE)`` where the kernel and the file
     system have it (atomic); else a hard link, then ``src`` unlinked (a crash between leaves both
-    names on one inode: nothing lost). Neither follows a link at ``src``."""
+    names on one inode: nothing lost). Neither follows a link at ``src``. ``src_dir_fd``,
+    ``dst_dir_fd``: the names' folders (``name_in``)."""
     op()
     fn = _renameat2()
     if fn is not None:
         import ctypes
 
-        if fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+        if fn(_at(src_dir_fd), os.fsencode(name_in(src, src_dir_fd)), _at(dst_dir_fd),
+              os.fsencode(name_in(dst, dst_dir_fd)), _RENAME_NOREPLACE) == 0:
             return
         e = ctypes.get_errno()
         if e not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):  # not "this file system cannot"
             raise OSError(e, os.strerror(e), os.fspath(src), None, os.fspath(dst))
-    os.link(src, dst, follow_symlinks=False)
+    os.link(name_in(src, src_dir_fd), name_in(dst, dst_dir_fd), src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd,
+            follow_symlinks=False)
     op()
-    os.unlink(src)
+    os.unlink(name_in(src, src_dir_fd), dir_fd=src_dir_fd)
 
 
 #: renameat2's flag: swap the two names atomically (both must exist)
 _RENAME_EXCHANGE = 2
 
 
-def exchange(a, b) -> None:
+def exchange(a, b, dir_fd=None) -> None:
     """Swap the files at ``a`` and ``b`` in one atomic ``renameat2(RENAME_EXCHANGE)``: each
     inode keeps its bytes, and ``a`` then names what stood at ``b`` (whatever was written to it
     up to that instant). ``OSError`` with the call's errno otherwise, nothing moved: ``EINVAL``,
     ``ENOSYS`` or ``EOPNOTSUPP`` where the kernel or the file system has no exchange (no
     renameat2 at all: ``ENOSYS``), the caller keeping its other way. Neither name followed
-    as a link (the last component; folders on the way are the caller's to check)."""
+    as a link (the last component; folders on the way are the caller's to check, or ``dir_fd``:
+    the folder both names are in, ``name_in``)."""
     op()
     fn = _renameat2()
     if fn is None:
         raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS), os.fspath(a), None, os.fspath(b))
     import ctypes
 
-    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) != 0:
+    if fn(_at(dir_fd), os.fsencode(name_in(a, dir_fd)), _at(dir_fd), os.fsencode(name_in(b, dir_fd)),
+          _RENAME_EXCHANGE) != 0:
         e = ctypes.get_errno()
         raise OSError(e, os.strerror(e), os.fspath(a), None, os.fspath(b))
 
@@ -180,5 +199,6 @@ def os_open(path, flags, mode=0o777):
     return os.open(path, flags, mode)
 
 
-__all__ = ["TokenBucket", "configure", "limit", "op", "lstat", "stat", "scandir", "listdir", "replace", "exchange",
+__all__ = ["TokenBucket", "configure", "limit", "op", "name_in", "lstat", "stat", "scandir", "listdir", "replace",
+           "exchange",
            "NO_EXCHANGE", "rename_new", "unlink", "rmdir", "link", "os_open"]
