@@ -71,11 +71,12 @@ def _spy(monkeypatch, caps=NO_RENAME) -> dict:
     monkeypatch.setattr(placement, "copy_over", lambda tmp, final, *a, **kw: (seen["copied"].append(final),
                                                                               real_copy(tmp, final, *a, **kw))[1])
     real_replace, real_rename_new = swap.fsops.replace, swap.fsops.rename_new
-    monkeypatch.setattr(swap.fsops, "replace", lambda src, dst: (seen["renamed"].append(dst),
-                                                                 real_replace(src, dst))[1])
+    # ``kw``: the folders' descriptors a put-back renames in (``throttle.name_in``)
+    monkeypatch.setattr(swap.fsops, "replace", lambda src, dst, **kw: (seen["renamed"].append(dst),
+                                                                       real_replace(src, dst, **kw))[1])
     # an original whose path is free is renamed onto it create-only (``swap.put_back``)
-    monkeypatch.setattr(swap.fsops, "rename_new", lambda src, dst: (seen["renamed"].append(dst),
-                                                                    real_rename_new(src, dst))[1])
+    monkeypatch.setattr(swap.fsops, "rename_new", lambda src, dst, **kw: (seen["renamed"].append(dst),
+                                                                          real_rename_new(src, dst, **kw))[1])
     return seen
 
 

@@ -298,13 +298,13 @@ def _in_the_last_window(monkeypatch, prof: Path, then=None) -> list:
     done: list = []
 
     def wrap(real):
-        def call(a, b):
+        def call(a, b, **kw):  # ``kw``: the folders' descriptors (``throttle.name_in``)
             if os.fspath(b) != str(prof) or done:
-                return real(a, b)
+                return real(a, b, **kw)
             done.append(b)
             with open(prof, "ab") as f:  # reopened by name, appended, closed: after every check
                 f.write(APPENDED)
-            got = real(a, b)
+            got = real(a, b, **kw)
             if then is not None:
                 then()
             return got
@@ -342,12 +342,12 @@ from tb_footprint_plugin.storage import throttle
 logdir, op, prof, appended = sys.argv[1:5]
 
 def wrap(real):
-    def call(a, b):
+    def call(a, b, **kw):
         if os.fspath(b) != prof:
-            return real(a, b)
+            return real(a, b, **kw)
         with open(prof, "ab") as f:  # a writer's append after every check
             f.write(appended.encode())
-        real(a, b)
+        real(a, b, **kw)
         os.kill(os.getpid(), signal.SIGKILL)  # right after the original took the path
     return call
 

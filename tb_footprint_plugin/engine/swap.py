@@ -15,7 +15,7 @@ import errno
 import os
 import secrets
 import stat
-from typing import Callable, Collection, Dict, Iterable, List, Optional
+from typing import Callable, Collection, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Skip
 from tb_footprint_plugin.engine import faults
@@ -25,7 +25,8 @@ from tb_footprint_plugin.engine.journal import Journal
 from tb_footprint_plugin.engine.putback import holds_original
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.placement import (IN_PLACE, copies_begun, partial_copy, partial_put_back,
-                                                  put_in_place, resume_copy, stands_at, starts_with, version_at)
+                                                  put_in_place, resume_copy, stands_at, starts_with, version_at,
+                                                  version_in)
 from tb_footprint_plugin.engine.salvage import keep_late_records
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path
@@ -35,6 +36,7 @@ from tb_footprint_plugin.storage.files import fsync_dir, give_owner, recorded_ow
 from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256, plausible_mtime_ns
+from tb_footprint_plugin.storage.store import StoreFailure
 
 
 def removed_dirs_before(ctx: Context, rp: RunPlan) -> List[dict]:
@@ -545,23 +547,26 @@ def exchange_name(rec: dict, token: Optional[str]) -> Optional[str]:
     return os.path.join(os.path.dirname(rec["path"]), f"{RESTORE_TMP_PREFIX}exchanged-{token}-{rec['sha256'][:12]}")
 
 
-def _exchange(tmp: str, beside: str, dest: str) -> bool:
+def _exchange(tmp: str, beside: str, dest: str, dir_fd: Optional[int] = None,
+              tmp_dir_fd: Optional[int] = None) -> bool:
     """The verified temporary ``tmp`` moved to ``beside`` (create-only), then swapped with the file
     at ``dest`` in one atomic step (``throttle.exchange``): ``dest`` holds the original and
     ``beside`` the inode that stood there, with every byte written to it up to that instant (a
     rename over it would have dropped what a writer appended after the last look). True when
     done. False, ``tmp`` where it was, where it cannot be done (``beside`` taken, another file
     system, no exchange in the kernel or the file system): the caller places as before.
-    ``_Moved`` (``tmp`` back) when ``dest`` is gone meanwhile."""
+    ``_Moved`` (``tmp`` back) when ``dest`` is gone meanwhile. ``dir_fd``, ``tmp_dir_fd``: the
+    folders of ``dest`` (and ``beside``) and of ``tmp`` (``throttle.name_in``, ``_folders``)."""
     try:
-        fsops.rename_new(tmp, beside)
+        fsops.rename_new(tmp, beside, src_dir_fd=tmp_dir_fd, dst_dir_fd=dir_fd)
     except OSError:
         return False  # a name taken there (settled by the next start's put-back) or another file system
     try:
-        fsops.exchange(beside, dest)
+        fsops.exchange(beside, dest, dir_fd=dir_fd)
         return True
     except OSError as e:
-        fsops.rename_new(beside, tmp)  # back where ``restore_blob`` made it (it removes it on failure)
+        # back where ``restore_blob`` made it (it removes it on failure)
+        fsops.rename_new(beside, tmp, src_dir_fd=dir_fd, dst_dir_fd=tmp_dir_fd)
         if e.errno in fsops.NO_EXCHANGE:
             return False
         if e.errno == errno.ENOENT:
@@ -569,7 +574,34 @@ def _exchange(tmp: str, beside: str, dest: str) -> bool:
         raise
 
 
-def _where_looked(place: Callable[[str, str], None], ctx: Context, path: str, look: Optional[str],
+@contextlib.contextmanager
+def _folders(ctx: Context, path: str, tmp: str) -> Iterator[Tuple[int, int]]:
+    """Descriptors of the folder of the original's ``path`` and of its temporary ``tmp`` (one,
+    when they share it), each reached by the logdir store's walk that follows no link
+    (``PosixStore.folder``): the put-back's last look and its place are made in them, so a folder
+    on the way swapped for a link after the walk leads nothing outside the logdir (review R6 F1).
+    ``_Moved`` when the walk refuses (a link or no folder on the way now): the put-back looks
+    again, and its look refuses the link, naming it."""
+    with contextlib.ExitStack() as held:
+        try:
+            dfd = held.enter_context(ctx.store.folder(ctx.key(path)))[0]
+            tfd = dfd if os.path.dirname(tmp) == os.path.dirname(ctx.abs(path)) else \
+                held.enter_context(ctx.store.folder(ctx.key(os.path.relpath(tmp, ctx.logdir))))[0]
+        except StoreFailure:
+            raise _Moved() from None
+        yield dfd, tfd
+
+
+def _made_in(tmp: str, dir_fd: int) -> bool:
+    """Whether the folder at ``dir_fd`` holds the temporary ``tmp`` (a regular file; its name only
+    this put-back gives): else that folder is not the one the temporary was made in."""
+    try:
+        return stat.S_ISREG(os.stat(fsops.name_in(tmp, dir_fd), dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def _where_looked(place: Callable[..., None], ctx: Context, path: str, look: Optional[str],
                   stored: Optional[dict] = None, beside: Optional[str] = None,
                   exchanged: Optional[list] = None) -> Callable[[str, str], None]:
     """``place`` (the verified temporary onto ``path``), done only where ``path`` is still what the
@@ -579,18 +611,24 @@ def _where_looked(place: Callable[[str, str], None], ctx: Context, path: str, lo
     ``beside`` (``exchange_name``, where the folder renames): a file that stood there is not
     replaced but exchanged with the temporary (``_exchange``; ``beside`` appended to
     ``exchanged``), so what a writer added after the check is in the inode now at ``beside``,
-    which the put-back compares with its look."""
+    which the put-back compares with its look. The place, and the exchange, are made in the
+    folders ``_folders`` reaches after the look (its walk refuses a link on the way), once they
+    are seen to hold the temporary and, at ``path``, the version looked at: never by a path a
+    folder swapped for a link since the look would lead elsewhere (review R6 F1)."""
     def guarded(tmp: str, dest: str) -> None:
         if look is not None and not _still(ctx, path, look, stored):
             raise _Moved()
-        if look is not None and beside is not None and exchanged is not None \
-                and _exchange(tmp, ctx.abs(beside), dest):
-            exchanged.append(beside)
-            return
-        try:
-            place(tmp, dest)
-        except FileExistsError:
-            raise _Moved() from None  # a file made at the path since the look: never replaced unseen
+        with _folders(ctx, path, tmp) as (dfd, tfd):
+            if not _made_in(tmp, tfd) or look is not None and version_in(dfd, dest) != look:
+                raise _Moved()  # not the folders looked in (swapped in between), or changed since the look
+            if look is not None and beside is not None and exchanged is not None \
+                    and _exchange(tmp, ctx.abs(beside), dest, dfd, tfd):
+                exchanged.append(beside)
+                return
+            try:
+                place(tmp, dest, src_dir_fd=tfd, dst_dir_fd=dfd)
+            except FileExistsError:
+                raise _Moved() from None  # a file made at the path since the look: never replaced unseen
     return guarded
 
 
@@ -698,8 +736,7 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
             unchanged = _still(ctx, beside, look, stored)
             if not unchanged:
                 displaced = keep(beside, displaced)  # appended to after the look: its newer bytes kept too
-            fsops.unlink(ctx.abs(beside))  # stored (or the reduction's own file, which a restore removes)
-            fsync_dir(os.path.dirname(ctx.abs(beside)))
+            _remove_beside(ctx, beside)  # stored (or the reduction's own file, which a restore removes)
             if not unchanged:
                 continue  # a writer was at it: the path looked at again
         return displaced
@@ -723,9 +760,17 @@ def _settle_exchanged(ctx: Context, beside: str, rec: dict, produced: Optional[d
     got = None
     if not (holds_original(ctx.store, key, rec) or produced and holds_original(ctx.store, key, produced)):
         got = keep(beside, None)
-    fsops.unlink(ctx.abs(beside))
-    fsync_dir(os.path.dirname(ctx.abs(beside)))
+    _remove_beside(ctx, beside)
     return got
+
+
+def _remove_beside(ctx: Context, beside: str) -> None:
+    """The exchange name ``beside`` (its content checked or stored) removed, and its folder
+    fsynced, in the folder the logdir store's walk reaches (no link on the way followed:
+    ``StoreFailure``, and it stays for the next start to settle)."""
+    with ctx.store.folder(ctx.key(beside)) as (dfd, name):
+        fsops.unlink(name, dir_fd=dfd)
+        os.fsync(dfd)
 
 
 def _late_records(ctx: Context, rec: dict, produced: Optional[dict], blob: str, size: int,
