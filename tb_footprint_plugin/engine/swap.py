@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import secrets
 import stat
@@ -542,9 +543,13 @@ def exchange_name(rec: dict, token: Optional[str]) -> Optional[str]:
     ``tmp_token``, written before any temporary), and never one ``remove_put_back_temps`` removes:
     what it holds may exist nowhere else, so only ``put_back`` settles it, with the vault at hand.
     None without a token (the put-back then places as before, with no exchange)."""
-    if token is None or not RESTORE_TOKEN.fullmatch(token) or not is_sha256(rec.get("sha256")):
+    if token is None or not RESTORE_TOKEN.fullmatch(token) or not isinstance(rec.get("path"), str):
         return None
-    return os.path.join(os.path.dirname(rec["path"]), f"{RESTORE_TMP_PREFIX}exchanged-{token}-{rec['sha256'][:12]}")
+    # keyed on the path, not the content: two files of one folder holding the same original bytes
+    # get names of their own, so a killed attempt's leftover is settled as the file it stood for
+    # (review R6 F4)
+    of_path = hashlib.sha256(rec["path"].encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    return os.path.join(os.path.dirname(rec["path"]), f"{RESTORE_TMP_PREFIX}exchanged-{token}-{of_path}")
 
 
 def _exchange(tmp: str, beside: str, dest: str, dir_fd: Optional[int] = None,
@@ -563,7 +568,6 @@ def _exchange(tmp: str, beside: str, dest: str, dir_fd: Optional[int] = None,
         return False  # a name taken there (settled by the next start's put-back) or another file system
     try:
         fsops.exchange(beside, dest, dir_fd=dir_fd)
-        return True
     except OSError as e:
         # back where ``restore_blob`` made it (it removes it on failure)
         fsops.rename_new(beside, tmp, src_dir_fd=dir_fd, dst_dir_fd=tmp_dir_fd)
@@ -572,6 +576,24 @@ def _exchange(tmp: str, beside: str, dest: str, dir_fd: Optional[int] = None,
         if e.errno == errno.ENOENT:
             raise _Moved() from None  # removed since the look: looked at again
         raise
+    if not _regular_in(beside, dir_fd):
+        # the exchange swaps whatever stands at ``dest``: a folder (or a link) put there since the
+        # look would now sit under the exchange name, named by nothing (review R6 F4). Swapped
+        # back at once, the temporary returned, and the path looked at again: the look refuses it
+        fsops.exchange(beside, dest, dir_fd=dir_fd)
+        fsops.rename_new(beside, tmp, src_dir_fd=dir_fd, dst_dir_fd=tmp_dir_fd)
+        raise _Moved()
+    return True
+
+
+def _regular_in(path: str, dir_fd: Optional[int]) -> bool:
+    """Whether ``path`` (its last name in the folder ``dir_fd``, where given) is a regular file,
+    no link followed."""
+    try:
+        st = os.stat(fsops.name_in(path, dir_fd), dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(st.st_mode)
 
 
 @contextlib.contextmanager
@@ -750,12 +772,16 @@ def _settle_exchanged(ctx: Context, beside: str, rec: dict, produced: Optional[d
     original (killed before the exchange), or what stood at the path (after it), perhaps with a
     writer's newer records. Checked against the vault before it goes: the original's bytes (in the
     vault) or the reduced file's (a restore removes it) are removed; anything else is stored and
-    listed first (``keep``: returned). A thing there that is no regular file is left alone."""
+    listed first (``keep``: returned). A thing there that is no regular file (a folder a writer put
+    at the path right before the exchange, the process killed before it was swapped back) is
+    never removed nor hidden: the put-back stops naming it, the journal kept (review R6 F4)."""
     try:
         if version_at(ctx, beside) is None:
             return None
-    except TransactionError:
-        return None  # not the exchange's: left as it is (``_exchange`` then places as before)
+    except TransactionError as e:
+        raise TransactionError(f"{beside}: {e}; it is what stood at {rec['path']} when an earlier attempt of this "
+                               f"put-back was stopped: move it back to {rec['path']} (or aside), then run "
+                               "`tb-footprint recover`", Failure.REFUSED) from None
     key = ctx.key(beside)
     got = None
     if not (holds_original(ctx.store, key, rec) or produced and holds_original(ctx.store, key, produced)):
