@@ -41,8 +41,12 @@ outcome:
 Before the commit record every original is untouched; after it every original has a verified
 copy. A rollback (in-process, or by ``settle`` at the next start from any machine) puts back
 every original that is gone from its copy (create-only: never over an object written meanwhile),
-and drops the copies only when every original stands as it was: an original someone replaced in
-the logdir keeps its vault copy (the manifest says ``not_restored``; purge keeps it).
+and drops the copies only when every original stands as it was. A writer's object found at an
+original's key is a disk's writer's file (``retire.rollback_retire``): set aside beside it as
+``<key>.salvaged-NNN`` and the original put back, so the run is as it was plus the writer's
+object, nothing only in the vault. An original that could not go back (the object at its key is
+it with records appended, or a writer kept rewriting it) keeps its vault copy (the manifest says
+``not_restored``; purge keeps it).
 """
 from __future__ import annotations
 
@@ -82,8 +86,10 @@ from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcom
 from tb_footprint_plugin.engine.history import append_rolled_back
 from tb_footprint_plugin.engine.journal import Rec
 from tb_footprint_plugin.engine.journal_object import ObjectJournal, journal_entries
+from tb_footprint_plugin.engine.putback import at_free_name, begins_with
 from tb_footprint_plugin.engine.retire_rules import (KIND, RECOVERED_REASON, refused_names, restorable_retirements,
                                                     retire_line, taken_along, unnamed_runs)
+from tb_footprint_plugin.engine.salvage import salvage_name
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.storage.paths import is_sha256
@@ -306,10 +312,15 @@ class BucketRetire(one_retirement.RetireLayout):
     def put_back(self, reason: str, committed: bool) -> str:
         """Every original gone from its key copied back (``rollback``), then its change-log line
         (before the journal goes: a kill in between, recovery writes it once)."""
-        held = rollback(self.ostore, self.vault, self.jnl.doc, deleted=committed)
-        append_rolled_back(self.st.logdir_store(), [rolled_back_line(self.jnl.doc, self.out.reason)], [self.out])
-        return (f"{len(held)} object(s) were written again at their key meanwhile, e.g. {held[0]}: their originals "
-                "stay in the vault") if held else ""
+        notes: List[str] = []
+        held = rollback(self.ostore, self.vault, self.jnl.doc, deleted=committed, notes=notes)
+        # the line says what was set aside, as a disk's rolled-back manifest does
+        said = "; ".join(x for x in [self.out.reason, *notes] if x) or self.out.reason
+        append_rolled_back(self.st.logdir_store(), [rolled_back_line(self.jnl.doc, said)], [self.out])
+        if held:
+            notes.append(f"{len(held)} object(s) at their key were written again meanwhile and left as they are, e.g. "
+                         f"{held[0]}: their originals stay in the vault")
+        return "; ".join(notes)
 
     def close(self) -> None:
         must_close(self.jnl)
@@ -387,30 +398,133 @@ def _copy_back(ostore: ObjectStore, vault: BucketVault, f: dict, listed_absent: 
         raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: the copy put back does not match")
 
 
-def rollback(ostore: ObjectStore, vault: BucketVault, doc: dict, deleted: bool) -> List[str]:
+#: how many times a rollback looks at one key a writer keeps writing (each object there set aside,
+#: then the key looked at again) before it leaves the key to it: the original then stays in the
+#: vault (``not_restored``), every object it set aside stays beside the key
+SET_ASIDE_LOOKS = 7
+
+
+def _back_beside(ostore: ObjectStore, vault: BucketVault, f: dict, cur: Optional[ObjectInfo],
+                 present: Dict[str, ObjectInfo], notes: List[str]) -> bool:
+    """The original ``f`` (its copy verified) at its key again; True once it stands there.
+
+    ``cur``: what the listing found at the key. Nothing: the copy put back create-only and checked.
+    The original: nothing to do. The original with records appended to it: left as it is (those
+    records are in it; False: its copy stays). Anything else is a writer's object made while the
+    original was in the vault, the disk's rule (``retire_tree.put_back`` with ``set_aside``): it
+    is copied create-only to the first free ``<key>.salvaged-NNN`` (``_set_aside``), deleted at
+    the version copied (a writer that wrote again since keeps its newer object, set aside in its
+    turn), and the original goes back as to an empty key. A kill anywhere in between leaves the
+    writer's bytes at the key or beside it and the original in the vault: the rollback run again
+    counts a ``.salvaged-NNN`` holding them as set aside already."""
+    state = BucketState.of(ostore)
+    key = ostore.path(f["path"])
+    for _ in range(SET_ASIDE_LOOKS):
+        if cur is None:
+            try:
+                _copy_back(ostore, vault, f)
+                return True
+            except StoreFailure as e:
+                if e.code != StoreError.ALREADY_EXISTS:
+                    raise
+            cur = state.head(key)  # made since the listing: looked at as any other
+            continue
+        if _same(ostore, cur, f):
+            return True
+        if _grown(ostore, cur, f):
+            return False
+        aside = _set_aside(ostore, f["path"], cur, present)
+        if aside is not None:
+            # at the version copied, looked at first as well (the emulators ignore a delete's
+            # precondition): one written again since stays, and is set aside in its turn
+            store, k = state.where(key)
+            (res,) = store.delete([k], {k: cur.version_token})
+            if not res.ok and res.code != StoreError.PRECONDITION_FAILED:
+                raise BucketTxnError(Failure.STORE_ERROR, f"{f['path']}: its writer's object, set aside as {aside}, "
+                                     f"could not be deleted at its key ({res.message}); the original stays in the vault")
+            note = (f"{f['path']}: an object written at its key during the retirement was kept beside it as "
+                    f"{aside.rsplit('/', 1)[-1]}")
+            if note not in notes:
+                notes.append(note)
+        cur = state.head(key)  # gone (the original goes back), or written again since: set aside too
+    return False
+
+
+def _grown(ostore: ObjectStore, cur: ObjectInfo, f: dict) -> bool:
+    """Whether the object ``cur`` at ``f``'s key is the original with bytes appended after it."""
+    if cur.size <= f["size"]:
+        return False
+    sha = f.get("sha256") if is_blob_entry(f) else stream_digest(ostore, f["backup"], f["size"])
+    return is_sha256(sha) and begins_with(*BucketState.of(ostore).where(ostore.path(f["path"])), f["size"], sha)
+
+
+def _set_aside(ostore: ObjectStore, path: str, cur: ObjectInfo, present: Dict[str, ObjectInfo]) -> Optional[str]:
+    """The writer's object ``cur`` at ``path`` copied server-side, create-only and conditional on
+    its version, to the first free ``<path>.salvaged-NNN`` (the walk every store shares,
+    ``putback.at_free_name``; a name holding exactly its bytes, an interrupted rollback's copy,
+    is taken as it); that name (logdir-relative), or None when the object changed or went since
+    ``cur`` was looked at (nothing set aside: the caller looks again)."""
+    state = BucketState.of(ostore)
+    seen: Dict[str, Optional[ObjectInfo]] = {}  # what the listing or a head said of each name
+
+    def looks_free(name: str) -> bool:
+        seen[name] = present.get(name) or state.head(ostore.path(name))
+        return seen[name] is None
+
+    def place(name: str) -> bool:
+        try:
+            res = state.copy(ostore.path(path), ostore.path(name), if_source_version=cur.version_token,
+                             if_absent=True, size=cur.size)
+        except StoreFailure as e:
+            if e.code == StoreError.ALREADY_EXISTS:
+                seen[name] = state.head(ostore.path(name))  # made since the look: kept, never replaced
+                return False
+            raise
+        ok = same_content(res.checksums, content_checksums(cur))
+        if ok is None:  # no checksum in common (a copy made in parts): both read
+            ok = stream_digest(ostore, ostore.path(name), cur.size) == stream_digest(ostore, ostore.path(path), cur.size)
+        if not ok:  # never deleted at its key unless its bytes stand beside it
+            raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{path}: its copy set aside as {name} does not match it")
+        return True
+
+    def holds(name: str) -> bool:
+        info = seen.get(name)
+        if info is None or info.size != cur.size:
+            return False
+        ok = same_content(content_checksums(info), content_checksums(cur))
+        if ok is None:
+            ok = stream_digest(ostore, ostore.path(name), cur.size) == stream_digest(ostore, ostore.path(path), cur.size)
+        return bool(ok)
+
+    try:
+        return at_free_name(lambda k: salvage_name(path, k), place, holds, looks_free)[0]
+    except StoreFailure as e:
+        if e.code in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND):
+            return None  # changed or gone since it was looked at
+        raise
+
+
+def rollback(ostore: ObjectStore, vault: BucketVault, doc: dict, deleted: bool,
+             notes: Optional[List[str]] = None) -> List[str]:
     """Put back every original of an uncommitted (or undone) retirement that is gone, from its
-    verified copy, create-only; idempotent. The copies and the manifest go only when every
-    original stands as it was; an original another object replaced at its key keeps its copy
-    (returned, and named ``not_restored`` in the manifest, which purge keeps)."""
+    verified copy, create-only; idempotent. Another object standing at an original's key (a
+    writer's, made while the original was in the vault) is set aside beside it, as on a disk
+    (``_back_beside``: the writer's bytes at ``<key>.salvaged-NNN``, what was set aside said in
+    ``notes``), and the original goes back. The copies and the manifest go only when every
+    original stands as it was; an original that could not go back (the object at its key still
+    begins with it: records appended to it, kept in it as they are) keeps its copy (returned, and
+    named ``not_restored`` in the manifest, which purge keeps)."""
     held: List[str] = []
+    notes = [] if notes is None else notes
     for en in doc.get("runs", []):
         present = run_listing(ostore, vault, en["run"])
         for f in en.get("files", []):
             cur = present.get(f["path"])
-            if cur is None:
-                if not f.get("backup_checksums"):
-                    if not deleted:
-                        continue  # never copied, never deleted by us: someone else removed it
+            if not f.get("backup_checksums"):
+                if cur is None and deleted:
                     raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: gone and no verified copy of it")
-                try:
-                    _copy_back(ostore, vault, f)
-                except StoreFailure as e:
-                    if e.code != StoreError.ALREADY_EXISTS:
-                        raise
-                    cur = BucketState.of(ostore).head(ostore.path(f["path"]))
-                else:
-                    continue
-            if cur is not None and not _same(ostore, cur, f) and f.get("backup_checksums"):
+                continue  # never copied, never deleted by us: what stands there (or nothing) is someone else's
+            if not _back_beside(ostore, vault, f, cur, present, notes):
                 held.append(f["path"])
         mpath = vault.manifest(en["op"])
         if held:
@@ -455,8 +569,11 @@ def settle(ostore: ObjectStore, vault: BucketVault, journal: ObjectJournal) -> T
         except BucketTxnError as e:
             if e.code != Failure.CHANGED_SINCE_BACKUP:
                 raise
-    held = rollback(ostore, vault, doc, deleted=journal.committed())
+    notes: List[str] = []
+    held = rollback(ostore, vault, doc, deleted=journal.committed(), notes=notes)
     detail = f"stopped at step {journal.step_name}; every object of the run put back"
+    if notes:
+        detail += "; " + "; ".join(notes)
     if held:
         detail += f"; {len(held)} written again meanwhile keep their originals in the vault, e.g. {held[0]}"
     # its line, once (the process may have written it before it was killed), as a disk's recovery
