@@ -86,7 +86,7 @@ from tb_footprint_plugin.engine.retire_tree import (
     stored_file,
     stored_ok,
     tree_sha256,
-    unchanged,
+    still_recorded,
     write_retire_manifest,
 )
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
@@ -243,7 +243,7 @@ class DiskRetire(one_retirement.RetireLayout):
                 cancel.check()
                 p = ctx.abs(f["path"])
                 f["sha256"] = sha256_file(p)
-                if not unchanged(p, f):
+                if not still_recorded(ctx, f):
                     raise TransactionError(f"{f['path']}: changed while it was being read (is the run still "
                                            "being written?); left alone", Skip.ACTIVE)
                 done += f["size"]
@@ -291,7 +291,7 @@ class DiskRetire(one_retirement.RetireLayout):
         for i, f in enumerate(files):
             src, dst = ctx.abs(f["path"]), os.path.join(dest_dir, str(i))
             no_symlink(ctx, f["path"])
-            if not unchanged(src, f):
+            if not still_recorded(ctx, f):
                 raise TransactionError(f"{f['path']}: changed during the retirement (is the run still being written?)",
                                        Skip.ACTIVE)
             if same_fs:
@@ -327,7 +327,7 @@ class DiskRetire(one_retirement.RetireLayout):
             return
         for f in self.begin_rec["files"]:
             no_symlink(self.ctx, f["path"])
-            if not unchanged(self.ctx.abs(f["path"]), f):
+            if not still_recorded(self.ctx, f):
                 raise TransactionError(f"{f['path']}: changed during the retirement (is the run still being written?)",
                                        Skip.ACTIVE)
 
@@ -345,7 +345,7 @@ class DiskRetire(one_retirement.RetireLayout):
             for i, f in enumerate(begin["files"]):
                 src = ctx.abs(f["path"])
                 no_symlink(ctx, f["path"])
-                if not unchanged(src, f):
+                if not still_recorded(ctx, f):
                     raise TransactionError(f"{f['path']}: changed during the retirement (is the run still being "
                                            "written?)", Skip.ACTIVE)
                 os.unlink(src)

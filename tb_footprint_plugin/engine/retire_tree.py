@@ -44,6 +44,8 @@ from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
 from tb_footprint_plugin.storage.paths import is_within, plausible_mtime_ns
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.private import NotPrivate, check_private_dir
+from tb_footprint_plugin.storage.store import StoreFailure
+from tb_footprint_plugin.storage.store_posix import version_token
 from tb_footprint_plugin.version import __version__
 
 RETIRED = "retired"
@@ -174,8 +176,22 @@ def inventory(ctx: Context, run: str) -> Tuple[List[dict], List[dict]]:
     return files, dirs
 
 
+def still_recorded(ctx: Context, f: dict) -> bool:
+    """The run's file ``f`` is still the version its retirement recorded, by the one rule
+    (``Store.version``: inode, size and mtime, asked through the logdir's store, so a link at the
+    path or on the way is never followed: a changed file). A record without its inode (a journal
+    an earlier release wrote) is compared by size and mtime, as then."""
+    if not isinstance(f.get("ino"), int):
+        return unchanged(ctx.abs(f["path"]), f)
+    try:
+        return ctx.store.version(ctx.key(f["path"])) == version_token(f["ino"], f["size"], f["mtime_ns"])
+    except StoreFailure:
+        return False
+
+
 def unchanged(path: str, f: dict) -> bool:
-    """``path`` is still the regular file ``f`` records: its size and mtime."""
+    """``path`` is still the regular file ``f`` records: its size and mtime (a copy put back, a new
+    inode, is compared so; the run's own file by ``still_recorded``)."""
     try:
         st = os.lstat(path)
     except OSError:
@@ -427,6 +443,6 @@ def tree_size(d: str) -> int:
 
 
 __all__ = ["RETIRED", "OP_ID_RE", "StandsThere", "retired_dir", "stored_file", "check_retired_dir", "drop_retired", "rel_ok",
-           "check_record", "tree_sha256", "inventory", "unchanged", "grown", "sized", "chmod_dirs", "put_back",
+           "check_record", "tree_sha256", "inventory", "unchanged", "still_recorded", "grown", "sized", "chmod_dirs", "put_back",
            "stored_ok", "write_retire_manifest", "retirements", "is_restorable_retirement", "retired_now",
            "retirement_recorded", "tree_size"]
