@@ -933,7 +933,9 @@ def cmd_restore(args) -> int:
             print(_outcome_line(o))
         if not outs:
             print("nothing to restore")
-    return EXIT_OK if all(o.status == Outcome.RESTORED or o.code == Skip.ALREADY_RESTORED for o in outs) else EXIT_FAILED
+    # restored with an original left in the vault (another file stood at its path): not back either
+    return EXIT_OK if all(o.status == Outcome.RESTORED and o.code != Finding.NOT_RESTORED
+                          or o.code == Skip.ALREADY_RESTORED for o in outs) else EXIT_FAILED
 
 
 def _restore_call(api, args, call: dict, on_outcome, cancel) -> list:
@@ -1437,7 +1439,9 @@ EXIT_ONE = {
     "reduce": "some run failed or was rolled back (each said with its code), or an error stopped it",
     "verify": "a check failed or a backup is damaged, or an error stopped it",
     "restore": "some run was not restored (each said with its code; a skipped one too — a locked run, a file held "
-               "open for writing: you asked for the originals and they are not back), or an error stopped it",
+               "open for writing: you asked for the originals and they are not back), or was restored with an "
+               "original left in the vault because another file stood at its path (`not_restored`; `tb-footprint "
+               "status` says how to bring it back), or an error stopped it",
     "purge": "a backup was kept for an error (a full disk, a run lock it could not take), or what it would "
              "delete changed while the question was open (nothing deleted), or an error stopped it",
     "retire": "some run failed or was rolled back (each said with its code), or an error stopped it; a run left "

@@ -116,7 +116,9 @@ export class OperationsView {
 }
 
 /** Bytes a restore (or a rollback) found where a file belonged and kept in the vault: late
- * records written to a reduced file among them. What each holds, and the command that brings it back. */
+ * records written to a reduced file among them; and the originals a restore left in the vault
+ * because another file stood at their path (code not_restored). What each holds, and the command
+ * that brings it back. */
 function keptBlobsBox(blobs) {
   if (!blobs.length) return null;
   const failed = blobs.filter((b) => b.error);
@@ -124,7 +126,8 @@ function keptBlobsBox(blobs) {
   return el('div', {class: 'plan-box kept-blobs'},
     el('h3', {text: 'Kept in the vault in a file\'s place (' + rows.length + ')'}),
     el('p', {class: 'muted', text: 'A restore never overwrites what it finds where an original goes back: those bytes ' +
-      '(records written after the reduction, for one) are kept here, each with the command that copies it back.'}),
+      '(records written after the reduction, for one) are kept here; where another file stands at the path, the ' +
+      'original itself stays here instead [not_restored]. Each comes with the command that copies it back.'}),
     failed.map((b) => el('div', {class: 'bad', text: 'Could not list them: ' + b.error})),
     rows.length ? el('table', {class: 'table kept-blobs-table'},
       el('thead', {}, el('tr', {}, ['Run', 'What it holds', 'Size', 'Bring it back'].map((h) => el('th', {text: h})))),

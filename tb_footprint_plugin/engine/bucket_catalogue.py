@@ -25,7 +25,8 @@ from tb_footprint_plugin.engine.checks import unchecked
 from tb_footprint_plugin.engine.context import CancelToken
 from tb_footprint_plugin.engine.journal_object import pending_objects
 from tb_footprint_plugin.engine.trust import Untrusted
-from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
+from tb_footprint_plugin.scan.categories import is_summary_event_file_name
+from tb_footprint_plugin.storage.paths import STATE_DIR_NAME, is_op_id
 from tb_footprint_plugin.storage.remote import content_checksums, map_ordered, same_content
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_object import ObjectStore, listing_of
@@ -354,7 +355,8 @@ def kept_objects(ostore: ObjectStore, vault: BucketVault, found: Optional[List[d
     """Every object a restore kept in the vault in a file's place (the reduced object with records
     written after the reduction), as ``status`` lists them for a local logdir: what it holds,
     where its records went back into the run, whether it is still there and how to bring it back.
-    Manifests are untrusted: an entry naming a key outside the vault's ``kept/`` is not listed."""
+    Manifests are untrusted: an entry naming a key outside the vault's ``kept/`` is not listed.
+    The originals a restore left in the vault (``not_restored``) are listed too (``_left_in_vault``)."""
     out = []
     for m in found if found is not None else manifests(ostore, vault):
         for d in m.get("displaced") or []:
@@ -382,4 +384,42 @@ def kept_objects(ostore: ObjectStore, vault: BucketVault, found: Optional[List[d
                         "late_records": late.get("records", 0), "late_records_file": late.get("file"),
                         "holds": holds,
                         "bring_back": f"{_COPY_COMMAND.get(ostore.scheme, 'copy')} {blob} {dest}"})
+        out += _left_in_vault(ostore, vault, m)
+    return out
+
+
+def _left_in_vault(ostore: ObjectStore, vault: BucketVault, m: dict) -> List[dict]:
+    """The originals restored operation ``m`` (a retirement's, a reduction's) left in the vault
+    (``not_restored``: another object stood at the key), each its own ``kept_objects`` row, as a
+    disk's ``restore.kept_blobs`` lists a retirement's: its backup is the only copy, which nothing
+    else lists once the run is back. The manifest is untrusted: a path not a string, with no
+    entry, or whose backup is no plain key under the vault's ``blobs/`` is not listed. An original
+    kept in a blob folder (``--backup-dir``) has no object to copy: not listed here (purge keeps it)."""
+    held = m.get("not_restored")
+    if not m.get("restored_by") or not isinstance(held, list):
+        return []
+    backups = {}
+    for f in m.get("files") or []:
+        if isinstance(f, dict) and isinstance(f.get("path"), str) and not is_blob_entry(f) \
+                and names_our_backup(vault, f):
+            backups.setdefault(f["path"], f)
+    out = []
+    for p in dict.fromkeys(h for h in held if isinstance(h, str) and h in backups):
+        f = backups[p]
+        folder, name = p.rsplit("/", 1) if "/" in p else ("", p)
+        try:  # an event file's copy under a name TensorBoard does not read (its records would show twice)
+            dest = ostore.url_of(f"{folder + '/' if folder else ''}kept-{m['op_id']}.tfrecord"
+                                 if is_summary_event_file_name(name) else p + ".kept")
+        except ValueError:  # a path that is not a plain key of the logdir: never shown as one
+            continue
+        blob = vault_url(ostore, f["backup"])
+        size = f.get("size") if isinstance(f.get("size"), int) else None
+        restore_op = m.get("restored_by")
+        out.append({"op_id": restore_op if is_op_id(restore_op) else m["op_id"], "kind": "restore",
+                    "of_op": m["op_id"], "run": m["run"], "path": p, "sha256": None, "size": size, "blob": blob,
+                    "present": BucketState.of(ostore).head(f["backup"]) is not None,
+                    "code": Finding.NOT_RESTORED, "late_records": 0, "late_records_file": None,
+                    "holds": f"{p}'s original, not put back by its restore: another file stood there"
+                             + (f" ({size} bytes)" if size is not None else ""),
+                    "bring_back": f"{_COPY_COMMAND.get(ostore.scheme, 'copy')} {blob} {dest}"})
     return out

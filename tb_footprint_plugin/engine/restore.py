@@ -20,6 +20,7 @@ import os
 import secrets
 import shlex
 import shutil
+import stat
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -48,6 +49,8 @@ from tb_footprint_plugin.engine.journal import Journal, RunLocked
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
 from tb_footprint_plugin.engine.swap import (copies_begun, folder_times, make_dirs, put_back, put_back_token,
                                              settle_dirs, settle_folder_times)
+from tb_footprint_plugin.engine.retire_rules import KIND as RETIRE_KIND
+from tb_footprint_plugin.engine.retire_tree import stored_file
 from tb_footprint_plugin.engine.restore_staged import (Prepared, PreparedVault, checked_in_place, prepare_streamed,
                                                        remove_restore_temps, temp_folder)
 from tb_footprint_plugin.engine.vault_reads import blob_unreadable, read_roots, slim
@@ -56,7 +59,7 @@ from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage.blobstore import BlobFailure
 from tb_footprint_plugin.storage.access import access_refusal, is_permission_error
-from tb_footprint_plugin.storage.paths import is_within
+from tb_footprint_plugin.storage.paths import is_op_id, is_within, real_within
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.verify.records import check_file
@@ -572,11 +575,59 @@ def kept_blobs(ctx: Context, manifests: List[dict]) -> List[dict]:
                 # an event file's copy under a name TensorBoard does not read: its records would
                 # show twice next to the restored original
                 "bring_back": ("zstd -d " if form == "zst" else "cp --preserve=timestamps ")
-                + shlex.quote(blob) + (" -o " if form == "zst" else " ") + shlex.quote(
-                    os.path.join(os.path.dirname(ctx.abs(d["path"])), f"kept-{sha[:12]}.tfrecord")
-                    if is_summary_event_file_name(os.path.basename(d["path"])) else ctx.abs(d["path"]) + ".kept"),
+                + shlex.quote(blob) + (" -o " if form == "zst" else " ") + shlex.quote(_kept_name(ctx, d["path"], sha)),
             })
+        out += _left_in_vault(ctx, m)
     return out
+
+
+def _left_in_vault(ctx: Context, m: dict) -> List[dict]:
+    """The originals restored retirement ``m`` left in the vault (``not_restored``: another file
+    stood at the path, ``retire.unretire_commit``), each its own ``kept_blobs`` row: its
+    ``files/<n>`` is the only copy, which nothing else lists once the run is back. The manifest is
+    untrusted: a path not a string, with no entry of the tree, or outside the logdir is not listed;
+    the copy's place is derived from the vault the manifest was found in and its checked op id."""
+    held = m.get("not_restored")
+    if m.get("kind") != RETIRE_KIND or not m.get("restored_by") or not isinstance(held, list):
+        return []
+    tree = m.get("tree") if isinstance(m.get("tree"), list) else []
+    index = {f["path"]: (i, f) for i, f in enumerate(tree) if isinstance(f, dict) and isinstance(f.get("path"), str)}
+    out = []
+    for p in dict.fromkeys(h for h in held if isinstance(h, str) and h in index):
+        i, f = index[p]
+        try:
+            vault = Vault(m["vault"])
+            blob = stored_file(vault, m["op_id"], i)
+            dest = _kept_name(ctx, p, f.get("sha256") if isinstance(f.get("sha256"), str) else m["op_id"])
+        except (KeyError, OSError, ValueError, TypeError):
+            continue  # an untrusted record: never a path
+        if not is_within(blob, vault.root):
+            continue
+        try:  # a regular file of the vault's own, never a link followed
+            present = stat.S_ISREG(os.lstat(blob).st_mode) and real_within(blob, vault.root)
+        except OSError:
+            present = False
+        size = f.get("size") if isinstance(f.get("size"), int) and not isinstance(f.get("size"), bool) else None
+        restore_op = m.get("restored_by")
+        out.append({
+            # named as the restore's history line names it (``retire_rules.unretire_line``)
+            "op_id": restore_op if is_op_id(restore_op) else m["op_id"], "kind": "restore", "of_op": m["op_id"],
+            "run": m.get("run"), "path": p, "sha256": f.get("sha256") if isinstance(f.get("sha256"), str) else None,
+            "size": size, "blob": blob, "present": present, "code": Finding.NOT_RESTORED,
+            "late_records": 0, "late_records_file": None,
+            "holds": f"{p}'s original, not put back by its restore: another file stood there"
+                     + (f" ({human_bytes(size)})" if size is not None else ""),
+            "bring_back": "cp --preserve=timestamps " + shlex.quote(blob) + " " + shlex.quote(dest),
+        })
+    return out
+
+
+def _kept_name(ctx: Context, path: str, tag: str) -> str:
+    """Where a kept copy of ``path`` is brought back: beside it, under a name TensorBoard does not
+    read for event files (an event file's records would show twice next to the one standing)."""
+    if is_summary_event_file_name(os.path.basename(path)):
+        return os.path.join(os.path.dirname(ctx.abs(path)), f"kept-{tag[:12]}.tfrecord")
+    return ctx.abs(path) + ".kept"
 
 
 def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=frozenset(),
