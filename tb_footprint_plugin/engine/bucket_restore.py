@@ -326,7 +326,7 @@ class ObjectRestore(ObjectPutBack):
         # what it found in the originals' places first (the one rule of every store), else: an
         # object store keeps no modification time or mode of a file, a restored object is dated
         # by the store at the copy, and the report says so (bytes are checked above)
-        out.code = restore_code(displaced, Finding.MTIME_NOT_KEPT)
+        out.code = restore_code(displaced, Finding.MTIME_NOT_KEPT, left_in_vault=conflicts)
         out.reason = (restored_said(len(out.created_files), "checksums") + "; the object store keeps no file "
                       "modification times or modes: restored objects are dated now")
         out.reason += late_records_said(displaced)

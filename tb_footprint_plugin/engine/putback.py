@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-from typing import BinaryIO, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import BinaryIO, Callable, Collection, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import retire_rules
@@ -226,11 +226,16 @@ def writer_met(code: Code, words: str, started: bool = False) -> Tuple[str, Code
     return (Outcome.FAILED if started else Outcome.SKIPPED), code, words
 
 
-def restore_code(displaced: List[dict], default: Optional[str] = None) -> Optional[str]:
-    """The code of a restore from what it found in the originals' places (``displaced``):
-    records put back into the run (``late_records_restored``), else bytes kept in the vault
-    (``displaced_kept``: a disk's blob, ``sha256``, or a bucket's kept object, ``kept``), else ``default`` (the store's own finding: a bucket's
-    ``mtime_not_kept``; a disk's None)."""
+def restore_code(displaced: List[dict], default: Optional[str] = None, left_in_vault: Collection[str] = ()) -> Optional[str]:
+    """The code of a restore from what it found in the originals' places: an original left in the
+    vault because another file stood at its path (``left_in_vault``, the manifest's
+    ``not_restored``: ``not_restored``, first — an original asked for is not back, and the CLI's
+    restore exits 1 for it), else from ``displaced``: records put back into the run
+    (``late_records_restored``), else bytes kept in the vault (``displaced_kept``: a disk's blob,
+    ``sha256``, or a bucket's kept object, ``kept``), else ``default`` (the store's own finding: a
+    bucket's ``mtime_not_kept``; a disk's None)."""
+    if left_in_vault:
+        return Finding.NOT_RESTORED
     if any(d.get("late_records") for d in displaced):
         return Finding.LATE_RECORDS_RESTORED
     if any(d.get("sha256") or d.get("kept") for d in displaced):
