@@ -19,14 +19,14 @@ from tb_footprint_plugin.engine.bucket_state import (
     vault_url,
 )
 from tb_footprint_plugin.engine.bucket_steps import in_place, staged_match
-from tb_footprint_plugin.engine.catalogue_rules import backup_kept, removed_bytes
+from tb_footprint_plugin.engine.catalogue_rules import backup_kept, left_in_vault, left_row, removed_bytes
 from tb_footprint_plugin.engine.retire_rules import KIND, retire_line, unretire_line
 from tb_footprint_plugin.engine.checks import unchecked
 from tb_footprint_plugin.engine.context import CancelToken
 from tb_footprint_plugin.engine.journal_object import pending_objects
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
-from tb_footprint_plugin.storage.paths import STATE_DIR_NAME, is_op_id
+from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.remote import content_checksums, map_ordered, same_content
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_object import ObjectStore, listing_of
@@ -395,16 +395,13 @@ def _left_in_vault(ostore: ObjectStore, vault: BucketVault, m: dict) -> List[dic
     else lists once the run is back. The manifest is untrusted: a path not a string, with no
     entry, or whose backup is no plain key under the vault's ``blobs/`` is not listed. An original
     kept in a blob folder (``--backup-dir``) has no object to copy: not listed here (purge keeps it)."""
-    held = m.get("not_restored")
-    if not m.get("restored_by") or not isinstance(held, list):
-        return []
-    backups = {}
+    backups: dict = {}
     for f in m.get("files") or []:
         if isinstance(f, dict) and isinstance(f.get("path"), str) and not is_blob_entry(f) \
                 and names_our_backup(vault, f):
             backups.setdefault(f["path"], f)
     out = []
-    for p in dict.fromkeys(h for h in held if isinstance(h, str) and h in backups):
+    for p in left_in_vault(m, backups):
         f = backups[p]
         folder, name = p.rsplit("/", 1) if "/" in p else ("", p)
         try:  # an event file's copy under a name TensorBoard does not read (its records would show twice)
@@ -413,13 +410,7 @@ def _left_in_vault(ostore: ObjectStore, vault: BucketVault, m: dict) -> List[dic
         except ValueError:  # a path that is not a plain key of the logdir: never shown as one
             continue
         blob = vault_url(ostore, f["backup"])
-        size = f.get("size") if isinstance(f.get("size"), int) else None
-        restore_op = m.get("restored_by")
-        out.append({"op_id": restore_op if is_op_id(restore_op) else m["op_id"], "kind": "restore",
-                    "of_op": m["op_id"], "run": m["run"], "path": p, "sha256": None, "size": size, "blob": blob,
-                    "present": BucketState.of(ostore).head(f["backup"]) is not None,
-                    "code": Finding.NOT_RESTORED, "late_records": 0, "late_records_file": None,
-                    "holds": f"{p}'s original, not put back by its restore: another file stood there"
-                             + (f" ({size} bytes)" if size is not None else ""),
-                    "bring_back": f"{_COPY_COMMAND.get(ostore.scheme, 'copy')} {blob} {dest}"})
+        size = f.get("size") if isinstance(f.get("size"), int) and not isinstance(f.get("size"), bool) else None
+        out.append(left_row(m, p, size, None, blob, BucketState.of(ostore).head(f["backup"]) is not None,
+                            f"{_COPY_COMMAND.get(ostore.scheme, 'copy')} {blob} {dest}"))
     return out

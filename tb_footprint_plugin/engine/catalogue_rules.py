@@ -9,10 +9,12 @@ every field is read with ``get``.
 """
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Mapping, Optional
 
-from tb_footprint_plugin.codes import Outcome
+from tb_footprint_plugin.codes import Finding, Outcome
 from tb_footprint_plugin.engine import retire_rules
+from tb_footprint_plugin.fmt import human_bytes
+from tb_footprint_plugin.storage.paths import is_op_id
 
 
 def is_verified_reduction(m: dict) -> bool:
@@ -96,5 +98,30 @@ def summarize_operations(manifests: List[dict]) -> List[dict]:
     return out
 
 
+def left_in_vault(m: dict, entries: Mapping[str, object]) -> List[str]:
+    """The paths whose originals restored operation ``m`` left in the vault (``not_restored``:
+    another file stood at the path), in order, once each, on every store. The manifest is
+    untrusted: only a path that is a string and one of the operation's own ``entries`` (its
+    tree's, its files') is named."""
+    held = m.get("not_restored")
+    if not m.get("restored_by") or not isinstance(held, list):
+        return []
+    return list(dict.fromkeys(h for h in held if isinstance(h, str) and h in entries))
+
+
+def left_row(m: dict, path: str, size: Optional[int], sha256: Optional[str], blob: str, present: bool,
+             bring_back: str) -> dict:
+    """The ``kept_blobs`` row of an original ``m``'s restore left in the vault at ``blob`` (a
+    disk's ``files/<n>``, a bucket's copy), the same fields on every store as a displaced
+    content's row: named as the restore's history line names it, coded ``not_restored``."""
+    restore_op = m.get("restored_by")
+    return {"op_id": restore_op if is_op_id(restore_op) else m["op_id"], "kind": "restore", "of_op": m["op_id"],
+            "run": m.get("run"), "path": path, "sha256": sha256, "size": size, "blob": blob, "present": present,
+            "code": Finding.NOT_RESTORED, "late_records": 0, "late_records_file": None,
+            "holds": f"{path}'s original, not put back by its restore: another file stood there"
+                     + (f" ({human_bytes(size)})" if size is not None else ""),
+            "bring_back": bring_back}
+
+
 __all__ = ["backup_kept", "is_kept", "is_verified_reduction", "operation_summary", "removed_bytes",
-           "summarize_operations"]
+           "summarize_operations", "left_in_vault", "left_row"]

@@ -41,6 +41,7 @@ from tb_footprint_plugin.engine.context import (
     no_symlink,
     reason_of,
 )
+from tb_footprint_plugin.engine.catalogue_rules import left_in_vault, left_row
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.putback import (backups_refusal, holds_original, kept_said, late_records_said, left_said,
                                                  restore_code, restore_outcome, restore_refusal, restored_said,
@@ -59,7 +60,7 @@ from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage.blobstore import BlobFailure
 from tb_footprint_plugin.storage.access import access_refusal, is_permission_error
-from tb_footprint_plugin.storage.paths import is_op_id, is_within, real_within
+from tb_footprint_plugin.storage.paths import is_within, real_within
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.verify.records import check_file
@@ -587,13 +588,12 @@ def _left_in_vault(ctx: Context, m: dict) -> List[dict]:
     ``files/<n>`` is the only copy, which nothing else lists once the run is back. The manifest is
     untrusted: a path not a string, with no entry of the tree, or outside the logdir is not listed;
     the copy's place is derived from the vault the manifest was found in and its checked op id."""
-    held = m.get("not_restored")
-    if m.get("kind") != RETIRE_KIND or not m.get("restored_by") or not isinstance(held, list):
+    if m.get("kind") != RETIRE_KIND:
         return []
     tree = m.get("tree") if isinstance(m.get("tree"), list) else []
     index = {f["path"]: (i, f) for i, f in enumerate(tree) if isinstance(f, dict) and isinstance(f.get("path"), str)}
     out = []
-    for p in dict.fromkeys(h for h in held if isinstance(h, str) and h in index):
+    for p in left_in_vault(m, index):
         i, f = index[p]
         try:
             vault = Vault(m["vault"])
@@ -608,17 +608,8 @@ def _left_in_vault(ctx: Context, m: dict) -> List[dict]:
         except OSError:
             present = False
         size = f.get("size") if isinstance(f.get("size"), int) and not isinstance(f.get("size"), bool) else None
-        restore_op = m.get("restored_by")
-        out.append({
-            # named as the restore's history line names it (``retire_rules.unretire_line``)
-            "op_id": restore_op if is_op_id(restore_op) else m["op_id"], "kind": "restore", "of_op": m["op_id"],
-            "run": m.get("run"), "path": p, "sha256": f.get("sha256") if isinstance(f.get("sha256"), str) else None,
-            "size": size, "blob": blob, "present": present, "code": Finding.NOT_RESTORED,
-            "late_records": 0, "late_records_file": None,
-            "holds": f"{p}'s original, not put back by its restore: another file stood there"
-                     + (f" ({human_bytes(size)})" if size is not None else ""),
-            "bring_back": "cp --preserve=timestamps " + shlex.quote(blob) + " " + shlex.quote(dest),
-        })
+        out.append(left_row(m, p, size, f.get("sha256") if isinstance(f.get("sha256"), str) else None, blob, present,
+                            "cp --preserve=timestamps " + shlex.quote(blob) + " " + shlex.quote(dest)))
     return out
 
 
