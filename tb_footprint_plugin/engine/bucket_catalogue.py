@@ -2,6 +2,7 @@
 objects restores kept, and the re-check of kept reductions without downloading."""
 from __future__ import annotations
 
+import hashlib
 import heapq
 import os
 from typing import Callable, Iterable, Iterator, List, Optional, Set, Tuple
@@ -372,9 +373,8 @@ def kept_objects(ostore: ObjectStore, vault: BucketVault, found: Optional[List[d
                           f"which are back in the run as {late['file']}")
             # an event file's copy under a name TensorBoard does not read: its records would show
             # twice next to the restored original
-            folder = d["path"].rsplit("/", 1)[0] + "/" if "/" in d["path"] else ""
             try:
-                dest = ostore.url_of(f"{folder}kept-{m['op_id']}.tfrecord")
+                dest = ostore.url_of(kept_key(d["path"], m["op_id"]))
             except ValueError:  # a path that is not a plain key of the logdir: never shown as one
                 continue
             out.append({"op_id": m["op_id"], "kind": "restore", "of_op": m["op_id"], "run": m["run"],
@@ -386,6 +386,15 @@ def kept_objects(ostore: ObjectStore, vault: BucketVault, found: Optional[List[d
                         "bring_back": f"{_COPY_COMMAND.get(ostore.scheme, 'copy')} {blob} {dest}"})
         out += _left_in_vault(ostore, vault, m)
     return out
+
+
+def kept_key(path: str, op_id: str) -> str:
+    """The key beside event file ``path`` a kept copy of it is brought back to: a name TensorBoard
+    does not read (its records would show twice next to the file standing there), one of its own
+    for each path of an operation (two kept event files of one folder never share one; review R6)."""
+    folder = path.rsplit("/", 1)[0] + "/" if "/" in path else ""
+    tag = hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    return f"{folder}kept-{op_id}-{tag}.tfrecord"
 
 
 def _left_in_vault(ostore: ObjectStore, vault: BucketVault, m: dict) -> List[dict]:
@@ -403,10 +412,9 @@ def _left_in_vault(ostore: ObjectStore, vault: BucketVault, m: dict) -> List[dic
     out = []
     for p in left_in_vault(m, backups):
         f = backups[p]
-        folder, name = p.rsplit("/", 1) if "/" in p else ("", p)
-        try:  # an event file's copy under a name TensorBoard does not read (its records would show twice)
-            dest = ostore.url_of(f"{folder + '/' if folder else ''}kept-{m['op_id']}.tfrecord"
-                                 if is_summary_event_file_name(name) else p + ".kept")
+        try:
+            dest = ostore.url_of(kept_key(p, m["op_id"]) if is_summary_event_file_name(p.rsplit("/", 1)[-1])
+                                 else p + ".kept")
         except ValueError:  # a path that is not a plain key of the logdir: never shown as one
             continue
         blob = vault_url(ostore, f["backup"])

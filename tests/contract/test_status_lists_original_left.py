@@ -87,3 +87,28 @@ def test_an_untrusted_not_restored_lists_nothing_it_cannot_name(scalar_runs_on):
     tree = [dict(f, path="../outside.txt") if f["path"] == "b/notes.txt" else f for f in m["tree"]]
     assert kept_blobs(ctx, [dict(m, tree=tree, not_restored=["../outside.txt"])]) == []
     assert kept_blobs(ctx, [dict(m, restored_by=None)]) == []
+
+
+@pytest.mark.parametrize("store", KINDS)
+def test_two_event_files_left_in_one_folder_are_brought_back_to_names_of_their_own(store, scalar_runs_on):
+    """Review R6: a bucket's bring-back named every kept event file of an operation
+    ``kept-<op>.tfrecord`` in its folder, so the second command overwrote the first's copy."""
+    url = scalar_runs_on(store, runs=("a", "b"), steps=2)
+    st = open_store(url)
+    names = ("b/events.out.tfevents.1.host.1", "b/events.out.tfevents.2.host.2")
+    for i, name in enumerate(names):
+        st.put(name, ORIGINAL + bytes([i]))
+    assert api.retire(url, api.retire_rule(runs=["b"]), dry_run=False, quiet_period=0).ok
+
+    def stand():
+        for name in names:
+            st.put(name, STANDING)
+
+    faults.arm("unretire.journal", stand)
+    [o] = api.restore(url, run="b")
+    faults.disarm_all()
+    assert (o.status, o.code) == (Outcome.RESTORED, Finding.NOT_RESTORED), o.to_dict()
+    rows = [k for k in api.status(url)["kept_blobs"] if k["code"] == Finding.NOT_RESTORED]
+    assert sorted(k["path"] for k in rows) == sorted(names), rows
+    dests = [shlex.split(k["bring_back"])[-1] for k in rows]
+    assert len(set(dests)) == 2 and not [d for d in dests if "tfevents" in os.path.basename(d)], dests
