@@ -142,7 +142,7 @@ class RetireLayout(abc.ABC):
         """Once, last: release what the retirement held (its locks)."""
 
 
-class Retire(txn.Txn):
+class Retire(txn.OverLayout, txn.Txn):
     """The one retirement transaction, on every store (the module doc): the order, the records
     before each destructive step, the outcome's fields and codes; ``layout`` does the rest."""
 
@@ -260,14 +260,6 @@ class Retire(txn.Txn):
 
     def unwind(self) -> None:
         self.layout.unwind()
-
-    def end(self) -> None:
-        """Once: what the layout held released, the duration noted."""
-        if self.ended:
-            return
-        self.ended = True
-        self.layout.release()
-        self.out.duration_s = round(time.monotonic() - self.t0, 3)
 
 
 def retire(layout: RetireLayout, cancel: Optional[CancelToken] = None,

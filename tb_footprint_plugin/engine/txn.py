@@ -31,6 +31,7 @@ crash would stop the process.
 from __future__ import annotations
 
 import abc
+import time
 from typing import Callable, Optional, Tuple, Type
 
 from tb_footprint_plugin.engine import faults
@@ -145,6 +146,20 @@ class Txn(abc.ABC):
 
     def end(self) -> None:
         """Always last, whatever happened: release what is held for the transaction's life."""
+
+
+class OverLayout:
+    """What a transaction over a store's layout does last, written once (``retire_run.Retire``,
+    ``unretire_run.Unretire``; they set ``layout``, ``out``, ``t0`` and ``ended``): once, whatever
+    happened, what the layout held released, then the duration noted on the outcome."""
+
+    def end(self) -> None:
+        """Once: what the layout held released, the duration noted."""
+        if self.ended:
+            return
+        self.ended = True
+        self.layout.release()
+        self.out.duration_s = round(time.monotonic() - self.t0, 3)
 
 
 class PutBack(Txn):
@@ -331,4 +346,4 @@ def _hit(txn: Txn, step: str) -> None:
         faults.hit(name)
 
 
-__all__ = ["CANCELLABLE", "NotStarted", "Purge", "PurgeSteps", "PutBack", "Report", "STEPS", "Settled", "Txn", "intent_hook", "run"]
+__all__ = ["OverLayout", "CANCELLABLE", "NotStarted", "Purge", "PurgeSteps", "PutBack", "Report", "STEPS", "Settled", "Txn", "intent_hook", "run"]

@@ -125,7 +125,7 @@ class UnretireLayout(abc.ABC):
         """Once, last: release what the restore held (its locks)."""
 
 
-class Unretire(txn.PutBack):
+class Unretire(txn.OverLayout, txn.PutBack):
     """The one restore of a retired run, on every store (the module doc): the order, the op id,
     the cancel point, the status; ``layout`` does the rest."""
 
@@ -199,14 +199,6 @@ class Unretire(txn.PutBack):
 
     def incomplete(self, error: BaseException) -> None:
         raise error  # pragma: no cover - ``rollback`` settles its own failures
-
-    def end(self) -> None:
-        """Once: what the layout held released, the duration noted."""
-        if self.ended:
-            return
-        self.ended = True
-        self.layout.release()
-        self.out.duration_s = round(time.monotonic() - self.t0, 3)
 
 
 def unretire(layout: UnretireLayout, cancel: Optional[CancelToken] = None,
