@@ -69,13 +69,41 @@ def batch(logdir: str, workers: int) -> dict:
     wall = time.perf_counter() - t
     verified = 0
     others = []
+    failed = [why_failed(i, workers, p.returncode, out, err) for i, (p, (out, err)) in enumerate(zip(procs, outs))
+              if p.returncode != 0]
+    if failed:
+        raise SystemExit("\n".join(failed))
     for p, (out, err) in zip(procs, outs):
-        if p.returncode != 0:
-            raise SystemExit(f"worker failed ({p.returncode}): {err[-2000:]}")
         outcomes = json.loads(out)["outcomes"]
         verified += sum(o["status"] == "verified" for o in outcomes)
         others += [(o["run"], o["status"], o.get("code"), o.get("reason")) for o in outcomes if o["status"] != "verified"]
     return {"workers": workers, "seconds": wall, "verified": verified, "others": others}
+
+
+def why_failed(index: int, workers: int, rc: int, out: str, err: str) -> str:
+    """What a failed worker said, so a failure of the batch says why (an exit 1 with --json and an
+    empty stderr is a run failed, rolled back or left unread, named only in its stdout): its
+    non-verified outcomes (run, status, code, reason), the error it reported as JSON, the
+    start-up recoveries not completed, its ledger problems, and the tail of its stderr."""
+    lines = [f"the worker of shard {index}/{workers} failed (exit {rc})"]
+    try:
+        doc = json.loads(out)
+    except ValueError:
+        doc = None
+        lines.append(f"  stdout (not JSON), tail: {out[-1000:]!r}")
+    for d in doc if isinstance(doc, list) else [doc] if isinstance(doc, dict) else []:
+        if isinstance(d.get("error"), dict):
+            lines.append(f"  error: {d['error']}")
+        for o in d.get("outcomes") or ():
+            if o.get("status") != "verified":
+                lines.append(f"  {o.get('run')}: {o.get('status')} [{o.get('code')}] {o.get('reason')}")
+        for r in d.get("recovered") or ():
+            if r.get("action") != "completed":
+                lines.append(f"  recovered at start: {r}")
+        for problem in d.get("ledger_problems") or ():
+            lines.append(f"  ledger problem: {problem}")
+    lines.append(f"  stderr, tail: {err[-2000:]!r}" if err.strip() else "  stderr: (empty)")
+    return "\n".join(lines)
 
 
 def overhead(tmp: str, ledger_runs: int, n: int = 300) -> dict:
