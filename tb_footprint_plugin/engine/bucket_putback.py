@@ -12,8 +12,9 @@ found the two copies).
 """
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
+from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.engine import txn
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
@@ -25,8 +26,12 @@ from tb_footprint_plugin.engine.bucket_state import (
     unlock_all,
 )
 from tb_footprint_plugin.engine.context import Cancelled, RunOutcome
+from tb_footprint_plugin.engine.putback import at_free_name
+from tb_footprint_plugin.engine.salvage import salvage_name
 from tb_footprint_plugin.engine.unretire_run import JOURNAL_KEPT, NOTHING_PUT_BACK
 from tb_footprint_plugin.engine.lease import RunLease
+from tb_footprint_plugin.storage.remote import ObjectInfo
+from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
 
@@ -50,6 +55,40 @@ def settle_failed_journal(ostore: ObjectStore, jpath: Optional[str], started: bo
     if jpath is not None:
         out.reason += JOURNAL_KEPT
     return jpath
+
+
+def beside_at_free_name(ostore: ObjectStore, path: str, present: Mapping[str, ObjectInfo],
+                        write: Callable[[str], None], holds: Callable[[str, ObjectInfo], bool]) -> Tuple[str, bool]:
+    """Bytes kept beside ``path`` at its first free ``<path>.salvaged-NNN`` in a bucket (a
+    rollback's writer's object, a restore's late records): the walk every store shares
+    (``putback.at_free_name``; ``salvage_name`` fits NAME_MAX where the store has one), each name
+    looked at in ``present`` (the run's listing) or by a head. ``write(name)`` writes them there
+    create-only (``ALREADY_EXISTS``: made since the look, kept and never replaced, the walk goes
+    on); ``holds(name, info)`` says whether a taken name, ``info`` as it was looked at, holds
+    exactly these bytes (an earlier, interrupted attempt's, taken as it). Returns the name and
+    whether they were written there now."""
+    state = BucketState.of(ostore)
+    seen: Dict[str, Optional[ObjectInfo]] = {}  # what the listing or a head said of each name
+
+    def looks_free(name: str) -> bool:
+        seen[name] = present.get(name) or state.head(ostore.path(name))
+        return seen[name] is None
+
+    def place(name: str) -> bool:
+        try:
+            write(name)
+        except StoreFailure as e:
+            if e.code != StoreError.ALREADY_EXISTS:
+                raise
+            seen[name] = state.head(ostore.path(name))  # made since the look: kept, never replaced
+            return False
+        return True
+
+    def taken_by_them(name: str) -> bool:
+        info = seen.get(name)
+        return info is not None and bool(holds(name, info))
+
+    return at_free_name(lambda k: salvage_name(path, k), place, taken_by_them, looks_free)
 
 
 class PutBackHold:
@@ -123,4 +162,4 @@ class ObjectPutBack(PutBackHold, txn.PutBack):
         self.let_go()
 
 
-__all__ = ["ObjectPutBack", "PutBackHold", "drop_journal", "settle_failed_journal"]
+__all__ = ["ObjectPutBack", "PutBackHold", "beside_at_free_name", "drop_journal", "settle_failed_journal"]

@@ -24,7 +24,7 @@ from typing import Callable, Dict, List, Optional
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import faults, putback, txn
 from tb_footprint_plugin.engine.bucket_blobs import blobs_of, check_entry, is_blob_entry, names_our_backup, put_back
-from tb_footprint_plugin.engine.bucket_putback import ObjectPutBack
+from tb_footprint_plugin.engine.bucket_putback import ObjectPutBack, beside_at_free_name
 from tb_footprint_plugin.engine.bucket_state import (
     BucketState,
     BucketTxnError,
@@ -47,7 +47,6 @@ from tb_footprint_plugin.engine.manifest import A_RESTORE, bucket_form, op_id_of
 from tb_footprint_plugin.engine.putback import kept_said, late_records_said, left_said, restore_code, restored_said
 from tb_footprint_plugin.engine.manifest import read as read_manifest
 from tb_footprint_plugin.engine.trust import Untrusted
-from tb_footprint_plugin.engine.salvage import salvage_name
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.storage.remote import (
     ObjectInfo,
@@ -452,27 +451,13 @@ def _salvage_object(ostore: ObjectStore, path: str, data: bytes, present: Dict[s
     an earlier, interrupted restore wrote with exactly these bytes is reused."""
     md5 = base64.b64encode(hashlib.md5(data).digest()).decode("ascii")
     state = BucketState.of(ostore)
-    seen: Dict[str, Optional[ObjectInfo]] = {}  # what the listing or a head said of each name
 
-    def looks_free(name: str) -> bool:
-        seen[name] = present.get(name) or state.head(ostore.path(name))
-        return seen[name] is None
+    def write(name: str) -> None:
+        state.put(ostore.path(name), data, if_absent=True)
 
-    def place(name: str) -> bool:
-        try:
-            state.put(ostore.path(name), data, if_absent=True)
-        except StoreFailure as e:
-            if e.code != StoreError.ALREADY_EXISTS:
-                raise
-            seen[name] = state.head(ostore.path(name))  # made since the look: kept, never replaced
-            return False
-        return True
-
-    def holds(name: str) -> bool:
-        info = seen.get(name)
-        return info is not None and info.size == len(data) and \
-            same_content(content_checksums(info), {"md5": md5}) and \
+    def holds(name: str, info: ObjectInfo) -> bool:
+        return info.size == len(data) and same_content(content_checksums(info), {"md5": md5}) and \
             state.read_bytes(ostore.path(name), limit=len(data)) == data
 
-    # the walk is every store's (``putback.at_free_name``); salvage_name fits NAME_MAX where the store has one
-    return putback.at_free_name(lambda k: salvage_name(path, k), place, holds, looks_free)[0]
+    # the walk every store shares, over the run's listing (``bucket_putback.beside_at_free_name``)
+    return beside_at_free_name(ostore, path, present, write, holds)[0]

@@ -79,17 +79,16 @@ from tb_footprint_plugin.engine.bucket_state import (
     vault_url,
     written_recently,
 )
-from tb_footprint_plugin.engine.bucket_putback import PutBackHold, drop_journal
+from tb_footprint_plugin.engine.bucket_putback import PutBackHold, beside_at_free_name, drop_journal
 from tb_footprint_plugin.engine.bucket_restore import holds_original, restore_journal, start_journal
 from tb_footprint_plugin.engine.bucket_steps import backup_object, copy_matches, finish_op, journal_started, stream_digest
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id
 from tb_footprint_plugin.engine.history import append_rolled_back
 from tb_footprint_plugin.engine.journal import Rec
 from tb_footprint_plugin.engine.journal_object import ObjectJournal, journal_entries
-from tb_footprint_plugin.engine.putback import at_free_name, begins_with
+from tb_footprint_plugin.engine.putback import begins_with
 from tb_footprint_plugin.engine.retire_rules import (KIND, RECOVERED_REASON, refused_names, restorable_retirements,
                                                     retire_line, taken_along, unnamed_runs)
-from tb_footprint_plugin.engine.salvage import salvage_name
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.storage.paths import is_sha256
@@ -222,7 +221,7 @@ class BucketRetire(one_retirement.RetireLayout):
             if active:
                 raise BucketTxnError(Skip.ACTIVE, active)
         except (BucketTxnError, *STORE_FAILURES, ValueError) as e:
-            raise one_retirement.Refused(str(e), failure_code(e)) from e
+            raise txn.Refused(str(e), failure_code(e)) from e
         files = [_file_entry(vault, self.op_id, i, k, o) for i, (k, o) in enumerate(sorted(listing.items()))]
         out.bytes_before = out.bytes_after = sum(f["size"] for f in files)
         out.op_id = self.op_id
@@ -233,7 +232,7 @@ class BucketRetire(one_retirement.RetireLayout):
                 "vault": vault.root, "runs": [self.entry], "takes_along": self.along, "rule": self.rule,
                 "logdir_objects": len(listing)})
         except STORE_FAILURES as e:
-            raise one_retirement.Refused(str(e), failure_code(e)) from e
+            raise txn.Refused(str(e), failure_code(e)) from e
 
     def move(self, cancel: CancelToken, report: txn.Report) -> None:
         """Every object into the vault: one add of blobs for the run, or server-side copies, each
@@ -460,36 +459,23 @@ def _grown(ostore: ObjectStore, cur: ObjectInfo, f: dict) -> bool:
 
 def _set_aside(ostore: ObjectStore, path: str, cur: ObjectInfo, present: Dict[str, ObjectInfo]) -> Optional[str]:
     """The writer's object ``cur`` at ``path`` copied server-side, create-only and conditional on
-    its version, to the first free ``<path>.salvaged-NNN`` (the walk every store shares,
-    ``putback.at_free_name``; a name holding exactly its bytes, an interrupted rollback's copy,
+    its version, to the first free ``<path>.salvaged-NNN`` (``bucket_putback.beside_at_free_name``,
+    the walk every store shares; a name holding exactly its bytes, an interrupted rollback's copy,
     is taken as it); that name (logdir-relative), or None when the object changed or went since
     ``cur`` was looked at (nothing set aside: the caller looks again)."""
     state = BucketState.of(ostore)
-    seen: Dict[str, Optional[ObjectInfo]] = {}  # what the listing or a head said of each name
 
-    def looks_free(name: str) -> bool:
-        seen[name] = present.get(name) or state.head(ostore.path(name))
-        return seen[name] is None
-
-    def place(name: str) -> bool:
-        try:
-            res = state.copy(ostore.path(path), ostore.path(name), if_source_version=cur.version_token,
-                             if_absent=True, size=cur.size)
-        except StoreFailure as e:
-            if e.code == StoreError.ALREADY_EXISTS:
-                seen[name] = state.head(ostore.path(name))  # made since the look: kept, never replaced
-                return False
-            raise
+    def write(name: str) -> None:
+        res = state.copy(ostore.path(path), ostore.path(name), if_source_version=cur.version_token,
+                         if_absent=True, size=cur.size)
         ok = same_content(res.checksums, content_checksums(cur))
         if ok is None:  # no checksum in common (a copy made in parts): both read
             ok = stream_digest(ostore, ostore.path(name), cur.size) == stream_digest(ostore, ostore.path(path), cur.size)
         if not ok:  # never deleted at its key unless its bytes stand beside it
             raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{path}: its copy set aside as {name} does not match it")
-        return True
 
-    def holds(name: str) -> bool:
-        info = seen.get(name)
-        if info is None or info.size != cur.size:
+    def holds(name: str, info: ObjectInfo) -> bool:
+        if info.size != cur.size:
             return False
         ok = same_content(content_checksums(info), content_checksums(cur))
         if ok is None:
@@ -497,7 +483,7 @@ def _set_aside(ostore: ObjectStore, path: str, cur: ObjectInfo, present: Dict[st
         return bool(ok)
 
     try:
-        return at_free_name(lambda k: salvage_name(path, k), place, holds, looks_free)[0]
+        return beside_at_free_name(ostore, path, present, write, holds)[0]
     except StoreFailure as e:
         if e.code in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND):
             return None  # changed or gone since it was looked at
@@ -639,7 +625,7 @@ class BucketUnretire(one_unretire.UnretireLayout):
         try:  # any shape ever written (a recovery passes the manifest as it reads it)
             self.m = manifest.read(m, m.get("_path") and vault_url(self.ostore, m["_path"]) or "the retirement's manifest")
         except Untrusted as e:
-            raise one_unretire.Refused(f"{e}; nothing was changed", e.code) from e
+            raise txn.Refused(f"{e}; nothing was changed", e.code) from e
 
     def refused(self) -> None:
         ostore, vault, m, run = self.ostore, self.vault, self.m, self.out.run
@@ -658,7 +644,7 @@ class BucketUnretire(one_unretire.UnretireLayout):
                 if is_blob_entry(f):
                     blobs_of(vault, f)  # the folder not given: said before anything moves
         except (BucketTxnError, ValueError) as e:
-            raise one_unretire.Refused(f"{e}; nothing was changed") from e
+            raise txn.Refused(f"{e}; nothing was changed") from e
 
     def hold(self) -> bool:
         self.held = PutBackHold(self.ostore, self.out, self.m["op_id"], self.resume)
@@ -674,7 +660,7 @@ class BucketUnretire(one_unretire.UnretireLayout):
             if self.resume:
                 why += "; the journal is kept"
                 held.jpath = journal_path(ostore, held.held_as)
-            raise one_unretire.Refused(why)
+            raise txn.Refused(why)
         if not self.resume:  # before the first put-back: the next start finishes a restore stopped midway
             start_journal(self.st, restore_journal(ostore, vault, m, UNRETIRE_KIND, self.out.run, self.along))
         held.jpath = journal_path(ostore, held.held_as)

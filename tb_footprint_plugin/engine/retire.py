@@ -249,14 +249,14 @@ class DiskRetire(one_retirement.RetireLayout):
                 done += f["size"]
                 report("hash", 0.5 * done / total)
         except (TransactionError, OSError) as e:
-            raise one_retirement.Refused(reason_of(e), e.code if isinstance(e, TransactionError) and e.code
+            raise txn.Refused(reason_of(e), e.code if isinstance(e, TransactionError) and e.code
                                          else Failure.REFUSED) from e
         cancel.check()
         try:
             # a state folder copied or planted from another logdir is refused, as a reduce refuses it
             identity = trust.bind(ctx.logdir, ctx.state)
         except trust.Untrusted as e:
-            raise one_retirement.Refused(str(e), Failure.REFUSED) from e
+            raise txn.Refused(str(e), Failure.REFUSED) from e
         op_id = new_op_id()
         out.op_id = op_id
         self.jnl = Journal.create(ctx.journal_dir, op_id, {
@@ -541,15 +541,15 @@ class DiskUnretire(one_unretire.UnretireLayout):
             rel_ok(ctx, run)
             no_symlink(ctx, run)
         except TransactionError as e:
-            raise one_unretire.Refused(str(e)) from e
+            raise txn.Refused(str(e)) from e
         self.vault = Vault(m["vault"])
         try:
             check_retired_dir(self.vault, m["op_id"])
         except TransactionError as e:
-            raise one_unretire.Refused(f"{e}; nothing was changed") from e
+            raise txn.Refused(f"{e}; nothing was changed") from e
         top = ctx.abs(run)
         if os.path.lexists(top) and (not os.path.isdir(top) or os.path.islink(top) or os.listdir(top)):
-            raise one_unretire.Refused(f"{run}: something stands there now (a new run of the same name?); move it "
+            raise txn.Refused(f"{run}: something stands there now (a new run of the same name?); move it "
                                        "away first — nothing was changed")
 
     def hold(self) -> bool:
@@ -569,18 +569,18 @@ class DiskUnretire(one_unretire.UnretireLayout):
         assert vault is not None
         unsettled = next((u for u in (unsettled_op(ctx, r) for r in [run] + taken_along(m)) if u), None)
         if unsettled:
-            raise one_unretire.Refused(f"unfinished operation {unsettled} on this run could not be settled yet",
+            raise txn.Refused(f"unfinished operation {unsettled} on this run could not be settled yet",
                                        Failure.UNSETTLED)
         # every stored file checked before anything moves: a damaged vault changes nothing
         damaged = [f["path"] for i, f in enumerate(m["tree"]) if not stored_ok(vault, m["op_id"], i, f)]
         if damaged:
-            raise one_unretire.Refused(f"retired files missing or damaged in {retired_dir(vault, m['op_id'])}: "
+            raise txn.Refused(f"retired files missing or damaged in {retired_dir(vault, m['op_id'])}: "
                                        f"{', '.join(damaged[:5])}; nothing was changed")
         # the run's folder (or where it is made again) writable, refused before anything moves
         # as reduce and restore refuse (review R16 F8); its folders below are made by this user
         refusal = access_refusal(ctx.logdir, (), [run])
         if refusal:
-            raise one_unretire.Refused(f"{refusal}; nothing was changed", Failure.REFUSED)
+            raise txn.Refused(f"{refusal}; nothing was changed", Failure.REFUSED)
         try:
             identity = trust.bind(ctx.logdir, ctx.state)
             self.jnl = Journal.create(ctx.journal_dir, op_id, {
@@ -588,9 +588,9 @@ class DiskUnretire(one_unretire.UnretireLayout):
                 "vault": m["vault"], "logdir": ctx.logdir, "logdir_id": identity["id"],
             })
         except trust.Untrusted as e:
-            raise one_unretire.Refused(str(e), Failure.REFUSED) from e
+            raise txn.Refused(str(e), Failure.REFUSED) from e
         except OSError as e:
-            raise one_unretire.Refused(f"cannot start the restore (journal in {ctx.journal_dir}): {reason_of(e)}",
+            raise txn.Refused(f"cannot start the restore (journal in {ctx.journal_dir}): {reason_of(e)}",
                                        failure_code(e)) from e
 
     def put_back(self, report: txn.Report) -> None:

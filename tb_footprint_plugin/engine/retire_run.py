@@ -9,7 +9,7 @@ driver ``engine.txn.run``; ``retire``, what comes before and after it):
 2. the run held (``RetireLayout.hold``: the lock of every run it moves, the outcome set when
    refused);
 3. the driver's steps (``txn.STEPS``): **journal** (``begin``: the run listed and the journal's
-   first record; a ``Refused`` there is a skip when its code is a ``Skip``, else a failure, with
+   first record; a ``txn.Refused`` there is a skip when its code is a ``Skip``, else a failure, with
    nothing recorded), **backup** (``move``), **verify** (``check``), the **last look**, the commit
    record (``commit_record``), **swap** (``remove``), **commit** (``settle``, then the outcome:
    verified, its files removed from the logdir, nothing left of it there). A cancel is honoured
@@ -39,15 +39,6 @@ from tb_footprint_plugin.engine.recovery_rules import rollback_incomplete_reason
 FAILPOINTS: Dict[str, str] = {"journal": "retire.journal", "backup": "retire.move", "swap": "retire.delete"}
 
 
-class Refused(Exception):
-    """Raised by ``RetireLayout.begin`` when the run is not retired and nothing was recorded:
-    ``reason`` and ``code`` are the outcome's (a ``Skip`` code makes it a skip)."""
-
-    def __init__(self, reason: str, code: Code) -> None:
-        super().__init__(reason)
-        self.reason, self.code = reason, code
-
-
 class RetireLayout(abc.ABC):
     """What one store does at each instant of a retirement (``Retire``; the order is not its
     own). ``out`` is the retirement's outcome, which ``Retire`` sets the status, code and reason
@@ -75,8 +66,8 @@ class RetireLayout(abc.ABC):
 
     @abc.abstractmethod
     def begin(self, cancel: CancelToken, report: txn.Report) -> None:
-        """List the run and write the journal's first record (``Refused`` before anything is
-        recorded)."""
+        """List the run and write the journal's first record (``txn.Refused`` before anything
+        is recorded)."""
 
     @abc.abstractmethod
     def move(self, cancel: CancelToken, report: txn.Report) -> None:
@@ -169,7 +160,7 @@ class Retire(txn.OverLayout, txn.Txn):
         """The run listed, the journal's first record (refused: a skip or a failure, nothing recorded)."""
         try:
             self.layout.begin(self.cancel, report)
-        except Refused as e:
+        except txn.Refused as e:
             out = self.out
             out.status = Outcome.SKIPPED if isinstance(e.code, Skip) else Outcome.FAILED
             out.reason, out.code = e.reason, e.code
@@ -280,4 +271,4 @@ def retire(layout: RetireLayout, cancel: Optional[CancelToken] = None,
     return t.out
 
 
-__all__ = ["FAILPOINTS", "Refused", "Retire", "RetireLayout", "retire"]
+__all__ = ["FAILPOINTS", "Retire", "RetireLayout", "retire"]

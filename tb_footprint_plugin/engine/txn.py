@@ -34,6 +34,7 @@ import abc
 import time
 from typing import Callable, Optional, Tuple, Type
 
+from tb_footprint_plugin.codes import Code
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken
 
@@ -53,6 +54,17 @@ class NotStarted(Exception):
     """Raised by ``Txn.journal`` when the run is refused before anything is recorded or held (its
     lock is another's, the lock could not be taken): the transaction has set its outcome, and
     there is nothing to roll back."""
+
+
+class Refused(Exception):
+    """Raised by a store's layout of a transaction over it (``retire_run.RetireLayout``,
+    ``unretire_run.UnretireLayout``) before anything is recorded: the transaction does not start.
+    ``reason`` is the outcome's; ``code`` its code (None: the outcome's code until it starts stays;
+    a retirement's ``Skip`` code makes it a skip)."""
+
+    def __init__(self, reason: str, code: Optional[Code] = None) -> None:
+        super().__init__(reason)
+        self.reason, self.code = reason, code
 
 
 class Settled(Exception):
@@ -346,4 +358,4 @@ def _hit(txn: Txn, step: str) -> None:
         faults.hit(name)
 
 
-__all__ = ["OverLayout", "CANCELLABLE", "NotStarted", "Purge", "PurgeSteps", "PutBack", "Report", "STEPS", "Settled", "Txn", "intent_hook", "run"]
+__all__ = ["OverLayout", "CANCELLABLE", "NotStarted", "Purge", "PurgeSteps", "PutBack", "Refused", "Report", "STEPS", "Settled", "Txn", "intent_hook", "run"]

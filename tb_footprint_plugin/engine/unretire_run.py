@@ -12,7 +12,7 @@ written here, once (``Unretire``, a ``txn.PutBack`` run by the one driver ``engi
    (``UnretireLayout.refused``) — each before anything is held, nothing changed;
 2. the runs held (``UnretireLayout.hold``: the lock of the run and of every run it takes along);
 3. the driver's steps: **journal** (``begin``: the vault's copies checked, then the journal's
-   begin record, the restore named by its own op id from there on; ``Refused`` before the record,
+   begin record, the restore named by its own op id from there on; ``txn.Refused`` before the record,
    nothing changed), the cancel point right after it (the last before anything is put back; ``unretire.journal``
    between them),
    **swap** (``put_back``: every file back where it was; a path another file holds now is left
@@ -54,15 +54,6 @@ JOURNAL_KEPT = "; the journal is kept and the next start finishes the restore"
 NOTHING_PUT_BACK = ": nothing was put back, the run is as it was"
 
 
-class Refused(Exception):
-    """Raised by a layout before anything is recorded: the restore does not start. ``reason`` is
-    the outcome's; ``code`` its code (None: the outcome's code until it starts stays)."""
-
-    def __init__(self, reason: str, code: Optional[Code] = None) -> None:
-        super().__init__(reason)
-        self.reason, self.code = reason, code
-
-
 class UnretireLayout(abc.ABC):
     """What one store does at each instant of a retired run's restore (``Unretire``; the order is
     not its own). ``m`` is the retirement's manifest, ``out`` the restore's outcome, which
@@ -79,12 +70,12 @@ class UnretireLayout(abc.ABC):
         self.out: RunOutcome = unretire_outcome(m)  # a refusal before the journal names the retirement
 
     def admit(self) -> None:
-        """The retirement's record read as this store keeps it (``self.m``); ``Refused`` when it
+        """The retirement's record read as this store keeps it (``self.m``); ``txn.Refused`` when it
         does not read."""
 
     @abc.abstractmethod
     def refused(self) -> None:
-        """``Refused`` when the store cannot put this retirement back whatever the vault holds
+        """``txn.Refused`` when the store cannot put this retirement back whatever the vault holds
         (names, keys, something standing at the run's path); before anything is held."""
 
     @abc.abstractmethod
@@ -94,7 +85,7 @@ class UnretireLayout(abc.ABC):
     @abc.abstractmethod
     def begin(self, op_id: str, report: txn.Report) -> None:
         """The vault's copies checked, then the journal's begin record naming restore ``op_id``
-        (``Refused`` before it, nothing changed)."""
+        (``txn.Refused`` before it, nothing changed)."""
 
     @abc.abstractmethod
     def put_back(self, report: txn.Report) -> None:
@@ -145,7 +136,7 @@ class Unretire(txn.OverLayout, txn.PutBack):
     def failpoint(self, step: str) -> Optional[str]:
         return self.failpoints.get(step)
 
-    def refuse(self, e: Refused) -> None:
+    def refuse(self, e: txn.Refused) -> None:
         """A refusal before anything is recorded: the outcome says why (still failed)."""
         self.out.reason = e.reason
         if e.code is not None:
@@ -155,7 +146,7 @@ class Unretire(txn.OverLayout, txn.PutBack):
         """The copies checked, the begin record: from it on the outcome names the restore."""
         try:
             self.layout.begin(self.op_id, report)
-        except Refused as e:
+        except txn.Refused as e:
             self.refuse(e)
             raise txn.NotStarted() from e
         self.out.op_id = self.op_id
@@ -210,15 +201,15 @@ def unretire(layout: UnretireLayout, cancel: Optional[CancelToken] = None,
         layout.admit()
         refusal = unretire_refusal(layout.m)
         if refusal:
-            raise Refused(refusal)
+            raise txn.Refused(refusal)
         layout.refused()
         if layout.hold():
             txn.run(t, t.cancel, progress)
-    except Refused as e:
+    except txn.Refused as e:
         t.refuse(e)
     finally:
         t.end()
     return t.out
 
 
-__all__ = ["FAILPOINTS", "JOURNAL_KEPT", "NOTHING_PUT_BACK", "Refused", "Unretire", "UnretireLayout", "unretire"]
+__all__ = ["FAILPOINTS", "JOURNAL_KEPT", "NOTHING_PUT_BACK", "Unretire", "UnretireLayout", "unretire"]
