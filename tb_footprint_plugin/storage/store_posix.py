@@ -134,6 +134,18 @@ def _failure(e: OSError, key: str, what: str = "") -> StoreFailure:
     return StoreFailure(code, key, f"{what + ': ' if what else ''}{e.strerror or e}")
 
 
+def _still_there(entries) -> Iterator[Tuple[str, os.stat_result]]:
+    """(name, lstat) of each entry of a folder being listed, without the ones gone between the
+    folder's read and their lstat: another process's temporary renamed or removed in that instant
+    (a shard worker's scan cache, a lock) was not there, and a listing that raised on it made a
+    concurrent worker's reduce refuse its run."""
+    for e in entries:
+        try:
+            yield e.name, e.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+
+
 class PosixStore(Store):
     """A folder as a store (see the module docstring). ``root`` must exist (``create=True``
     makes it); it is the one path taken as given, symlink or not: the user named it."""
@@ -325,7 +337,7 @@ class PosixStore(Store):
             fsops.op()
             self.stats.add("list")
             with os.scandir(fd) as it:
-                found = sorted((e.name, e.stat(follow_symlinks=False)) for e in it)
+                found = sorted(_still_there(it))
             for name, st in found:
                 key = f"{base}/{name}" if base else name
                 if stat.S_ISREG(st.st_mode) and (every_key or not name.startswith(TMP_PREFIX)):
