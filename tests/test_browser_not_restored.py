@@ -3,7 +3,8 @@ stood at its path (``not_restored``, review R6 F5), as it lists the bytes a rest
 file's place: the path, its code, and the command that copies it beside the path. Before, nothing
 in the tab named it once the retirement was marked restored. In real headless Chromium inside a
 real TensorBoard (the retirement and its restore made by the API in this process, on the demo
-logdir the TensorBoard serves). Screenshot: test-artifacts/screenshots/kept-not-restored.png."""
+logdir the TensorBoard serves). The retirement's own row says what the vault keeps for it (the
+original's 320 B, as purge counts it; it said "0 B kept · restored"). Screenshot: test-artifacts/screenshots/kept-not-restored.png."""
 from __future__ import annotations
 
 import pytest
@@ -32,8 +33,12 @@ def test_operations_lists_an_original_left_in_the_vault(browser, tb, demo):
     [o] = api.restore(str(demo), run=run)
     faults.disarm_all()
     assert (o.status, o.code) == (Outcome.RESTORED, Finding.NOT_RESTORED), o.to_dict()
-    kept = [k for k in tb.json(PREFIX + "/operations")["kept_blobs"] if k["code"] == Finding.NOT_RESTORED]
+    listed = tb.json(PREFIX + "/operations")
+    kept = [k for k in listed["kept_blobs"] if k["code"] == Finding.NOT_RESTORED]
     assert [k["path"] for k in kept] == [f"{run}/notes.txt"], kept
+    # its retirement's row counts the original the vault keeps (320 bytes), as purge counts it
+    (retired,) = [o for o in listed["operations"] if o["kind"] == "retire" and o["run"] == run]
+    assert (retired["kept_bytes"], retired["left_in_vault"]) == (320, 1), retired
     tab = Tab(browser, tb)
     f = tab.frame
     try:
@@ -44,6 +49,8 @@ def test_operations_lists_an_original_left_in_the_vault(browser, tb, demo):
         expect(row).to_contain_text("[not_restored]")
         expect(row.locator("code.bring-back")).to_contain_text("cp --preserve=timestamps")
         expect(row.locator("code.bring-back")).to_contain_text("notes.txt.kept")
+        backup = f.locator('table.operations tr[data-op="' + retired["op_id"] + '"] td.backup')
+        expect(backup).to_have_text("320 B kept · restored; 1 original left in the vault [not_restored]")
         f.locator(".kept-blobs").scroll_into_view_if_needed()
         tab.shot("kept-not-restored.png")
         assert tab.our_errors() == [], tab.our_errors()

@@ -17,11 +17,16 @@ function outcomeCell(o) {
 }
 
 /** What the vault keeps for an operation. A restored operation's originals stand in the logdir
- * again, so its backup was released (or never moved: a retired run comes back whole), never "purged". */
+ * again, so its backup was released (or never moved: a retired run comes back whole), never "purged";
+ * a restored retirement keeps what the catalogue counts (kept_bytes: a bucket's copies until a purge,
+ * the originals its restore left where another file stood, left_in_vault). */
 export function backupCell(o) {
   if (o.outcome !== 'verified' || (o.kind !== 'reduce' && o.kind !== 'retire')) return '—';
   if (o.restored_by) {
-    if (o.kind === 'retire') return '0 B kept · restored';
+    if (o.kind === 'retire') {
+      return bytes(o.kept_bytes || 0) + ' kept · restored' +
+        (o.left_in_vault ? '; ' + plural(o.left_in_vault, 'original') + ' left in the vault [not_restored]' : '');
+    }
     return o.backup_purged ? 'restored; backup released' : 'restored; ' + bytes(o.backup_bytes) + ' still kept';
   }
   if (o.backup_purged) return 'purged';

@@ -95,7 +95,48 @@ def summarize_operations(manifests: List[dict]) -> List[dict]:
             o["backup_bytes"] = int(m.get("bytes_before") or 0)
             o["files"] = len(m.get("tree", []))
             o["takes_along"] = retire_rules.taken_along(m)
+        o["kept_bytes"] = vault_keeps(m)
+        o["left_in_vault"] = len(left_in_vault(m, _entries(m)))
     return out
+
+
+def _size(f: object) -> int:
+    """An entry's ``size`` (untrusted): a whole number of bytes, else 0."""
+    n = f.get("size") if isinstance(f, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
+
+
+def _entries(m: dict) -> Dict[str, dict]:
+    """An operation's own entries by path, its copies' (``files``) first, then its tree's: once each."""
+    out: Dict[str, dict] = {}
+    for key in ("files", "tree"):
+        held = m.get(key)
+        for f in held if isinstance(held, list) else []:
+            if isinstance(f, dict) and isinstance(f.get("path"), str):
+                out.setdefault(f["path"], f)
+    return out
+
+
+def vault_keeps(m: dict) -> int:
+    """The bytes the vault keeps for operation ``m`` as its manifest says, on every store: what a
+    purge of it would count and free (``purge_rules.kept_by_restore`` keeps a restored one with an
+    original left whole). Nothing once purged or never verified; a reduction's backups until they
+    go; a retirement's whole run until it is restored; after its restore, the copies its manifest
+    still names (a bucket's ``files``: they stay until a purge) and every original its restore
+    left in the vault (``not_restored``: a disk's ``files/<n>`` of those paths alone, the others
+    went back), each path once."""
+    if m.get("outcome") != Outcome.VERIFIED or m.get("backup_purged"):
+        return 0
+    if m.get("kind") == retire_rules.KIND:
+        if not m.get("restored_by"):
+            return int(m.get("bytes_before") or 0)
+        entries = _entries(m)
+        files = m.get("files") if isinstance(m.get("files"), list) else []
+        held = {f["path"] for f in files if isinstance(f, dict) and isinstance(f.get("path"), str)}
+        return sum(_size(entries[p]) for p in held.union(left_in_vault(m, entries)))
+    if m.get("kind") == "reduce":
+        return sum(_size(f) for f in m.get("files") or [])
+    return 0
 
 
 def left_in_vault(m: dict, entries: Mapping[str, object]) -> List[str]:
@@ -124,4 +165,4 @@ def left_row(m: dict, path: str, size: Optional[int], sha256: Optional[str], blo
 
 
 __all__ = ["backup_kept", "is_kept", "is_verified_reduction", "operation_summary", "removed_bytes",
-           "summarize_operations", "left_in_vault", "left_row"]
+           "summarize_operations", "left_in_vault", "left_row", "vault_keeps"]
