@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import time
-from typing import Collection, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.codes import Skip
 from tb_footprint_plugin.engine.front import open_engine
@@ -20,7 +21,7 @@ from tb_footprint_plugin.plan.policies import get_policy
 from tb_footprint_plugin.scan.model import LogdirFootprint, UNATTRIBUTED
 from tb_footprint_plugin.scan.discovery import walk_runs
 from tb_footprint_plugin.scan.scanner import scan
-from tb_footprint_plugin.storage.paths import is_within, state_dirs_in
+from tb_footprint_plugin.storage.paths import is_within, safe_rel, state_dirs_in, UnsafePath
 from tb_footprint_plugin.storage.remote import is_remote
 from tb_footprint_plugin.api.common import logdir_keys, partition_name, split_backup_dir
 from tb_footprint_plugin.api.records import history
@@ -173,7 +174,9 @@ def check_logdir(logdir: str, backup_dir: Optional[str] = None,
 
 def shard_sizes(logdirs: Sequence[str], backup_dir: Optional[str] = None) -> Dict[str, int]:
     """The partition's input over ``logdirs`` sharded together: ``plan.shard.key(logdir, run)`` ->
-    the run's original bytes (its size before any reduction the change log records)."""
+    the run's original bytes (its size before any reduction the change log records), a run a
+    reduction left with nothing the scan counts included while its folder stays (``plan.shard.Sizes``:
+    its ``absent``, which no shard plans)."""
     return scan_shard_sizes(logdirs, backup_dir, {}, write_cache=False)
 
 
@@ -181,7 +184,7 @@ def scan_shard_sizes(logdirs: Sequence[str], backup_dir: Optional[str], scans: D
                      write_cache: bool) -> Dict[str, int]:
     """``shard_sizes`` from scans the caller may have made already (``scans``: logdir -> its
     footprint, filled in with the scans made here)."""
-    out: Dict[str, int] = {}
+    out = sharding.Sizes()
     for ld in logdir_keys(logdirs):
         fp = scans[ld] if ld in scans else scan(ld, backup_dir=backup_dir, write_cache=write_cache)
         scans[ld] = fp
@@ -189,9 +192,33 @@ def scan_shard_sizes(logdirs: Sequence[str], backup_dir: Optional[str], scans: D
         # a run another worker is reducing right now may have been scanned half-swapped: its
         # journal says the size it had. Read before the change log, which a finished operation
         # writes before it drops its journal, so one of the two always has it.
-        for run, b in sharding.original_sizes(cur, _in_flight(ld) + history(ld, backup_dir)).items():
-            out[sharding.key(partition_name(ld), run)] = b
+        for run, b in sharding.original_sizes(cur, _in_flight(ld) + history(ld, backup_dir),
+                                              still_there=_run_folder_there(ld)).items():
+            k = sharding.key(partition_name(ld), run)
+            out[k] = b
+            if run not in cur:
+                out.absent.add(k)  # weighs in the partition; no shard plans it (nothing left to reduce)
     return out
+
+
+def _run_folder_there(logdir: str) -> Optional[Callable[[str], bool]]:
+    """Whether a run the scan did not find still has its folder (an ``lstat`` a folder on the way,
+    no link followed; names from the change log are untrusted: one leading out of the logdir is
+    none). A bucket has no folder without objects: a run a reduction emptied there is gone as a
+    removed one is (None: only the scan's runs count)."""
+    if is_remote(logdir):
+        return None
+
+    def there(run: str) -> bool:
+        try:
+            parts = [p for p in safe_rel(run).split("/") if p not in ("", ".")]
+            # each folder on the way looked at: a link is never passed through
+            return all(stat.S_ISDIR(os.lstat(os.path.join(logdir, *parts[:i + 1])).st_mode)
+                       for i in range(len(parts)))
+        except (UnsafePath, OSError, ValueError):
+            return False
+
+    return there
 
 
 def _in_flight(logdir: str) -> List[dict]:
@@ -206,9 +233,10 @@ def shard_plan(logdirs: Sequence[str], shard: Tuple[int, int], backup_dir: Optio
     sizes = shard_sizes(logdirs, backup_dir) if sizes is None else sizes
     out: Dict[str, List[str]] = {ld: [] for ld in logdir_keys(logdirs)}
     names = {partition_name(ld): ld for ld in out}
+    absent = getattr(sizes, "absent", ())  # runs a reduction emptied: they weigh, nothing to plan
     for k in sharding.select(sizes, shard):
         name, run = k.split("\0", 1)
-        if name in names:
+        if name in names and k not in absent:
             out[names[name]].append(run)
     return out
 

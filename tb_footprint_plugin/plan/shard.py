@@ -15,7 +15,8 @@ The trade-off, and the choice made here:
 
 ``partition`` bin-packs over inputs chosen to stay put: each run's weight is its **original**
 size (for a run some worker already reduced, the size before that reduction, from the change
-log — so a reduction never moves runs for the workers that scan after it), rounded down to
+log, also for one it left with nothing the scan counts while its folder stays — so a reduction
+never moves runs for the workers that scan after it), rounded down to
 four significant bits (1/8 of an octave, so records appended to a run rarely change its
 weight), and ties are broken by a hash of the run's key, never by listing order. Bound: with
 ``N`` shards, every shard holds at most ``9/8 · (total/N + largest run)`` bytes (list scheduling
@@ -31,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import re
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Outcome
 
@@ -142,17 +143,36 @@ def select(sizes: Mapping[str, int], shard: Shard) -> List[str]:
     return sorted(k for k, s in partition(sizes, n).items() if s == i)
 
 
-def original_sizes(current: Mapping[str, int], history: Iterable[dict]) -> Dict[str, int]:
+def original_sizes(current: Mapping[str, int], history: Iterable[dict],
+                   still_there: Optional[Callable[[str], bool]] = None) -> Dict[str, int]:
     """Each run's size before any reduction: its current size, or the ``before`` of its first
-    verified reduction still standing in the change log (entries of other runs are ignored)."""
+    verified reduction still standing in the change log. A run the scan no longer finds counts
+    too, with that size, where ``still_there(run)`` says its folder is there: a reduction left it
+    nothing the scan counts (a run of profile data only), and a worker that scanned before that
+    counted it. Entries of other runs are ignored (a run removed since is gone for every worker)."""
     first: Dict[str, int] = {}
     for e in history:
         if not isinstance(e, dict) or e.get("kind") != "reduce" or e.get("outcome") != Outcome.VERIFIED:
             continue
         run, before = e.get("run"), e.get("before")
-        if isinstance(run, str) and run in current and isinstance(before, int) and before >= 0:
+        if isinstance(run, str) and (run in current or still_there is not None) and isinstance(before, int) \
+                and not isinstance(before, bool) and before >= 0:
             first.setdefault(run, before)
-    return {r: max(b, first.get(r, 0)) for r, b in current.items()}
+    out = {r: max(b, first.get(r, 0)) for r, b in current.items()}
+    if still_there is not None:
+        out.update((r, b) for r, b in first.items() if r not in current and still_there(r))
+    return out
+
+
+class Sizes(dict):
+    """The partition's input (``key(logdir, run)`` -> the run's original bytes) and ``absent``:
+    the keys of runs the scan did not find (``original_sizes``' ``still_there``: emptied by a
+    reduction, their folder there). They weigh in the partition as for a worker that scanned
+    before; no shard takes them (nothing is left there to reduce)."""
+
+    def __init__(self, *args, absent: Iterable[str] = (), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.absent = set(absent)
 
 
 def key(logdir: str, run: str) -> str:
@@ -164,5 +184,5 @@ def label(shard: Optional[Shard]) -> Optional[str]:
     return None if shard is None else f"{shard[0]}/{shard[1]}"
 
 
-__all__ = ["Shard", "ShardError", "parse_shard", "check_shard", "shard_from_env", "partition", "select",
+__all__ = ["Shard", "ShardError", "Sizes", "parse_shard", "check_shard", "shard_from_env", "partition", "select",
            "original_sizes", "weight", "key", "label"]
