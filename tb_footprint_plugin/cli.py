@@ -1707,14 +1707,23 @@ def _remote_line(r: dict) -> str:
 
 
 def _vault_parser(sub) -> None:
-    s = _verb(sub, "vault", "the vault in a bucket: its lifecycle rule",
+    s = _verb(sub, "vault", "the vault in a bucket: its lifecycle rule; an original left in it brought out",
               "`vault lifecycle` prints the bucket lifecycle rule (S3, GCS or Azure JSON) that moves the remote "
               "vault's data/ objects to an infrequent-access class after --days and to an archive class 90 days "
-              "later (never its index/), and the command that applies it. Reads only.",
-              "tb-footprint vault lifecycle runs\ntb-footprint vault lifecycle --backup-dir s3://bucket/vaults --days 60")
-    s.add_argument("action", choices=("lifecycle",), help="lifecycle: print the rule")
-    s.add_argument("logdir", nargs="?", default=None, help="a local logdir whose backups go to a bucket")
-    s.add_argument("--backup-dir", default=None, help="the bucket URL given to reduce (without a logdir)")
+              "later (never its index/), and the command that applies it. Reads only. "
+              "`vault bring-back` copies an original a restore left in a bucket logdir's vault (`status` lists it, "
+              "[not_restored]) out beside its path, as <path>.kept (an event file: kept-<op>-<tag>.tfrecord): "
+              "create-only, checked; from a local --backup-dir folder too. The vault keeps it until a purge.",
+              "tb-footprint vault lifecycle runs\ntb-footprint vault lifecycle --backup-dir s3://bucket/vaults --days 60\n"
+              "tb-footprint vault bring-back s3://bucket/logs --backup-dir /vault --op OP --path run/notes.txt")
+    s.add_argument("action", choices=("lifecycle", "bring-back"),
+                   help="lifecycle: print the rule; bring-back: copy an original left in the vault out beside its path")
+    s.add_argument("logdir", nargs="?", default=None, help="a local logdir whose backups go to a bucket "
+                                                           "(bring-back: the bucket logdir)")
+    s.add_argument("--backup-dir", default=None, help="the bucket URL given to reduce (without a logdir); "
+                                                      "bring-back: the local folder given to reduce or retire")
+    s.add_argument("--op", default=None, help="bring-back: the operation whose original it is (status's row names it)")
+    s.add_argument("--path", default=None, help="bring-back: the original's path in the logdir")
     s.add_argument("--days", type=_arg(_number(_whole)), default=30, metavar="N",
                    help="days before data/ objects change class (default 30; 0 or more)")
     s.add_argument("--json", action="store_true", help="the whole answer as JSON (rule, prefixes, command, note)")
@@ -1724,6 +1733,17 @@ def _vault_parser(sub) -> None:
 def cmd_vault(args) -> int:
     from tb_footprint_plugin import api
 
+    if args.action == "bring-back":
+        if args.logdir is None or not args.op or not args.path:
+            raise UsageError("bring-back needs the bucket logdir, --op and --path (`tb-footprint status` prints "
+                             "the whole command for each original left in the vault)")
+        done = api.bring_back(args.logdir, args.op, args.path, backup_dir=args.backup_dir)
+        if args.json:
+            _dump(done)
+        else:
+            print(f"{done['path']}'s original copied to {done['to']} ({human_bytes(done['bytes'] or 0)}, checked); "
+                  "the vault keeps it until a purge")
+        return EXIT_OK
     if args.logdir is None and not args.backup_dir:
         raise UsageError("give a logdir whose backups are offloaded, or --backup-dir s3://…, gs://… or az://… "
                          "(the URL given to reduce)")

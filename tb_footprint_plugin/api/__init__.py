@@ -65,8 +65,8 @@ from tb_footprint_plugin.api.common import DEFAULT_BACKENDS, RunProgress
 from tb_footprint_plugin.api.settle import (Interrupted, interrupted_state, pending_operations, recover_logdir,
                                             settle_interrupted, unfinished)
 from tb_footprint_plugin.api.reports import reduce_summary, ReduceReport, restore_summary
-from tb_footprint_plugin.api.records import (disk_numbers, history, history_page, kept_blobs, operation, operations,
-                                              status)
+from tb_footprint_plugin.api.records import (bring_back, disk_numbers, history, history_page, kept_blobs, operation,
+                                              operations, status)
 from tb_footprint_plugin.api.survey import (check_logdir, confirmed_digests, hold_to_confirmed, ledger_skips,
                                             NotALogdir, plan, plan_digest, select_runs, selection_by_logdir,
                                             shard_plan, shard_sizes)
@@ -85,5 +85,5 @@ __all__ = [
     "reduce_summary", "restore_summary", "restore_target", "NotRestorable", "retire", "retire_plan",
     "retire_rule", "retired", "RetireReport", "RetireRule", "select_runs", "check_logdir", "NotALogdir",
     "interrupted_state", "settle_interrupted", "Interrupted", "ledger_skips", "vault_lifecycle",
-    "plan_digest", "confirmed_digests", "hold_to_confirmed", "is_no_space", "kept_blobs",
+    "plan_digest", "confirmed_digests", "hold_to_confirmed", "is_no_space", "kept_blobs", "bring_back",
 ]

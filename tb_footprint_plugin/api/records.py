@@ -75,3 +75,14 @@ def history_page(logdir: str, backup_dir: Optional[str] = None, *, newest: Optio
         # lines are untrusted: a code is a string or nothing
         e["code"] = e.get("code") if isinstance(e.get("code"), str) else None
     return {"entries": entries, "total": total}
+
+
+def bring_back(logdir: str, op_id: str, path: str, backup_dir: Optional[str] = None) -> dict:
+    """Copy the original that operation ``op_id``'s restore left in a bucket logdir's vault at
+    ``path`` (a ``kept_blobs`` row coded ``not_restored``) out beside it, to the key that row
+    names: create-only, checked; the vault is left as it is. ``backup_dir``: the local folder
+    the logdir's backups are blobs in, as given to reduce and retire (a server-side copy needs
+    none). Returns ``{"path", "to", "bytes"}``. A folder logdir's row copies with ``cp``
+    (``ValueError`` here: nothing to stream). Failures raise with a code (``not_found``,
+    ``backup_damaged``, ``already_exists``, ``restore_blocked``)."""
+    return open_engine(logdir, backup_dir).bring_back(op_id, path)

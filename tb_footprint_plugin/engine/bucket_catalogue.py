@@ -5,21 +5,23 @@ from __future__ import annotations
 import hashlib
 import heapq
 import os
+import shlex
 from typing import Callable, Iterable, Iterator, List, Optional, Set, Tuple
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import manifest, usage
 from tb_footprint_plugin.engine.health import history_findings
-from tb_footprint_plugin.engine.bucket_blobs import check_entry, entry_ok, is_blob_entry, names_our_backup
+from tb_footprint_plugin.engine.bucket_blobs import check_entry, entry_ok, is_blob_entry, names_our_backup, put_back
 from tb_footprint_plugin.engine.history import HISTORY, bucket_log
 from tb_footprint_plugin.engine.bucket_recover import damaged_journals, damaged_locks
 from tb_footprint_plugin.engine.bucket_state import (
     BucketState,
+    BucketTxnError,
     BucketVault,
     run_listing,
     vault_url,
 )
-from tb_footprint_plugin.engine.bucket_steps import in_place, staged_match
+from tb_footprint_plugin.engine.bucket_steps import copy_matches, in_place, staged_match
 from tb_footprint_plugin.engine.catalogue_rules import backup_kept, left_in_vault, left_row, removed_bytes
 from tb_footprint_plugin.engine.retire_rules import KIND, retire_line, unretire_line
 from tb_footprint_plugin.engine.checks import unchecked
@@ -27,7 +29,7 @@ from tb_footprint_plugin.engine.context import CancelToken
 from tb_footprint_plugin.engine.journal_object import pending_objects
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
-from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
+from tb_footprint_plugin.storage.paths import STATE_DIR_NAME, is_sha256
 from tb_footprint_plugin.storage.remote import content_checksums, map_ordered, same_content
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_object import ObjectStore, listing_of
@@ -397,28 +399,97 @@ def kept_key(path: str, op_id: str) -> str:
     return f"{folder}kept-{op_id}-{tag}.tfrecord"
 
 
+def _left_dest(ostore: ObjectStore, path: str, op_id: str) -> str:
+    """The key an original left in the vault at ``path`` is brought back to, beside the object
+    standing there: ``<path>.kept``, an event file under a name TensorBoard does not read
+    (``kept_key``). ``ValueError`` for a path that is not a plain key of the logdir."""
+    key = kept_key(path, op_id) if is_summary_event_file_name(path.rsplit("/", 1)[-1]) else path + ".kept"
+    ostore.url_of(key)  # refused here when it is no plain key
+    return key
+
+
+def _left_entries(vault: BucketVault, m: dict) -> dict:
+    """Operation ``m``'s entries whose backup is this vault's (untrusted manifest): a plain key
+    under its ``blobs/``, or a blob of its folder named by its digest; by path, once each."""
+    backups: dict = {}
+    for f in m.get("files") or []:
+        if isinstance(f, dict) and isinstance(f.get("path"), str) and names_our_backup(vault, f) \
+                and (not is_blob_entry(f) or is_sha256(f.get("sha256"))):
+            backups.setdefault(f["path"], f)
+    return backups
+
+
+def _bring_back_command(ostore: ObjectStore, vault: BucketVault, m: dict, path: str, f: dict, dest: str) -> str:
+    """The command that copies ``f``'s original out beside ``path``: the store's own copy command
+    for a server-side copy; for a blob of a local ``--backup-dir`` folder (content-addressed,
+    compressed or packed: no file a plain ``cp`` could take), ``tb-footprint vault bring-back``."""
+    if not is_blob_entry(f):
+        return f"{_COPY_COMMAND.get(ostore.scheme, 'copy')} {vault_url(ostore, f['backup'])} {ostore.url_of(dest)}"
+    assert vault.blobs is not None
+    return " ".join(["tb-footprint", "vault", "bring-back", shlex.quote(ostore.url_of("").rstrip("/")),
+                     "--backup-dir", shlex.quote(vault.blobs.folder), "--op", shlex.quote(m["op_id"]),
+                     "--path", shlex.quote(path)])
+
+
 def _left_in_vault(ostore: ObjectStore, vault: BucketVault, m: dict) -> List[dict]:
     """The originals restored operation ``m`` (a retirement's, a reduction's) left in the vault
     (``not_restored``: another object stood at the key), each its own ``kept_objects`` row, as a
     disk's ``restore.kept_blobs`` lists a retirement's: its backup is the only copy, which nothing
     else lists once the run is back. The manifest is untrusted: a path not a string, with no
-    entry, or whose backup is no plain key under the vault's ``blobs/`` is not listed. An original
-    kept in a blob folder (``--backup-dir``) has no object to copy: not listed here (purge keeps it)."""
-    backups: dict = {}
-    for f in m.get("files") or []:
-        if isinstance(f, dict) and isinstance(f.get("path"), str) and not is_blob_entry(f) \
-                and names_our_backup(vault, f):
-            backups.setdefault(f["path"], f)
+    entry, or whose backup is no plain key under the vault's ``blobs/`` (nor a blob of its folder
+    named by digest) is not listed. An original kept in a local blob folder (``--backup-dir``) is
+    listed when that folder is given (else nothing here can say where it is; purge keeps it), its
+    command ``tb-footprint vault bring-back`` (``bring_back``)."""
+    backups = _left_entries(vault, m)
     out = []
     for p in left_in_vault(m, backups):
         f = backups[p]
+        if is_blob_entry(f) and vault.blobs is None:
+            continue
         try:
-            dest = ostore.url_of(kept_key(p, m["op_id"]) if is_summary_event_file_name(p.rsplit("/", 1)[-1])
-                                 else p + ".kept")
+            dest = _left_dest(ostore, p, m["op_id"])
         except ValueError:  # a path that is not a plain key of the logdir: never shown as one
             continue
-        blob = vault_url(ostore, f["backup"])
         size = f.get("size") if isinstance(f.get("size"), int) and not isinstance(f.get("size"), bool) else None
-        out.append(left_row(m, p, size, None, blob, BucketState.of(ostore).head(f["backup"]) is not None,
-                            f"{_COPY_COMMAND.get(ostore.scheme, 'copy')} {blob} {dest}"))
+        if is_blob_entry(f):
+            bv = vault.blobs
+            blob, sha = bv.folder, f["sha256"]
+            # the folder's index says whether this logdir's blob is there (no read of its bytes)
+            present = os.path.isdir(bv.folder) and bv.store.owner in bv.store.owners(sha) \
+                and bool(bv.store.candidates(sha))
+        else:
+            blob, sha = vault_url(ostore, f["backup"]), None
+            present = BucketState.of(ostore).head(f["backup"]) is not None
+        out.append(left_row(m, p, size, sha, blob, present, _bring_back_command(ostore, vault, m, p, f, dest)))
     return out
+
+
+def bring_back(ostore: ObjectStore, vault: BucketVault, op_id: str, path: str) -> dict:
+    """Copy the original that operation ``op_id``'s restore left in the vault at ``path`` (a
+    ``not_restored`` row of ``kept_objects``) out beside it, to the key the row names
+    (``<path>.kept``, an event file's ``kept-<op>-<tag>.tfrecord``): create-only (an object there
+    is never overwritten) and checked (a blob streamed from the folder and hashed while read, a
+    server-side copy by the store's checksums). Nothing in the vault changes. Returns ``{"path",
+    "to", "bytes"}``; raises ``BucketTxnError`` (``not_found``: no such operation or original left;
+    ``backup_damaged``; ``restore_blocked``: its folder not given) or ``StoreFailure``
+    (``already_exists``: the key is taken)."""
+    found = [m for m in manifests(ostore, vault) if m.get("op_id") == op_id]
+    if not found:
+        raise BucketTxnError(Failure.NOT_FOUND, f"no operation {op_id!r} in the vault of {ostore.url_of('')}")
+    m = found[0]
+    backups = _left_entries(vault, m)
+    if path not in left_in_vault(m, backups):
+        raise BucketTxnError(Failure.NOT_FOUND, f"{path}: no original operation {op_id}'s restore left in the vault "
+                                                "(tb-footprint status lists those it left)")
+    f = backups[path]
+    try:
+        dest = _left_dest(ostore, path, m["op_id"])
+    except ValueError as e:
+        raise BucketTxnError(Failure.REFUSED, f"{path}: not a key of the logdir ({e}); nothing was written") from None
+    if is_blob_entry(f):
+        put_back(ostore, vault, dict(f, path=dest))  # create-only, hashed while read, checked after
+    else:
+        res = BucketState.of(ostore).copy(f["backup"], ostore.path(dest), if_absent=True, size=f["size"])
+        if not copy_matches(ostore, res, f, f["backup"], ostore.path(dest)):
+            raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{path}: the copy made at {dest} does not match its original")
+    return {"path": path, "to": ostore.url_of(dest), "bytes": f.get("size")}

@@ -84,6 +84,13 @@ class Engine(ABC):
         operations' manifests the caller just read (``operations()``; untrusted as any manifest),
         else read here."""
 
+    def bring_back(self, op_id: str, path: str) -> dict:
+        """Copy the original operation ``op_id``'s restore left in the vault at ``path`` out beside
+        it, where its ``kept_blobs`` row says (``api.bring_back``). A folder logdir's original is a
+        file of its vault, which its row's ``cp`` copies: nothing to stream (``ValueError``)."""
+        raise ValueError("a folder logdir's original left in the vault is a file of its vault: "
+                         "`tb-footprint status` prints the cp command that copies it out")
+
     @abstractmethod
     def disk_numbers(self) -> dict:
         """The tab's header numbers: ``disk_in_use_bytes``, ``freed_now_bytes``,

@@ -181,6 +181,13 @@ class BucketEngine(Engine):
         per kept object (whether it is still there), nothing else."""
         return self.bk.kept_objects(self.ostore, self.vault, manifests)
 
+    def bring_back(self, op_id: str, path: str) -> dict:
+        """``bucket_catalogue.bring_back``: create-only beside the key, checked; from a local blob
+        folder (``--backup-dir``) streamed and hashed, else a server-side copy."""
+        from tb_footprint_plugin.engine import bucket_catalogue  # as ``bk``: the clients load at first use
+
+        return bucket_catalogue.bring_back(self.ostore, self.vault, op_id, path)
+
     def in_use(self, objects=None) -> Optional[int]:
         """What the logdir and its vault hold, as stored (the listing's sizes; a vault in another
         prefix listed too: ``BucketState`` listings, one each); None when a listing fails."""
