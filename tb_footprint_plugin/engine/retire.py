@@ -250,7 +250,7 @@ class DiskRetire(one_retirement.RetireLayout):
                 report("hash", 0.5 * done / total)
         except (TransactionError, OSError) as e:
             raise txn.Refused(reason_of(e), e.code if isinstance(e, TransactionError) and e.code
-                                         else Failure.REFUSED) from e
+                              else Failure.REFUSED) from e
         cancel.check()
         try:
             # a state folder copied or planted from another logdir is refused, as a reduce refuses it
@@ -517,22 +517,29 @@ class DiskUnretire(one_unretire.UnretireLayout):
       line, the journal closed (``unretire_commit``); restored, coded ``not_restored`` when a path
       was left, as on every store.
 
-    A failure is said as on every store (``Unretire.rollback``): a journal kept is finished by the
-    next start (``finish_unretire``: the same swap and commit); an injected fault is said as any
-    failure."""
+    A failure is said as on every store (``Unretire.rollback``); an injected fault is said as any
+    failure. A journal kept is finished by the next start through these same steps
+    (``finish_unretire``: ``journal`` the restore's kept journal): its run's lock is recovery's
+    (the runs it takes along are held here), something at the run's path is what the restore put
+    back, the copies checked are those still in the vault (a file renamed back is at its path),
+    neither what is unsettled (recovery settles each journal in turn) nor the folders' modes (the
+    run's may be its recorded ones already) are asked, nothing is written before the put-back, and
+    the journal is never dropped (``started`` from the first instant)."""
 
     failpoints = {"journal": "unretire.journal"}
     injected_is_crash = False
     errors = (Exception,)
 
-    def __init__(self, ctx: Context, manifest: dict) -> None:
+    def __init__(self, ctx: Context, manifest: dict, journal: Optional[Journal] = None) -> None:
         super().__init__(manifest)
         self.ctx = ctx
         self.vault: Optional[Vault] = None  # once its record checks out (``refused``)
         self.locks: list = []
-        self.jnl: Optional[Journal] = None
+        self.jnl: Optional[Journal] = journal
+        self.resumed = journal is not None
+        self.op_id = journal.op_id if journal is not None else None
         self.put: Optional[tuple] = None
-        self.put_started = False  # a folder made or a file put back, maybe
+        self.put_started = self.resumed  # a folder made or a file put back, maybe
 
     def refused(self) -> None:
         ctx, m, run = self.ctx, self.m, self.out.run
@@ -548,14 +555,16 @@ class DiskUnretire(one_unretire.UnretireLayout):
         except TransactionError as e:
             raise txn.Refused(f"{e}; nothing was changed") from e
         top = ctx.abs(run)
+        if self.resumed:
+            return  # what stands at the run's path is what this restore put back
         if os.path.lexists(top) and (not os.path.isdir(top) or os.path.islink(top) or os.listdir(top)):
             raise txn.Refused(f"{run}: something stands there now (a new run of the same name?); move it "
-                                       "away first — nothing was changed")
+                              "away first — nothing was changed")
 
     def hold(self) -> bool:
         r = self.out.run
-        try:
-            for r in [self.out.run] + taken_along(self.m):
+        try:  # a recovery holds the run's own lock already
+            for r in ([] if self.resumed else [self.out.run]) + taken_along(self.m):
                 self.locks.append(run_lock(self.ctx, r).acquire())
         except (RunLocked, OSError) as e:
             self.out.code, self.out.reason = lock_failure(e, r, self.ctx.lock_dir)
@@ -567,15 +576,25 @@ class DiskUnretire(one_unretire.UnretireLayout):
         then the begin record (refused, nothing changed: an untrusted state folder, no journal)."""
         ctx, m, vault, run = self.ctx, self.m, self.vault, self.out.run
         assert vault is not None
-        unsettled = next((u for u in (unsettled_op(ctx, r) for r in [run] + taken_along(m)) if u), None)
+        unsettled = None if self.resumed else \
+            next((u for u in (unsettled_op(ctx, r) for r in [run] + taken_along(m)) if u), None)
         if unsettled:
             raise txn.Refused(f"unfinished operation {unsettled} on this run could not be settled yet",
-                                       Failure.UNSETTLED)
-        # every stored file checked before anything moves: a damaged vault changes nothing
-        damaged = [f["path"] for i, f in enumerate(m["tree"]) if not stored_ok(vault, m["op_id"], i, f)]
+                              Failure.UNSETTLED)
+        # every stored file checked before anything moves: a damaged vault changes nothing (a
+        # resumed restore's files renamed back already are at their paths, and checked there)
+        damaged = [f["path"] for i, f in enumerate(m["tree"])
+                   if not (self.resumed and not os.path.lexists(stored_file(vault, m["op_id"], i)))
+                   and not stored_ok(vault, m["op_id"], i, f)]
         if damaged:
             raise txn.Refused(f"retired files missing or damaged in {retired_dir(vault, m['op_id'])}: "
-                                       f"{', '.join(damaged[:5])}; nothing was changed")
+                              f"{', '.join(damaged[:5])}; nothing was changed"
+                              + ("; the journal is kept" if self.resumed else ""))
+        if self.resumed:
+            # its journal stands (recovery checked it, and the logdir's identity); the run's
+            # folders may carry their recorded modes already (a read-only run is as it was): a
+            # file it cannot put back fails there, the journal kept, and says so
+            return
         # the run's folder (or where it is made again) writable, refused before anything moves
         # as reduce and restore refuse (review R16 F8); its folders below are made by this user
         refusal = access_refusal(ctx.logdir, (), [run])
@@ -591,7 +610,7 @@ class DiskUnretire(one_unretire.UnretireLayout):
             raise txn.Refused(str(e), Failure.REFUSED) from e
         except OSError as e:
             raise txn.Refused(f"cannot start the restore (journal in {ctx.journal_dir}): {reason_of(e)}",
-                                       failure_code(e)) from e
+                              failure_code(e)) from e
 
     def put_back(self, report: txn.Report) -> None:
         """Every file back at its path (``unretire_put_back``)."""
@@ -636,19 +655,39 @@ class DiskUnretire(one_unretire.UnretireLayout):
 
 
 def finish_unretire(ctx: Context, records: List[dict]) -> str:
-    """Do (or finish) the restore of a retirement from its journal; idempotent: the swap and the
-    commit of ``DiskUnretire``, as recovery runs them."""
-    put = unretire_put_back(ctx, records)
-    if put is None:
+    """Finish the restore of a retirement its kept journal names (recovery, under the run's lock):
+    the one restore's sequence (``unretire_run.unretire``) over ``DiskUnretire`` with that journal,
+    as a bucket's recovery runs it with its own; idempotent. Killed after the retirement's mark,
+    only the restore's record is left to write. Returns what was done; raises when the restore
+    is not finished (its journal then stays for the next start)."""
+    begin, vault, m = _journaled_retirement(ctx, records)
+    if m.get("restored_by") == begin["op_id"]:
         # marked restored before a kill: the restore's manifest and line, written after the mark,
         # may be missing; each written now, once
-        begin = records[0]
-        vault = Vault(begin["vault"])
-        if record_unretire(ctx, begin, vault, vault.read_manifest(begin["of_op"]), once=True):
+        if record_unretire(ctx, begin, vault, m, once=True):
             return "already restored; its record written"
         return "already restored"
-    faults.hit("unretire.move")
-    return unretire_commit(ctx, *put)
+    if m.get("run") != begin["run"]:  # the run recovery holds is the journal's
+        raise TransactionError(f"retirement {m.get('op_id')} names run {m.get('run')!r}, its restore's journal "
+                               f"{begin['run']!r}; left alone", Failure.REFUSED)
+    journal = Journal(os.path.join(ctx.journal_dir, f"{begin['op_id']}.jsonl"), may_create=False)
+    out = one_unretire.unretire(DiskUnretire(ctx, m, journal))
+    if out.status != Outcome.RESTORED:
+        raise TransactionError(out.reason, out.code)
+    return out.reason
+
+
+def _journaled_retirement(ctx: Context, records: List[dict]) -> Tuple[dict, Vault, dict]:
+    """The begin record of a restore's journal, its vault and the manifest of the retirement it
+    restores, each checked (``check_record``; the journal is untrusted)."""
+    begin = records[0]
+    check_record(ctx, begin)
+    if not OP_ID_RE.match(str(begin.get("of_op", ""))):
+        raise TransactionError(f"malformed operation id {begin.get('of_op')!r}; left alone", Failure.REFUSED)
+    vault = Vault(begin["vault"])
+    m = vault.read_manifest(begin["of_op"])
+    check_record(ctx, m)
+    return begin, vault, m
 
 
 def unretire_put_back(ctx: Context, records: List[dict]) -> Optional[Tuple[dict, Vault, dict, List[str]]]:
@@ -657,13 +696,7 @@ def unretire_put_back(ctx: Context, records: List[dict]) -> Optional[Tuple[dict,
     original in the vault (``StandsThere``). Returns (the begin record, the vault, the
     retirement's manifest, the paths left), or None when that manifest says this restore is done
     already."""
-    begin = records[0]
-    check_record(ctx, begin)
-    if not OP_ID_RE.match(str(begin.get("of_op", ""))):
-        raise TransactionError(f"malformed operation id {begin.get('of_op')!r}; left alone", Failure.REFUSED)
-    vault = Vault(begin["vault"])
-    m = vault.read_manifest(begin["of_op"])
-    check_record(ctx, m)
+    begin, vault, m = _journaled_retirement(ctx, records)
     if m.get("restored_by") == begin["op_id"]:
         return None
     op_id = m["op_id"]

@@ -29,9 +29,13 @@ written here, once (``Unretire``, a ``txn.PutBack`` run by the one driver ``engi
    start finishes the restore (``JOURNAL_KEPT``);
 5. last, whatever happened, what was held released (``release``) and the duration noted.
 
-Recovery is not this sequence: a disk's next start finishes a restore from its journal
-(``retire.finish_unretire``: the same put-back and commit, under recovery's own lock), a bucket's
-runs ``bucket_retire.unretire(resume=True)``, i.e. this sequence with the standing journal.
+Recovery is this sequence too, with the journal a stopped restore kept (the step **journal**
+checks the vault's copies and writes nothing; ``started`` is True from the first instant, so that
+journal is never dropped): a disk's next start runs it from ``retire.finish_unretire``
+(``DiskUnretire`` over the kept journal, named by its op id, under recovery's lock of the run), a
+bucket's from ``bucket_recover`` (``bucket_retire.unretire(resume=True)``). What only a recovery
+does is what comes before: a restore stopped after the retirement's mark needs only its record
+(a disk's manifest and line written once; a bucket's journal removed).
 """
 from __future__ import annotations
 
@@ -64,6 +68,9 @@ class UnretireLayout(abc.ABC):
     #: an injected fault is a crash left for recovery (a bucket), or a failure said like any other (a disk)
     injected_is_crash: bool = True
     errors: Tuple[Type[BaseException], ...] = (Exception,)
+    #: the restore's own op id when the layout finishes one its kept journal names already (a
+    #: disk's journal is named by it); None: a new one
+    op_id: Optional[str] = None
 
     def __init__(self, m: dict) -> None:
         self.m = m
@@ -128,7 +135,7 @@ class Unretire(txn.OverLayout, txn.PutBack):
         self.injected_is_crash = layout.injected_is_crash
         self.errors = layout.errors
         self.failpoints = {**FAILPOINTS, **layout.failpoints}
-        self.op_id = new_op_id()
+        self.op_id = layout.op_id or new_op_id()
         self.t0 = time.monotonic()
         self.error: Optional[BaseException] = None
         self.ended = False
