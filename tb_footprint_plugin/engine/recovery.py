@@ -7,7 +7,8 @@ the manifest is touched (its change-log line, written between the two, is writte
 kill took it: once per operation); one whose swap was recorded after a passed verification is rolled
 forward; anything else is rolled back to its exact original bytes. A manifest of the
 operation that is not ours or unreadable is never replayed over. A run whose lock is held by a
-live process is left for that process.
+live process is left for that process; what is settled is the journal as read once the run's lock
+is held (its holder may have gone on, or settled it, since it was listed).
 
 This is the disk's layout of recovery; what a recovery answers (``RecoveryOutcome`` and its codes,
 the settled runs, the reason of a rollback) is ``engine.recovery_rules``', shared with a bucket's
@@ -69,33 +70,10 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
         return [refused(j.op_id, None, str(e), e.code) for j in journals]
     vaults = [ctx.state, ctx.vault.root] + known_vaults(ctx)
     for j in journals:
-        try:
-            log = trust.read_json_lines(j.path)
-        except OSError as e:  # left for the next start, named
-            outcomes.append(failed(j.op_id, None, f"{j.path}: unreadable journal ({reason_of(e)})"))
-            continue
-        if log.damaged:
-            # every record of a journal counts (a lost backup record would leave its original out
-            # of a rollback): one damaged line and the operation is not replayed at all
-            d = log.damaged[0]
-            outcomes.append(refused(j.op_id, None, damaged_line(j.path, d.line, d.detail), Finding.DAMAGED_FILE))
-            continue
-        records = log.records
-        if not records:
-            # an older version's journal, created but crashed before its first record was durable:
-            # nothing happened. (Journals are now created holding their begin record, so a live
-            # operation's journal is never empty and this cannot race one.)
-            j.close()
-            continue
-        if records[0].get("type") != Rec.BEGIN:
-            # records without their begin (an older version split a hard-linked journal in two):
-            # something happened and nothing says which run; never deleted, never replayed
-            outcomes.append(refused(j.op_id, None, no_begin_record(j.path), Finding.DAMAGED_FILE))
-            continue
-        try:
-            trust.check_journal(j.path, j.op_id, records, logdir=ctx.logdir, vaults=vaults, identity=identity)
-        except trust.Untrusted as e:
-            outcomes.append(refused(j.op_id, None, str(e), e.code))
+        records, said = _checked(ctx, j, vaults, identity)
+        if records is None:
+            if said is not None:
+                outcomes.append(said)
             continue
         begin = records[0]
         run = begin["run"]
@@ -105,6 +83,20 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
             outcomes.append(skipped_live(begin["op_id"], run, "held by a running process"))
             continue
         try:
+            # what is acted on is the journal as it stands now that the run is held, never what was
+            # read before: its holder (a shard worker beside this start) held the run until its
+            # operation ended and may have gone on meanwhile, past its swap, and been killed; or it
+            # settled the operation and removed the journal (nothing is left to do)
+            fresh, said = _checked(ctx, j, vaults, identity)
+            if fresh is None:  # gone (its holder settled it), or not replayed now: named
+                if said is not None:
+                    outcomes.append(said)
+                continue
+            if fresh[0] != begin:
+                outcomes.append(refused(begin["op_id"], run, f"{j.path}: not the journal read a moment before (its "
+                                        "begin record differs); not replayed", Finding.DAMAGED_FILE))
+                continue
+            records = fresh
             if begin["kind"] in ("retire", "unretire"):  # whole runs moved out of the logdir, or back
                 action, detail = recover_retire(ctx, records)
                 outcomes.append(settled(begin["op_id"], run, action, detail))
@@ -183,6 +175,42 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
         finally:
             lock.release()
     return outcomes
+
+
+def _checked(ctx: Context, j, vaults: List[str], identity: dict
+             ) -> Tuple[Optional[List[dict]], Optional[RecoveryOutcome]]:
+    """A journal's records as recovery may act on them, read now: ``(records, None)``; else
+    ``(None, outcome)`` naming why it is not replayed (unreadable, damaged, without its begin
+    record, refused by ``trust.check_journal``: left as it is), or ``(None, None)`` when there is
+    nothing to settle (gone: settled by its holder since it was listed; empty: an older version's,
+    closed here)."""
+    try:
+        log = trust.read_json_lines(j.path)
+    except FileNotFoundError:
+        return None, None  # removed by its holder once settled, after the listing
+    except OSError as e:  # left for the next start, named
+        return None, failed(j.op_id, None, f"{j.path}: unreadable journal ({reason_of(e)})")
+    if log.damaged:
+        # every record of a journal counts (a lost backup record would leave its original out
+        # of a rollback): one damaged line and the operation is not replayed at all
+        d = log.damaged[0]
+        return None, refused(j.op_id, None, damaged_line(j.path, d.line, d.detail), Finding.DAMAGED_FILE)
+    records = log.records
+    if not records:
+        # an older version's journal, created but crashed before its first record was durable:
+        # nothing happened. (Journals are now created holding their begin record, so a live
+        # operation's journal is never empty and this cannot race one.)
+        j.close()
+        return None, None
+    if records[0].get("type") != Rec.BEGIN:
+        # records without their begin (an older version split a hard-linked journal in two):
+        # something happened and nothing says which run; never deleted, never replayed
+        return None, refused(j.op_id, None, no_begin_record(j.path), Finding.DAMAGED_FILE)
+    try:
+        trust.check_journal(j.path, j.op_id, records, logdir=ctx.logdir, vaults=vaults, identity=identity)
+    except trust.Untrusted as e:
+        return None, refused(j.op_id, None, str(e), e.code)
+    return records, None
 
 
 @dataclass
