@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from tb_footprint_plugin.engine.front import open_engine
+from tb_footprint_plugin.engine.history import finite
 
 
 def operation(logdir: str, op_id: str, backup_dir: Optional[str] = None) -> dict:
@@ -71,8 +72,10 @@ def history_page(logdir: str, backup_dir: Optional[str] = None, *, newest: Optio
     are read; a bucket's manifests are each read (they give the total), into a bounded heap of
     the newest."""
     entries, total = open_engine(logdir, backup_dir, lazy=True).history_page(newest)
+    # lines and manifests are untrusted: a number that is not finite is none (``history.finite``:
+    # no NaN or Infinity token a browser's JSON.parse refuses), a code a string or nothing
+    entries = [finite(e) for e in entries]
     for e in entries:
-        # lines are untrusted: a code is a string or nothing
         e["code"] = e.get("code") if isinstance(e.get("code"), str) else None
     return {"entries": entries, "total": total}
 

@@ -123,6 +123,61 @@ def _timed(e) -> bool:
     return isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)
 
 
+def finite(value):
+    """``value`` (a record as JSON parsed it, untrusted) with every number that is not finite
+    (``NaN``, ``Infinity``, ``-Infinity``: Python's JSON reads and writes them, a browser's
+    ``JSON.parse`` refuses them) replaced by None, in lists and objects too; every other value as
+    it is. The one rule for what a history read gives: each log's lines as they are parsed
+    (``_parsed``), and the entries the API returns with figures joined from manifests."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    return value
+
+
+#: a number too large for a float, as it reads once every digit (and ``+``) is 0 and every E an e: at
+#: least 100 digits, or an exponent of three (fewer digits with a two-digit exponent are below 1e199)
+_LARGE = (b"0" * 100, b"e000")
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789E+", b"000000000e0")  # 'E+123' reads 'e0000' too
+_NUMBER_CHARS = frozenset(b"0123456789.+-eE")
+
+
+def _may_not_be_finite(raw: bytes) -> bool:
+    """Whether JSON text ``raw`` may hold a number that parses as no finite float: the tokens
+    NaN, Infinity, -Infinity, or a number token (after ``:``, ``,`` or ``[``, not inside a string
+    as a hex digest's ``5e123`` is) too large for a float. Literal searches of the bytes (C
+    speed: a block of ordinary lines costs a few scans, no regular expression), then a look at
+    each place found only."""
+    if b"NaN" in raw or b"Infinity" in raw:
+        return True
+    zeros = raw.translate(_DIGITS_AS_ZERO)
+    for large in _LARGE:
+        at = zeros.find(large)
+        while at >= 0:
+            i = at
+            while i > 0 and raw[i - 1] in _NUMBER_CHARS:
+                i -= 1
+            while i > 0 and raw[i - 1] in b" \t\r":
+                i -= 1
+            if i > 0 and raw[i - 1] in b":,[":
+                return True
+            at = zeros.find(large, at + 1)
+    return False
+
+
+def _parsed(raw: bytes, name: str, first_line: int = 1) -> JsonLines:
+    """``trust.parse_json_lines`` of a log's bytes, each record's numbers finite (``finite``);
+    records are walked only where the bytes may hold such a number (a block of 100,000 runs'
+    lines costs one search, not a walk of every record)."""
+    log = parse_json_lines(raw, name, first_line=first_line)
+    if _may_not_be_finite(raw):
+        log.records = [finite(r) for r in log.records]
+    return log
+
+
 def line_of(entry: dict) -> bytes:
     """One entry as its line: compact JSON with sorted keys.
 
@@ -362,7 +417,7 @@ class ChangeLog:
                 if e.code != StoreError.TOO_LARGE:
                     raise
                 data, too_large = self._whole_lines_of_prefix(key), True
-            log = parse_json_lines(data, name)
+            log = _parsed(data, name)
             m = _SEALED.match(key.rsplit("/", 1)[-1])
             stem = m.group(1) if m else key.rsplit("/", 1)[-1][:-len(".jsonl")]
             if m and not too_large:  # its first bytes, for a later log that may repeat it: no read more
@@ -613,7 +668,7 @@ class ChangeLog:
                 del buf, piece
                 start = pos - len(carry) - len(block)
                 repeated = line - 1 + block.count(b"\n", 0, upto - start) if start < upto else 0
-                log = parse_json_lines(block, name, first_line=line)
+                log = _parsed(block, name, first_line=line)
                 each(log, repeated)
                 line += block.count(b"\n")
                 torn = log.torn
@@ -933,12 +988,12 @@ def _sift(buf: bytearray, ident: str, entries: List[dict]) -> None:
     pos, stop = 0, len(buf)
     while pos < stop:
         end = buf.rfind(b"\n", pos, min(stop, pos + _FOLLOW_BLOCK)) + 1 or buf.find(b"\n", pos, stop) + 1 or stop
-        for e in parse_json_lines(buf[pos:end], ident).records:
+        for e in _parsed(buf[pos:end], ident).records:
             if _timed(e) and isinstance(e.get("run"), str):
                 entries.append({k: e.get(k) for k in _KEPT})
         pos = end
 
 
 __all__ = ["BUCKET_WORKERS", "CSV_FIELDS", "ChangeLog", "HISTORY", "HISTORY_NAME", "StateFolder", "append_history", "append_rolled_back",
-           "bucket_log", "changes_since", "configure_writer", "disk_log", "history_csv", "history_damage",
+           "bucket_log", "changes_since", "configure_writer", "disk_log", "finite", "history_csv", "history_damage",
            "history_files", "history_problems", "history_path", "line_of", "logged_operations", "read_history", "read_history_page", "reduce_line", "rolled_back_line", "worker_file_name"]
