@@ -185,9 +185,7 @@ def _checked(ctx: Context, j, vaults: List[str], identity: dict
     nothing to settle (gone: settled by its holder since it was listed; empty: an older version's,
     closed here)."""
     try:
-        log = trust.read_json_lines(j.path)
-    except FileNotFoundError:
-        return None, None  # removed by its holder once settled, after the listing
+        log = trust.read_json_lines(j.path)  # gone (its holder settled it since the listing): empty
     except OSError as e:  # left for the next start, named
         return None, failed(j.op_id, None, f"{j.path}: unreadable journal ({reason_of(e)})")
     if log.damaged:
@@ -197,9 +195,9 @@ def _checked(ctx: Context, j, vaults: List[str], identity: dict
         return None, refused(j.op_id, None, damaged_line(j.path, d.line, d.detail), Finding.DAMAGED_FILE)
     records = log.records
     if not records:
-        # an older version's journal, created but crashed before its first record was durable:
-        # nothing happened. (Journals are now created holding their begin record, so a live
-        # operation's journal is never empty and this cannot race one.)
+        # gone, or an older version's journal, created but crashed before its first record was
+        # durable: nothing happened. (Journals are now created holding their begin record, so a
+        # live operation's journal is never empty and this cannot race one.)
         j.close()
         return None, None
     if records[0].get("type") != Rec.BEGIN:
