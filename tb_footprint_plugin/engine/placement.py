@@ -57,13 +57,14 @@ def version_at(ctx: Context, rel: str) -> Optional[str]:
     "same version" rule), asked through the logdir's store: no link on the way followed
     (invariant 4), whatever was swapped in between two looks. None when nothing stands there;
     ``TransactionError`` naming ``rel`` when something that is no regular file does (a link, a
-    folder, a FIFO) or a folder on its way is a link."""
+    folder, a FIFO) or a folder on its way is a link (coded ``StoreError.SYMLINK`` for a link:
+    every later attempt meets it until it is removed, no interruption)."""
     try:
         return ctx.store.version(ctx.key(rel))
     except StoreFailure as e:
         if e.code in (StoreError.SYMLINK, StoreError.NOT_REGULAR):
             raise TransactionError(f"{rel}: is no longer a regular file reached without a link ({e}); "
-                                   "left as is") from None
+                                   "left as is", StoreError.SYMLINK if e.code == StoreError.SYMLINK else None) from None
         raise
 
 

@@ -127,6 +127,11 @@ def stopped_half_way(ctx: Context, e: BaseException) -> Tuple[str, Code]:
         return (f"restore stopped: {reason_of(e)}; the run is partly restored, nothing is lost (what stood there "
                 f"is kept, in place or in the vault); once the writer has stopped, "
                 f"`tb-footprint recover {shlex.quote(ctx.logdir)}` finishes it", Skip.OPEN_FOR_WRITING)
+    if isinstance(e, TransactionError) and e.code == StoreError.SYMLINK:
+        # a folder on an original's way swapped for a link: never followed, and every start meets it
+        return (f"restore stopped: {reason_of(e)}; the run is partly restored, nothing is lost (its originals stay "
+                f"in the vault); once the link is replaced by the run's folder, `tb-footprint recover "
+                f"{shlex.quote(ctx.logdir)}` finishes it", StoreError.SYMLINK)
     if is_permission_error(e):
         return (f"restore stopped: {reason_of(e)}; the run is partly restored, nothing is lost (its originals stay "
                 f"in the vault); once this user may write there, `tb-footprint recover {shlex.quote(ctx.logdir)}` "

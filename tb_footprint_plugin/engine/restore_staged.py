@@ -21,15 +21,17 @@ import errno
 import os
 from typing import Callable, Dict, List, Optional, Tuple
 
+from tb_footprint_plugin.codes import Failure
 from tb_footprint_plugin.engine import remote_vault
-from tb_footprint_plugin.engine.context import CancelToken, Context, no_symlink
+from tb_footprint_plugin.engine.context import CancelToken, Context, TransactionError, no_symlink
 from tb_footprint_plugin.engine.swap import remove_put_back_temps
-from tb_footprint_plugin.engine.vault import Vault, VaultError, restore_tmp_path
+from tb_footprint_plugin.engine.vault import Vault, VaultError, Within, restore_folder, restore_tmp_path
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.files import (check_still, create_exclusive, finish_new_file, fsync_dir,
                                                hash_and_count, unlink_if_same)
 from tb_footprint_plugin.storage.paths import is_sha256
 from tb_footprint_plugin.storage.sparse import SparseWriter
+from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.regular import open_regular
 
 
@@ -62,13 +64,15 @@ class Prepared:
 
     def put(self, sha: str, dest: str, mode: Optional[int], mtime: Optional[float],
             mtime_ns: Optional[int], owner: Optional[Tuple[int, int]] = None,
-            place: Optional[Callable[[str, str], None]] = None) -> bool:
+            place: Optional[Callable[[str, str], None]] = None, within: Optional[Within] = None) -> bool:
         """Put ``sha``'s verified temporary at ``dest`` with ``mode``, the modification time and
         (when root) ``owner`` set through its fd first; True when done, False when there is none (or ``dest`` is on
         another filesystem: the temporary is removed and the caller copies as without one).
         ``place(tmp, dest)``: how it takes ``dest``'s place, as the folder's swap strategy says
-        (``placement.put_in_place``), a rename by default. ``VaultError`` when the temporary is no
-        longer the file verified."""
+        (``placement.put_in_place``), a rename by default. ``within``: (the logdir's store,
+        ``dest``'s key): a folder of ``dest`` gone since is made again by that store's walk that
+        follows no link (``vault_blobs.restore_folder``; ``StoreFailure`` naming a link on the way,
+        the temporary removed). ``VaultError`` when the temporary is no longer the file verified."""
         got = self.temps.pop(sha, None)
         if got is None:
             return False
@@ -80,8 +84,12 @@ class Prepared:
                     raise VaultError(errno.EIO, f"{tmp}: changed since its backup was verified; not used")
                 ident = finish_new_file(f, mode, mtime_ns, mtime, owner)
             check_still(tmp, ident)
-            os.makedirs(os.path.dirname(dest), exist_ok=True)  # as ``Vault.restore_blob``: a folder gone since
-            (place or fsops.replace)(tmp, dest)
+            with restore_folder(dest, within) as dfd:  # as ``Vault.restore_blob``: a folder gone since made again
+                if place is not None:
+                    place(tmp, dest)
+                else:
+                    fsops.replace(tmp, dest, dst_dir_fd=dfd)
+                os.fsync(dfd)
         except OSError as e:
             if e.errno != errno.EXDEV:
                 with contextlib.suppress(OSError):
@@ -90,7 +98,6 @@ class Prepared:
             with contextlib.suppress(OSError):
                 unlink_if_same(tmp, made)
             return False
-        fsync_dir(os.path.dirname(dest))
         if os.path.dirname(tmp) != os.path.dirname(dest):
             fsync_dir(os.path.dirname(tmp))
         return True
@@ -132,11 +139,11 @@ class PreparedVault(Vault):
     def restore_blob(self, sha: str, dest: str, mode: Optional[int] = None,
                      mtime: Optional[float] = None, mtime_ns: Optional[int] = None,
                      tmp_token: Optional[str] = None, owner: Optional[Tuple[int, int]] = None,
-                     place: Optional[Callable[[str, str], None]] = None) -> None:
+                     place: Optional[Callable[[str, str], None]] = None, within: Optional[Within] = None) -> None:
         """As ``Vault.restore_blob``, from the verified temporary where there is one."""
-        if not self.prepared.put(sha, dest, mode, mtime, mtime_ns, owner, place):
+        if not self.prepared.put(sha, dest, mode, mtime, mtime_ns, owner, place, within):
             super().restore_blob(sha, dest, mode, mtime, mtime_ns=mtime_ns, tmp_token=tmp_token, owner=owner,
-                                 place=place)
+                                 place=place, within=within)
 
 
 def temp_folder(ctx: Context, path: str) -> str:
@@ -171,23 +178,31 @@ def prepare_streamed(ctx: Context, vault: Vault, files: List[dict], token: str, 
         d = temp_folder(ctx, f["path"])
         no_symlink(ctx, os.path.join(d, "x") if d else "x")
         folder = ctx.abs(d) if d else ctx.logdir
-        if folder not in prepared.folders:
-            prepared.folders[folder] = os.lstat(folder)
         tmp = restore_tmp_path(folder, sha, token)
-        fd = create_exclusive(tmp)
-        made = os.fstat(fd)
-        prepared.temps[sha] = (tmp, made)
-        with os.fdopen(fd, "wb") as fo:
-            sink = SparseWriter(fo)  # its zero blocks left holes, as every put-back leaves them
-            with vault.open_blob(sha) as src:
-                got, n = hash_and_count(src, sink)
-            sink.finish(n)
-            if (got, n) != (sha, f["size"]):
-                raise VaultError(errno.EIO, f"backup of {f['path']} in {vault.root} does not read back as its "
-                                 f"sha256 {sha[:12]}… ({n} bytes)")
-            ident = finish_new_file(fo)
-        check_still(tmp, ident)
-        prepared.temps[sha] = (tmp, ident)
+        # made in the folder the logdir store's walk reaches, no link on the way followed: one
+        # swapped in since the look above is refused, naming it, and nothing is written there
+        with contextlib.ExitStack() as held:
+            try:
+                dfd = held.enter_context(ctx.store.folder(ctx.key(os.path.relpath(tmp, ctx.logdir))))[0]
+            except StoreFailure as e:
+                raise TransactionError(f"{f['path']}: its backup's temporary is not made: {e}; nothing was "
+                                       "changed", Failure.REFUSED) from None
+            if folder not in prepared.folders:
+                prepared.folders[folder] = os.fstat(dfd)
+            fd = create_exclusive(tmp, 0o600, dfd)
+            made = os.fstat(fd)
+            prepared.temps[sha] = (tmp, made)
+            with os.fdopen(fd, "wb") as fo:
+                sink = SparseWriter(fo)  # its zero blocks left holes, as every put-back leaves them
+                with vault.open_blob(sha) as src:
+                    got, n = hash_and_count(src, sink)
+                sink.finish(n)
+                if (got, n) != (sha, f["size"]):
+                    raise VaultError(errno.EIO, f"backup of {f['path']} in {vault.root} does not read back as its "
+                                     f"sha256 {sha[:12]}… ({n} bytes)")
+                ident = finish_new_file(fo)
+            check_still(tmp, ident, dfd)
+            prepared.temps[sha] = (tmp, ident)
 
 
 

@@ -38,12 +38,13 @@ from tb_footprint_plugin.engine.retire_rules import KIND, is_restorable_retireme
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.salvage import salvage_name
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
-from tb_footprint_plugin.engine.vault import Vault, who
-from tb_footprint_plugin.storage.files import CopyMismatch, copy_new, fsync_dir, give_owner, recorded_owner, sha256_file
+from tb_footprint_plugin.engine.vault import Vault, restore_folder, who
+from tb_footprint_plugin.storage.files import (CopyMismatch, copy_new, give_owner, recorded_owner, sha256_file,
+                                               unlink_if_same)
 from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
 from tb_footprint_plugin.storage.paths import is_within, plausible_mtime_ns
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.private import NotPrivate, check_private_dir
+from tb_footprint_plugin.storage.private import NotPrivate, check_private_dir, set_aside_at
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_posix import version_token
 from tb_footprint_plugin.version import __version__
@@ -254,14 +255,16 @@ def chmod_dirs(ctx: Context, dirs: List[dict]) -> None:
                 os.utime(p, ns=(ns, ns), follow_symlinks=False)
 
 
-def _give_back_owner(path: str, rec: dict, kind: int = 0) -> None:
+def _give_back_owner(path: str, rec: dict, kind: int = 0, dir_fd: Optional[int] = None) -> None:
     """Root puts a user's file or folder back: it is theirs again (``rec``'s recorded owner, as a
-    restore gives it, e558d46). Through an fd opened without following a link; nothing when not
-    root or when the record has no plausible owner (written before owners were kept)."""
+    restore gives it, e558d46). Through an fd opened without following a link (``dir_fd``: its
+    folder); nothing when not root or when the record has no plausible owner (written before
+    owners were kept)."""
     owner = recorded_owner(rec)
     if owner is None or os.geteuid() != 0:
         return
-    fd = os.open(path, os.O_RDONLY | kind | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(fsops.name_in(path, dir_fd), os.O_RDONLY | kind | getattr(os, "O_NOFOLLOW", 0)
+                 | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
     try:
         give_owner(fd, owner)
     finally:
@@ -331,35 +334,63 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
                 f"{os.path.basename(aside)}")
     if not there:
         raise TransactionError(f"{f['path']}: neither in the logdir nor in {retired_dir(vault, op_id)}")
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
-    if strategy.renames and (same_fs or vault.same_filesystem(os.path.dirname(dst))):
-        # create-only: a file a writer made at the path since the look above is never replaced
-        _move_new(stored, dst, f, stored)
-        _give_back_owner(dst, f)  # a copy made across filesystems at the retirement was root's
-    else:
-        try:  # made anew and set up through its fd: a link planted at that name is never followed
-            # holes stay holes, as every restore's put-back leaves them
-            copy_new(stored, tmp, f["sha256"], f["mode"], mtime_ns=f["mtime_ns"], sparse=True,
-                     owner=recorded_owner(f))
-        except CopyMismatch:
-            raise TransactionError(f"copy of {f['path']} from the vault does not match its sha256") from None
-        if strategy.renames:
-            try:
-                _move_new(tmp, dst, f, stored)
-            except TransactionError:
-                os.unlink(tmp)  # a copy: the vault still holds the file
-                raise
+    # the move, or the copy and its temporary, made in the folder the logdir store's walk reaches
+    # (its missing folders made by it), never by a path a folder on the way swapped for a link
+    # would lead outside the logdir (invariant 4): such a link is refused, naming it, and the
+    # file stays in the vault (``StandsThere``: a restore leaves that path, ``not_restored``)
+    with contextlib.ExitStack() as held:
+        try:
+            dfd = held.enter_context(restore_folder(dst, (ctx.store, ctx.key(f["path"]))))
+        except StoreFailure as e:
+            raise StandsThere(f"{f['path']}: not reached without a link ({e}); left as is, the retired file "
+                              f"stays in {stored}", e.code) from None
+        if strategy.renames and (same_fs or vault.same_filesystem(os.path.dirname(dst))):
+            # create-only: a file a writer made at the path since the look above is never replaced
+            _move_new(stored, dst, f, stored, dfd)
+            _give_back_owner(dst, f, dir_fd=dfd)  # a copy made across filesystems at the retirement was root's
         else:
-            place(tmp, dst)
-    fsync_dir(os.path.dirname(dst))
+            _clear_own_temp(tmp, dfd)
+            try:  # made anew and set up through its fd: a link planted at that name is never followed
+                # holes stay holes, as every restore's put-back leaves them
+                made = copy_new(stored, tmp, f["sha256"], f["mode"], mtime_ns=f["mtime_ns"], exclusive=True,
+                                sparse=True, owner=recorded_owner(f), dir_fd=dfd)
+            except CopyMismatch:
+                raise TransactionError(f"copy of {f['path']} from the vault does not match its sha256") from None
+            if strategy.renames:
+                try:
+                    _move_new(tmp, dst, f, stored, dfd)
+                except TransactionError:
+                    unlink_if_same(tmp, made, dfd)  # a copy: the vault still holds the file
+                    raise
+            else:
+                place(tmp, dst, src_dir_fd=dfd, dst_dir_fd=dfd)
+        os.fsync(dfd)
     return note
 
 
-def _move_new(src: str, dst: str, f: dict, stored: str) -> None:
-    """``src`` moved to the free path ``dst`` (``throttle.rename_new``); a file made there since
+def _clear_own_temp(tmp: str, dir_fd: int) -> None:
+    """A killed attempt's copy at the temporary name ``tmp`` (in the folder ``dir_fd``) removed
+    before the copy is made again, as ``files.create_new`` clears it: a regular file of this user
+    (its bytes are the vault's) removed, anything else (a planted link, a FIFO, another user's
+    file) set aside in that folder (``private.set_aside_at``: renamed, kept, never deleted)."""
+    name = fsops.name_in(tmp, dir_fd)
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+            fsops.unlink(tmp, dir_fd=dir_fd)
+        else:
+            set_aside_at(dir_fd, name)
+
+
+def _move_new(src: str, dst: str, f: dict, stored: str, dir_fd: Optional[int] = None) -> None:
+    """``src`` moved to the free path ``dst`` (``throttle.rename_new``; ``dir_fd``: ``dst``'s
+    folder, and ``src``'s unless ``src`` is absolute: the vault's copy); a file made there since
     it was found free (a writer) is kept and the move refused: the retired file stays in the vault."""
     try:
-        fsops.rename_new(src, dst)
+        fsops.rename_new(src, dst, src_dir_fd=None if src == stored else dir_fd, dst_dir_fd=dir_fd)
     except FileExistsError:
         raise StandsThere(f"{f['path']}: a different file stands there now; the retired one stays in "
                           f"{stored}") from None

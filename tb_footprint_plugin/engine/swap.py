@@ -18,7 +18,7 @@ import secrets
 import stat
 from typing import Callable, Collection, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Failure, Skip
+from tb_footprint_plugin.codes import Failure, Skip, StoreError
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.catalogue import journal_blobs, vault_of, write_manifest
 from tb_footprint_plugin.engine.context import Context, TransactionError, no_symlink
@@ -747,12 +747,17 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
         place = put_in_place(strategy, journal, rec, new_name=look is None, begun=begun)
         exchanged: list = []
         try:
+            # the temporary made in the folder the logdir store's walk reaches (invariant 4)
             vault.restore_blob(rec["sha256"], p, rec["mode"], rec["mtime"], tmp_token=tmp_token,
                                owner=recorded_owner(rec),
                                place=_where_looked(place, ctx, rec["path"], look, stored, beside, exchanged),
-                               **_time_of(vault, rec))
+                               within=(ctx.store, key), **_time_of(vault, rec))
         except _Moved:
             continue  # made or changed since the look: looked at again, never replaced unseen
+        except StoreFailure as e:
+            if e.code not in (StoreError.SYMLINK, StoreError.NOT_REGULAR):
+                raise
+            continue  # a link (or a file) on the way to its folder since the look: the next look refuses it, naming it
         if exchanged:
             # the original is in place; what stood there is at ``beside``, as a writer left it
             unchanged = _still(ctx, beside, look, stored)

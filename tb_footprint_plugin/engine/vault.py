@@ -105,7 +105,7 @@ from tb_footprint_plugin.engine.vault_base import (ALONE, COMPRESSED, DEFAULT_VA
                                                    late_tmp_path, other_users_state_findings,
                                                    refuse_unless_ours, restore_tmp_path, same_file,
                                                    set_aside_findings, who)
-from tb_footprint_plugin.engine.vault_blobs import VaultBlobs
+from tb_footprint_plugin.engine.vault_blobs import VaultBlobs, Within, put_temp, restore_folder
 from tb_footprint_plugin.engine.vault_compaction import (VaultCompaction, compact_operation, damaged_notes,
                                                          note_compaction, read_notes)
 from tb_footprint_plugin.engine.vault_delete import VaultDelete
@@ -215,7 +215,7 @@ class Vault(VaultManifests, VaultPacks, VaultCompaction, VaultDelete, VaultPins,
     def restore_blob(self, sha: str, dest: str, mode: Optional[int] = None,
                      mtime: Optional[float] = None, mtime_ns: Optional[int] = None,
                      tmp_token: Optional[str] = None, owner: Optional[Tuple[int, int]] = None,
-                     place: Optional[Callable[[str, str], None]] = None) -> None:
+                     place: Optional[Callable[[str, str], None]] = None, within: Optional[Within] = None) -> None:
         """Put the blob's bytes at ``dest`` (a verified temp copy in the same dir, then ``place``),
         with ``mode``, the modification time (``mtime_ns`` to the nanosecond, else the older
         records' float ``mtime``) and, when root, the recorded ``owner`` (``files.give_owner``)
@@ -223,6 +223,12 @@ class Vault(VaultManifests, VaultPacks, VaultCompaction, VaultDelete, VaultPins,
         ``dest``'s place, as the folder's swap strategy says (``placement.put_in_place``: renamed, or
         copied over and deleted); a rename by default. Either way a blob that does not read back
         as ``sha`` is found in the temp, before anything at ``dest`` is touched.
+
+        ``within``: (the logdir's store, ``dest``'s key): the temp, and any folder missing on the
+        way, is made in the folder that store's walk reaches without following a link
+        (``restore_folder``): a folder on the way swapped for a link to one outside the logdir
+        fails the walk (``StoreFailure``, ``SYMLINK``, naming it) before anything is written;
+        swapped after it, the temp is made in the folder walked to, wherever it went.
 
         Always a copy, never a link of the blob: a hard-linked blob shares its inode with the
         file it backs up, so setting the restored file's mode or time, or a writer appending to
@@ -233,39 +239,40 @@ class Vault(VaultManifests, VaultPacks, VaultCompaction, VaultDelete, VaultPins,
         restore's journaled token of its temp names (``restore_tmp_path``; a random one without)."""
         if not self._plain_usable(sha) and (self._has_zst(sha) or remote_vault.has_record(self.root, sha)
                                             or remote_vault.packed_ref(self.root, sha) is not None):
-            return self._restore_zst(sha, dest, mode, mtime, mtime_ns, tmp_token, owner, place)  # streamed, hashed
+            # streamed, hashed
+            return self._restore_zst(sha, dest, mode, mtime, mtime_ns, tmp_token, owner, place, within)
         blob = self.blob_path(sha)
         if not self.check_blob(sha):
             raise VaultError(errno.EIO, f"backup of {dest} is missing or damaged in {self.root} (sha256 {sha[:12]}…)")
-        d = os.path.dirname(dest)
-        os.makedirs(d, exist_ok=True)
-        tmp = restore_tmp_path(d, sha, tmp_token)
-        made = None  # the temp file this call made: the only one its cleanup removes
-        # a copy, so the blob stays valid whatever happens to dest later; made where nothing
-        # stands (never over or instead of a file there), and hashed, chmod'ed and timed through
-        # its fd (``files.copy_new``): a name swapped meanwhile is never followed
-        try:
+        tmp = restore_tmp_path(os.path.dirname(dest), sha, tmp_token)
+        with restore_folder(dest, within) as dfd:
+            made = None  # the temp file this call made: the only one its cleanup removes
+            # a copy, so the blob stays valid whatever happens to dest later; made where nothing
+            # stands (never over or instead of a file there), in the folder walked to, and
+            # hashed, chmod'ed and timed through its fd (``files.copy_new``): a name swapped
+            # meanwhile is never followed
             try:
-                # holes put back as holes: a sparse original never comes back allocated whole
-                made = copy_new(blob, tmp, sha, mode, mtime_ns=mtime_ns, mtime=mtime, exclusive=True, sparse=True,
-                                owner=owner)
-            except (FileNotFoundError, CopyMismatch):
-                if not self._has_zst(sha) and remote_vault.packed_ref(self.root, sha) is None:
-                    raise
-                # compacted or packed (by another run's compaction) between the check and the
-                # copy, or the plain blob beside the .zst changed: the compressed or packed form is
-                # the backup (``copy_new`` removed its temp)
-                return self._restore_zst(sha, dest, mode, mtime, mtime_ns, tmp_token, owner, place)
-            faults.hit("restore_copied")
-            (place or fsops.replace)(tmp, dest)
-        except CopyMismatch:
-            raise VaultError(errno.EIO, f"restored copy of {dest} does not match its hash") from None
-        except BaseException:
-            if made is not None:
-                with contextlib.suppress(OSError):
-                    unlink_if_same(tmp, made)  # a failure after the copy leaves no temp file behind
-            raise
-        fsync_dir(d)
+                try:
+                    # holes put back as holes: a sparse original never comes back allocated whole
+                    made = copy_new(blob, tmp, sha, mode, mtime_ns=mtime_ns, mtime=mtime, exclusive=True,
+                                    sparse=True, owner=owner, dir_fd=dfd)
+                except (FileNotFoundError, CopyMismatch):
+                    if not self._has_zst(sha) and remote_vault.packed_ref(self.root, sha) is None:
+                        raise
+                    # compacted or packed (by another run's compaction) between the check and the
+                    # copy, or the plain blob beside the .zst changed: the compressed or packed form is
+                    # the backup (``copy_new`` removed its temp)
+                    return self._restore_zst(sha, dest, mode, mtime, mtime_ns, tmp_token, owner, place, within)
+                faults.hit("restore_copied")
+                put_temp(place, tmp, dest, dfd)
+            except CopyMismatch:
+                raise VaultError(errno.EIO, f"restored copy of {dest} does not match its hash") from None
+            except BaseException:
+                if made is not None:
+                    with contextlib.suppress(OSError):
+                        unlink_if_same(tmp, made, dfd)  # a failure after the copy leaves no temp file behind
+                raise
+            os.fsync(dfd)
 
     def compact_ops(self, ops: Mapping[str, List[str]], manifests: Optional[Mapping[str, dict]] = None, *,
                     busy: Iterable[str] = (), noted: bool = False, prune: bool = True

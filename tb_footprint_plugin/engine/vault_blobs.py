@@ -10,8 +10,9 @@ import contextlib
 import errno
 import os
 import stat
-from typing import BinaryIO, Callable, Optional, Tuple
+from typing import BinaryIO, Callable, Iterator, Optional, Tuple
 
+from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.engine import faults, remote_vault
 from tb_footprint_plugin.engine.vault_base import VaultError, restore_tmp_path
 from tb_footprint_plugin.storage import throttle as fsops, zst
@@ -21,6 +22,37 @@ from tb_footprint_plugin.storage.files import (check_still, create_exclusive, cr
 from tb_footprint_plugin.storage.paths import is_sha256, plausible_mtime_ns
 from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.storage.sparse import SparseWriter
+from tb_footprint_plugin.storage.store import StoreFailure
+from tb_footprint_plugin.storage.store_posix import PosixStore
+
+#: ``restore_blob``'s ``within``: (the logdir's store, the restored file's key in it)
+Within = Tuple[PosixStore, str]
+
+
+@contextlib.contextmanager
+def restore_folder(dest: str, within: Optional[Within]) -> Iterator[int]:
+    """A descriptor of the folder a restore's temporary of ``dest`` is made in (invariant 4):
+    reached by ``within``'s store walk that follows no link, the folders missing on the way made
+    by it (``PosixStore.folder(create=True)``), so a folder on the way swapped for a link to a
+    folder outside the logdir never receives the temporary nor a folder. ``StoreFailure``
+    (``SYMLINK`` naming the link, …) when the walk refuses: nothing was made. Without ``within``
+    the caller vouches for ``dest``'s folder (made as named, links and all, as before)."""
+    store, key = within if within is not None else (PosixStore(os.path.dirname(dest), create=True),
+                                                    os.path.basename(dest))
+    with contextlib.ExitStack() as held:
+        try:
+            dfd = held.enter_context(store.folder(key, create=True))[0]
+        except StoreFailure as e:
+            if e.code not in _AS_SYSTEM:
+                raise
+            # a folder this user may not make, or no room for it: said as the system said it, as
+            # ``os.makedirs`` did (a restore names a permission to fix, a full disk, not a link)
+            raise OSError(_AS_SYSTEM[e.code], str(e), dest) from e
+        yield dfd
+
+
+#: the walk's failures ``restore_folder`` gives back as the system's errors
+_AS_SYSTEM = {StoreError.PERMISSION: errno.EACCES, StoreError.NO_SPACE: errno.ENOSPC}
 
 
 class _NoFile:
@@ -257,38 +289,48 @@ class VaultBlobs:
     def _restore_zst(self, sha: str, dest: str, mode: Optional[int], mtime: Optional[float],
                      mtime_ns: Optional[int], tmp_token: Optional[str] = None,
                      owner: Optional[Tuple[int, int]] = None,
-                     place: Optional[Callable[[str, str], None]] = None) -> None:
+                     place: Optional[Callable[..., None]] = None, within: Optional[Within] = None) -> None:
         """``restore_blob`` from a compressed blob, or from the remote vault: one pass
         decompresses (or downloads), hashes and writes a new temp file (``create_exclusive``, set up
-        through its fd as ``files.copy_new`` does); only a copy that hashes to ``sha`` takes
-        ``dest``'s place (``place``, a rename by default). A remote blob that fails raises ``remote_vault.RemoteReadError`` (its code,
+        through its fd as ``files.copy_new`` does) in the folder ``restore_folder`` reached
+        (``within``); only a copy that hashes to ``sha`` takes ``dest``'s place (``place``, a
+        rename by default). A remote blob that fails raises ``remote_vault.RemoteReadError`` (its code,
         the object named, and ``dest``); nothing takes ``dest``'s name."""
-        d = os.path.dirname(dest)
-        os.makedirs(d, exist_ok=True)
-        tmp = restore_tmp_path(d, sha, tmp_token)
-        made = None  # the temp file this call made: the only one its cleanup removes
-        try:
-            fd = create_exclusive(tmp)
-            made = os.fstat(fd)
-            with os.fdopen(fd, "wb") as fo:
-                try:
-                    ok = self._write_checked(sha, fo, None, sparse=True)
-                except remote_vault.RemoteReadError as e:
-                    where = "its pack" if self.blob_form(sha) == "packed" else "the remote vault"
-                    raise remote_vault.RemoteReadError(e.code, e.key, f"backup of {dest} cannot be restored from "
-                                                       f"{where}: {e}; nothing was written in its "
-                                                       "place") from None
-                if not ok:
-                    raise VaultError(errno.EIO, f"backup of {dest} is missing or damaged in {self.root} "
-                                     f"({os.path.relpath(self.zst_path(sha), self.root)} does not decompress to "
-                                     f"sha256 {sha[:12]}…); nothing was written in its place")
-                ident = finish_new_file(fo, mode, mtime_ns, mtime, owner)
-            check_still(tmp, ident)
-            faults.hit("restore_copied")
-            (place or fsops.replace)(tmp, dest)
-        except BaseException:
-            if made is not None:
-                with contextlib.suppress(OSError):
-                    unlink_if_same(tmp, made)  # garbage never stays, not even under a temp name
-            raise
-        fsync_dir(d)
+        tmp = restore_tmp_path(os.path.dirname(dest), sha, tmp_token)
+        with restore_folder(dest, within) as dfd:
+            made = None  # the temp file this call made: the only one its cleanup removes
+            try:
+                fd = create_exclusive(tmp, dir_fd=dfd)
+                made = os.fstat(fd)
+                with os.fdopen(fd, "wb") as fo:
+                    try:
+                        ok = self._write_checked(sha, fo, None, sparse=True)
+                    except remote_vault.RemoteReadError as e:
+                        where = "its pack" if self.blob_form(sha) == "packed" else "the remote vault"
+                        raise remote_vault.RemoteReadError(e.code, e.key, f"backup of {dest} cannot be restored from "
+                                                           f"{where}: {e}; nothing was written in its "
+                                                           "place") from None
+                    if not ok:
+                        raise VaultError(errno.EIO, f"backup of {dest} is missing or damaged in {self.root} "
+                                         f"({os.path.relpath(self.zst_path(sha), self.root)} does not decompress to "
+                                         f"sha256 {sha[:12]}…); nothing was written in its place")
+                    ident = finish_new_file(fo, mode, mtime_ns, mtime, owner)
+                check_still(tmp, ident, dfd)
+                faults.hit("restore_copied")
+                put_temp(place, tmp, dest, dfd)
+            except BaseException:
+                if made is not None:
+                    with contextlib.suppress(OSError):
+                        unlink_if_same(tmp, made, dfd)  # garbage never stays, not even under a temp name
+                raise
+            os.fsync(dfd)
+
+
+def put_temp(place: Optional[Callable[..., None]], tmp: str, dest: str, dfd: int) -> None:
+    """The verified temporary ``tmp``, made in the folder at ``dfd``, takes ``dest``'s place:
+    ``place(tmp, dest)`` (the caller's: a put-back's ``swap._where_looked`` walks again and looks
+    first), else renamed within that folder."""
+    if place is not None:
+        place(tmp, dest)
+    else:
+        fsops.replace(tmp, dest, src_dir_fd=dfd, dst_dir_fd=dfd)

@@ -263,16 +263,18 @@ class PosixStore(Store):
             os.close(dfd)
 
     @contextlib.contextmanager
-    def folder(self, key: str) -> Iterator[Tuple[int, str]]:
+    def folder(self, key: str, create: bool = False) -> Iterator[Tuple[int, str]]:
         """(a descriptor of ``key``'s folder, reached by the walk that follows no link, and
         ``key``'s name in it), for a caller that makes several changes in that one folder (a
-        put-back's last look and its place, ``*at`` calls with ``dir_fd``): a folder on the way
-        swapped for a link after the walk changes nothing they do. ``StoreFailure`` from the walk
-        (``SYMLINK`` for a link on the way, ``NOT_FOUND``, …); the caller's own ``OSError`` passes
-        as it is."""
+        put-back's last look and its place, a restore's temporary, ``*at`` calls with ``dir_fd``):
+        a folder on the way swapped for a link after the walk changes nothing they do.
+        ``create``: the folders missing on the way made by that walk (``mkdirat`` in the folder
+        it reached, each fsynced in its parent: ``os.makedirs`` would follow a link on the way
+        and make them wherever it leads). ``StoreFailure`` from the walk (``SYMLINK`` for a link
+        on the way, ``NOT_FOUND``, …); the caller's own ``OSError`` passes as it is."""
         parts = self._parts(key)
         try:
-            dfd = self._open_dir(parts[:-1], key)
+            dfd = self._open_dir(parts[:-1], key, create)
         except StoreFailure:
             raise
         except OSError as e:
