@@ -21,8 +21,7 @@ import time
 from typing import Dict, Optional
 
 from tb_footprint_plugin.codes import Finding
-from tb_footprint_plugin.engine import remote_vault
-from tb_footprint_plugin.storage.paths import (is_sha256, is_state_name, other_users_state_dirs,
+from tb_footprint_plugin.storage.paths import (VAULT_HOLDINGS, is_sha256, is_state_name, other_users_state_dirs,
                                                writable_by_others_unsticky)
 from tb_footprint_plugin.storage.private import (ADVICE, NotPrivate, check_private_dir, describe,
                                                  ensure_private_dir, untrusted_in, user_name)
@@ -313,7 +312,7 @@ class VaultBase:
     def size(self) -> int:
         """Bytes the vault holds: backups (blobs, packs as stored; not their index) and retired runs."""
         total = 0
-        folders = (self.blobs, os.path.join(self.root, "retired"), os.path.join(remote_vault.packs_root(self.root), "data"))
+        folders = [os.path.join(self.root, sub) for sub in VAULT_HOLDINGS]  # what the tab's scan counts too
         for root, _dirs, files in [w for d in folders for w in os.walk(d)]:
             for n in files:
                 with contextlib.suppress(OSError):

@@ -25,7 +25,8 @@ from tb_footprint_plugin.scan.model import (
     SharedStat,
     UNATTRIBUTED,
 )
-from tb_footprint_plugin.storage.paths import STATE_DIR_NAME, cache_dir, is_within, recorded_vaults, state_dir
+from tb_footprint_plugin.storage.paths import (STATE_DIR_NAME, VAULT_HOLDINGS, cache_dir, is_within, recorded_vaults,
+                                              state_dir)
 from tb_footprint_plugin.storage.remote import is_remote
 from tb_footprint_plugin.storage.store import RangeReader, Store, StoreFailure
 from tb_footprint_plugin.scan.cache import ScanCache
@@ -244,13 +245,13 @@ def _assemble(logdir: str, found: Iterator[FoundRun], found_warnings: List[str],
 
 
 def _backup_bytes(sdir: str, backup_dir: Optional[str]) -> int:
-    """Bytes of backups (blobs, and the packs small ones are kept in) in the default vault and in
-    every vault this logdir used."""
+    """Bytes the default vault and every vault this logdir used hold (``VAULT_HOLDINGS``: backups,
+    the packs small ones are kept in, retired runs), as ``status`` counts them."""
     roots = {sdir}
     if backup_dir:
         roots.add(os.path.abspath(backup_dir))
     roots.update(recorded_vaults(sdir))
-    return sum(dir_size(os.path.join(r, sub)) for r in roots for sub in ("blobs", os.path.join("packs", "data"))
+    return sum(dir_size(os.path.join(r, sub)) for r in roots for sub in VAULT_HOLDINGS
                if os.path.isdir(os.path.join(r, sub)))
 
 

@@ -12,6 +12,9 @@ STATE_DIR_NAME = ".tb-footprint"
 #: the demo's own record of the files it wrote (at the top of a demo logdir): bookkeeping, no run's
 DEMO_MARKER = ".footprint-demo"
 VAULTS_NAME = "vaults.json"  # vaults outside the state directory that a logdir's operations used
+#: a vault's folders that hold a user's bytes (backups as stored, packs, retired runs; not their
+#: index or bookkeeping): what "the vault holds" counts, for status and the tab alike
+VAULT_HOLDINGS = ("blobs", "retired", os.path.join("packs", "data"))
 
 
 #: another user's or a per-user state folder: ``.tb-footprint-u<uid>``
