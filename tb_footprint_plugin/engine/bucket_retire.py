@@ -91,7 +91,7 @@ from tb_footprint_plugin.engine.retire_rules import (KIND, RECOVERED_REASON, ref
                                                     retire_line, taken_along, unnamed_runs)
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.vault import who
-from tb_footprint_plugin.storage.paths import is_sha256
+from tb_footprint_plugin.storage.paths import is_op_id, is_sha256
 from tb_footprint_plugin.storage.remote import (
     ObjectInfo,
     content_checksums,
@@ -105,6 +105,10 @@ from tb_footprint_plugin.version import __version__
 RETIRE_STEPS = ("retire.journal", "retire.mid_move", "retire.move",
                 "retire.manifest", "retire.delete_record", "retire.delete")
 UNRETIRE_STEPS = ("unretire.journal", "unretire.mid_move", "unretire.move")
+#: the field of a restore's journal (``kind: unretire``) naming the restore's own op id, so every
+#: attempt at finishing it is recorded by one (a journal written before it had none: given one
+#: by the first attempt that finishes it, recorded in it before anything is put back)
+RESTORE_OP = "restore_op"
 #: ``kind`` of the journal a restore of a retired run writes (``engine.bucket_recover`` finishes it)
 UNRETIRE_KIND = "unretire"
 
@@ -650,8 +654,27 @@ class BucketUnretire(one_unretire.UnretireLayout):
         self.held = PutBackHold(self.ostore, self.out, self.m["op_id"], self.resume)
         return lock_runs(self.st, [self.out.run] + self.along, self.held.held_as, self.held.locks, self.out)
 
+    def resumed_op_id(self) -> None:
+        """A resumed restore's op id, the one its journal records (``RESTORE_OP``): one read, under
+        the locks. A journal written without it (an earlier release's) is given this attempt's,
+        recorded in it (one conditional put), so a later attempt names the same."""
+        held = self.held
+        if not self.resume or held is None:
+            return
+        held.jpath = journal_path(self.ostore, held.held_as)  # it stands, whatever this read says
+        j = ObjectJournal.read(self.st, held.jpath)
+        if j is None:
+            return
+        recorded = j.doc.get(RESTORE_OP)
+        if is_op_id(recorded):
+            self.op_id = recorded
+            return
+        self.op_id = new_op_id()
+        j.step(j.step_name or "restoring", **{RESTORE_OP: self.op_id})
+
     def begin(self, op_id: str, report: txn.Report) -> None:
-        """Every copy checked, then the journal (``Refused`` with a damaged vault)."""
+        """Every copy checked, then the journal naming restore ``op_id`` (``Refused`` with a
+        damaged vault)."""
         ostore, vault, m, held = self.ostore, self.vault, self.m, self.held
         assert held is not None
         damaged = [f["path"] for f in m["files"] if not _copy_ok(ostore, vault, f)]
@@ -662,7 +685,8 @@ class BucketUnretire(one_unretire.UnretireLayout):
                 held.jpath = journal_path(ostore, held.held_as)
             raise txn.Refused(why)
         if not self.resume:  # before the first put-back: the next start finishes a restore stopped midway
-            start_journal(self.st, restore_journal(ostore, vault, m, UNRETIRE_KIND, self.out.run, self.along))
+            doc = restore_journal(ostore, vault, m, UNRETIRE_KIND, self.out.run, self.along)
+            start_journal(self.st, dict(doc, **{RESTORE_OP: op_id}))
         held.jpath = journal_path(ostore, held.held_as)
 
     def put_back(self, report: txn.Report) -> None:
@@ -751,4 +775,4 @@ def retirements(manifests: List[dict]) -> List[dict]:
 
 
 __all__ = ["retire_run", "BucketRetire", "unretire", "BucketUnretire", "settle", "rollback", "retirements", "is_retire_journal", "journal_runs",
-           "stored_key", "manifest_doc", "rolled_back_line", "RETIRE_STEPS", "UNRETIRE_STEPS", "UNRETIRE_KIND"]
+           "stored_key", "manifest_doc", "rolled_back_line", "RETIRE_STEPS", "UNRETIRE_STEPS", "UNRETIRE_KIND", "RESTORE_OP"]

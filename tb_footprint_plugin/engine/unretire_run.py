@@ -33,9 +33,10 @@ Recovery is this sequence too, with the journal a stopped restore kept (the step
 checks the vault's copies and writes nothing; ``started`` is True from the first instant, so that
 journal is never dropped): a disk's next start runs it from ``retire.finish_unretire``
 (``DiskUnretire`` over the kept journal, named by its op id, under recovery's lock of the run), a
-bucket's from ``bucket_recover`` (``bucket_retire.unretire(resume=True)``). What only a recovery
-does is what comes before: a restore stopped after the retirement's mark needs only its record
-(a disk's manifest and line written once; a bucket's journal removed).
+bucket's from ``bucket_recover`` (``bucket_retire.unretire(resume=True)``, the op id its journal
+records, ``resumed_op_id``): every attempt is recorded by the op id of the restore it finishes.
+What only a recovery does is what comes before: a restore stopped after the retirement's mark
+needs only its record (a disk's manifest and line written once; a bucket's journal removed).
 """
 from __future__ import annotations
 
@@ -69,7 +70,8 @@ class UnretireLayout(abc.ABC):
     injected_is_crash: bool = True
     errors: Tuple[Type[BaseException], ...] = (Exception,)
     #: the restore's own op id when the layout finishes one its kept journal names already (a
-    #: disk's journal is named by it); None: a new one
+    #: disk's journal is named by it, a bucket's records it): set by the journal step at the
+    #: latest (a bucket reads it under the runs' locks); None: a new one
     op_id: Optional[str] = None
 
     def __init__(self, m: dict) -> None:
@@ -88,6 +90,10 @@ class UnretireLayout(abc.ABC):
     @abc.abstractmethod
     def hold(self) -> bool:
         """Hold every run it puts back; False when refused (``out`` says why)."""
+
+    def resumed_op_id(self) -> None:
+        """Under the locks, before ``begin``: ``op_id`` set from the kept journal a resumed restore
+        finishes, where the store reads it only then (a disk's names it from the start)."""
 
     @abc.abstractmethod
     def begin(self, op_id: str, report: txn.Report) -> None:
@@ -135,10 +141,16 @@ class Unretire(txn.OverLayout, txn.PutBack):
         self.injected_is_crash = layout.injected_is_crash
         self.errors = layout.errors
         self.failpoints = {**FAILPOINTS, **layout.failpoints}
-        self.op_id = layout.op_id or new_op_id()
+        self.fresh_op_id = new_op_id()
         self.t0 = time.monotonic()
         self.error: Optional[BaseException] = None
         self.ended = False
+
+    @property
+    def op_id(self) -> str:
+        """The restore's op id: its kept journal's when the layout finishes one (the same on
+        every attempt), else one drawn for this restore."""
+        return self.layout.op_id or self.fresh_op_id
 
     def failpoint(self, step: str) -> Optional[str]:
         return self.failpoints.get(step)
@@ -152,6 +164,7 @@ class Unretire(txn.OverLayout, txn.PutBack):
     def journal(self, report: txn.Report) -> None:
         """The copies checked, the begin record: from it on the outcome names the restore."""
         try:
+            self.layout.resumed_op_id()
             self.layout.begin(self.op_id, report)
         except txn.Refused as e:
             self.refuse(e)
