@@ -15,6 +15,7 @@ from typing import Collection, Iterator, List, Optional
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine import faults, manifest, purge_run, txn
 from tb_footprint_plugin.engine.bucket_purge_journal import purge_journal_first, renew
+from tb_footprint_plugin.engine.bucket_putback import delete_copies, store_delete_batch
 from tb_footprint_plugin.engine.context import CancelToken
 from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_by_restore, kept_row, originals_lost
 from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry
@@ -32,24 +33,20 @@ from tb_footprint_plugin.engine.bucket_state import (
     STORE_FAILURES,
 )
 from tb_footprint_plugin.engine.context import new_op_id
-from tb_footprint_plugin.storage.remote import DELETE_BATCH as STORE_DELETE_BATCH
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
 
 #: the keys of one operation's copies deleted between two looks at its journal's lease: None is
-#: the store's own delete batch (``remote.DELETE_BATCH``: one request of up to 1,000 on S3, 256 on
-#: Azure), at least ``MIN_DELETE_BATCH`` (256 on GCS, one request a key), so no batch comes near
-#: half a lease (60 s) and an operation's copies take the requests they always took (review R6
-#: F2: a fixed 256 made S3 send four requests for 1,000 copies); a number fixes it (tests)
+#: the store's own (``bucket_putback.store_delete_batch``, which a restore's release of its copies
+#: uses too); a number fixes it (tests)
 DELETE_BATCH: Optional[int] = None
-MIN_DELETE_BATCH = 256
 
 
 def delete_batch(ostore: ObjectStore) -> int:
     """How many of an operation's copies go between two looks at the lease, on ``ostore``."""
     if DELETE_BATCH is not None:
         return DELETE_BATCH
-    return max(MIN_DELETE_BATCH, STORE_DELETE_BATCH.get(ostore.protocol, 1))
+    return store_delete_batch(ostore)
 
 
 def purge(ostore: ObjectStore, vault: BucketVault, *, older_than: Optional[float] = None,
@@ -176,15 +173,9 @@ class BucketCopies(purge_run.PurgeLayout):
                 break
             if group.done is not None or (i and not self._mark(group, m)):
                 break
-            keys = [f["backup"] for f in m["files"] if not is_blob_entry(f)]
-            batch = delete_batch(self.ostore)
-            for at in range(0, len(keys), batch):
-                if at:
-                    self._renew()  # a marked operation's copies go on going: nothing else needs them
-                try:
-                    must_delete(self.ostore, keys[at:at + batch])
-                except (BucketTxnError, *STORE_FAILURES) as e:
-                    failure = failure or e
+            # a marked operation's copies go on going, the lease renewed: nothing else needs them
+            failed = delete_copies(self.ostore, m, self._renew, delete_batch(self.ostore))
+            failure = failure or failed
             faults.hit("purge.blob")
         lost = self.lost if len(group.plan) < len(group.manifests) else None
         if group.done is not None or lost is not None or failure is not None:

@@ -12,27 +12,97 @@ found the two copies).
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.engine import txn
+from tb_footprint_plugin.engine.bucket_blobs import is_blob_entry
+from tb_footprint_plugin.engine.bucket_purge_journal import purge_journal_first, renew
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
     BucketState,
     BucketTxnError,
+    BucketVault,
     failure_code,
     must_delete,
+    new_journal,
     STORE_FAILURES,
     unlock_all,
 )
-from tb_footprint_plugin.engine.context import Cancelled, RunOutcome
+from tb_footprint_plugin.engine.context import Cancelled, RunOutcome, new_op_id
 from tb_footprint_plugin.engine.putback import at_free_name
 from tb_footprint_plugin.engine.salvage import salvage_name
 from tb_footprint_plugin.engine.unretire_run import JOURNAL_KEPT, NOTHING_PUT_BACK
 from tb_footprint_plugin.engine.lease import RunLease
-from tb_footprint_plugin.storage.remote import ObjectInfo
+from tb_footprint_plugin.storage.remote import DELETE_BATCH as STORE_DELETE_BATCH, ObjectInfo
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_object import ObjectStore
+
+
+#: the fewest of an operation's copies deleted between two looks at its journal's lease
+MIN_DELETE_BATCH = 256
+
+
+def copy_keys(m: dict) -> List[str]:
+    """The keys of operation ``m``'s own backup copies in the vault (a blob of a vault of blobs is
+    the vault's to forget once nothing names it)."""
+    return [f["backup"] for f in m["files"] if not is_blob_entry(f)]
+
+
+def store_delete_batch(ostore: ObjectStore) -> int:
+    """How many of an operation's copies go between two looks at its journal's lease on
+    ``ostore``: the store's own delete batch (``remote.DELETE_BATCH``: one request of up to 1,000
+    on S3, 256 on Azure), at least ``MIN_DELETE_BATCH`` (256 on GCS, one request a key), so no
+    batch comes near half a lease (60 s) and an operation's copies take the requests they always
+    took (review R6 F2: a fixed 256 made S3 send four requests for 1,000 copies)."""
+    return max(MIN_DELETE_BATCH, STORE_DELETE_BATCH.get(ostore.protocol, 1))
+
+
+def delete_copies(ostore: ObjectStore, m: dict, keep_lease: Callable[[], object],
+                  batch: Optional[int] = None) -> Optional[BaseException]:
+    """Operation ``m``'s backup copies deleted, ``batch`` keys at a time (``store_delete_batch``
+    unless given), ``keep_lease`` (its journal's) called before every batch but the first; the
+    first failure, once every batch was tried (None: all gone)."""
+    failure: Optional[BaseException] = None
+    keys, batch = copy_keys(m), batch or store_delete_batch(ostore)
+    for at in range(0, len(keys), batch):
+        if at:
+            keep_lease()
+        try:
+            must_delete(ostore, keys[at:at + batch])
+        except (BucketTxnError, *STORE_FAILURES) as e:
+            failure = failure or e
+    return failure
+
+
+def release_restored(ostore: ObjectStore, vault: BucketVault, m: dict,
+                     mark: Callable[[], None]) -> Tuple[Optional[str], Optional[BaseException]]:
+    """The copies of operation ``m``, restored whole, released as a purge releases an operation's
+    (issue #26: a restore lets its backup go on every store): a purge journal naming it
+    (``purge_journal_first``, with its holder's lease) first, then ``mark()`` (``m``'s manifest
+    written restored and purged: from then on nothing points at the copies, and a start finishes
+    a release stopped there, ``KilledBucketPurges``), then the copies deleted (``delete_copies``,
+    the lease renewed between batches). Returns the journal's path when the caller is to remove
+    it (every copy gone), and the first failure of a delete (the journal then stays: the next
+    start deletes what stayed). With no copy of its own (a vault of blobs) only ``mark()``."""
+    if not copy_keys(m):
+        mark()
+        return None, None
+    release_id = new_op_id()
+    ACTIVE_OPS.add(release_id)  # a start of this process leaves it alone while it runs
+    try:
+        jnl = new_journal(BucketState.of(ostore), release_id, purge_journal_first(ostore, vault, release_id, [m]))
+        mark()
+
+        def keep_lease() -> None:
+            with contextlib.suppress(BucketTxnError, *STORE_FAILURES):
+                renew(jnl)  # one lost (a start finished this release): the copies go on going all the same
+
+        failure = delete_copies(ostore, m, keep_lease)
+        return (None if failure else jnl.path), failure
+    finally:  # from here on its journal, if left, is a gone holder's: the next start finishes it
+        ACTIVE_OPS.discard(release_id)
 
 
 def drop_journal(ostore: ObjectStore, jpath: str) -> Optional[str]:
@@ -162,4 +232,5 @@ class ObjectPutBack(PutBackHold, txn.PutBack):
         self.let_go()
 
 
-__all__ = ["ObjectPutBack", "PutBackHold", "beside_at_free_name", "drop_journal", "settle_failed_journal"]
+__all__ = ["ObjectPutBack", "PutBackHold", "beside_at_free_name", "copy_keys", "delete_copies", "drop_journal",
+           "release_restored", "settle_failed_journal", "store_delete_batch"]

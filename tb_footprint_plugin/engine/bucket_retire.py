@@ -79,7 +79,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     vault_url,
     written_recently,
 )
-from tb_footprint_plugin.engine.bucket_putback import PutBackHold, beside_at_free_name, drop_journal
+from tb_footprint_plugin.engine.bucket_putback import PutBackHold, beside_at_free_name, drop_journal, release_restored
 from tb_footprint_plugin.engine.bucket_restore import holds_original, restore_journal, start_journal
 from tb_footprint_plugin.engine.bucket_steps import backup_object, copy_matches, finish_op, journal_started, stream_digest
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id
@@ -609,7 +609,12 @@ class BucketUnretire(one_unretire.UnretireLayout):
     - **swap**: every object gone from its key copied back create-only and checked
       (``unretire.mid_move`` after the first; ``unretire.move``), one at its key with its bytes
       counted as back, another object there left as it is (``not_restored``);
-    - **commit**: the manifest marked restored, the journal removed.
+    - **commit**: the manifest marked restored, the journal removed; with every object back, the
+      vault's copies released as a disk's restore releases them (the manifest marked purged
+      ``backup_released_by_restore`` in that same write, under a purge's journal: the copies
+      deleted as a purge deletes them, and one stopped is finished by the next start,
+      ``bucket_putback.release_restored``); an original left (``not_restored``) keeps them all, and a
+      vault of blobs keeps them for its purge.
 
     A failure is said as on every store (``Unretire.rollback``); an injected fault is a crash, the
     journal left as it stands."""
@@ -721,15 +726,30 @@ class BucketUnretire(one_unretire.UnretireLayout):
         every store), the journal removed."""
         m, st, held, conflicts = self.m, self.st, self.held, self.conflicts
         assert held is not None
-        doc = dict(m, restored_at=now_s(), restored_with=who(), restored_by=op_id)
+        at = now_s()
+        doc = dict(m, restored_at=at, restored_with=who(), restored_by=op_id)
         if conflicts:
             doc["not_restored"] = sorted(conflicts)
-        st.update(self.vault.manifest(held.held_as), manifest.bucket_form(doc),
-                  m.get("_version") or st.read(self.vault.manifest(held.held_as))[1])
-        must_delete(self.ostore, [held.jpath])
+        # every object back: the vault's copies released, as a disk's restore releases its own (a
+        # vault of blobs keeps them for its purge, which forgets them under its lock)
+        release = not conflicts and self.vault.blobs is None
+        if release:
+            doc.update(backup_purged=True, purged_at=at, backup_released_by_restore=op_id)
+
+        def mark() -> None:
+            st.update(self.vault.manifest(held.held_as), manifest.bucket_form(doc),
+                      m.get("_version") or st.read(self.vault.manifest(held.held_as))[1])
+
+        released, failure = release_restored(self.ostore, self.vault, m, mark) if release else (None, None)
+        if not release:
+            mark()
+        must_delete(self.ostore, [held.jpath] + ([released] if released else []))
         held.jpath = None
         reason = (f"{len(m['files']) - len(conflicts)} object(s) back byte for byte (checksums checked); the "
                   "object store keeps no modification times: restored objects are dated now")
+        if failure is not None:
+            reason += (f"; the vault's copies were not all released ({failure}): the next start releases the "
+                       "rest")
         if conflicts:
             reason += (f"; {len(conflicts)} key(s) hold another object now and were left as they are, e.g. "
                        f"{conflicts[0]}: their originals stay in the vault, and purge keeps them")

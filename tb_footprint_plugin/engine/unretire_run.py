@@ -18,7 +18,9 @@ written here, once (``Unretire``, a ``txn.PutBack`` run by the one driver ``engi
    **swap** (``put_back``: every file back where it was; a path another file holds now is left
    as it is, its original kept in the vault), **commit** (``settle``: the run checked,
    the retirement recorded as restored — a disk's manifest and change-log line, a bucket's
-   manifest mark; the paths left named ``not_restored``, which purge keeps — the journal closed;
+   manifest mark; the paths left named ``not_restored``, which purge keeps; with none left the
+   vault's copies released (a disk's retired tree removed, a bucket's copies deleted as its purge
+   deletes them, ``bucket_putback.release_restored``) — the journal closed;
    then the outcome: restored, with the store's words and code, ``not_restored`` on every store
    when a path was left);
 4. a failure is never undone (no rollback record: the begin record is the commit point), and
@@ -36,7 +38,8 @@ journal is never dropped): a disk's next start runs it from ``retire.finish_unre
 bucket's from ``bucket_recover`` (``bucket_retire.unretire(resume=True)``, the op id its journal
 records, ``resumed_op_id``): every attempt is recorded by the op id of the restore it finishes.
 What only a recovery does is what comes before: a restore stopped after the retirement's mark
-needs only its record (a disk's manifest and line written once; a bucket's journal removed).
+needs only its record (a disk's manifest and line written once; a bucket's journal removed, and
+a release of its copies stopped there finished from the purge journal it left).
 """
 from __future__ import annotations
 
