@@ -10,7 +10,7 @@ absolute path (``os.makedirs`` then a create in the folder named): a folder on t
 link to a folder outside the logdir between the put-back's look and the temporary's creation
 received the temporary (and ``os.makedirs`` made the missing folders out there). The window is
 opened by a hook at the instant after the look (``swap._where_looked``, built right before the
-temporary is made; ``os.path.lexists`` of an unretire's look; ``no_symlink`` of the streamed
+temporary is made; ``retire_tree._look`` of an unretire; ``no_symlink`` of the streamed
 check), not by timing. Now the walk refuses the link, naming it, nothing is written outside, and
 the original stays in the vault: a reduction's restore stops coded ``symlink_refused`` (recover
 finishes it once the folder is back), a retirement's restore leaves that path ``not_restored``
@@ -27,7 +27,7 @@ from conftest import copy_real
 from test_vault_remote import make_logdir
 from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Finding, Outcome, StoreError
-from tb_footprint_plugin.engine import faults, restore_staged, swap
+from tb_footprint_plugin.engine import faults, restore_staged, retire_tree, swap
 from tb_footprint_plugin.engine.context import Context, TransactionError
 from tb_footprint_plugin.engine.restore_staged import Prepared, prepare_streamed
 from tb_footprint_plugin.engine.vault import Vault
@@ -144,16 +144,16 @@ def test_an_unretire_moves_or_copies_nothing_through_a_link(tmp_path, monkeypatc
         outside, aside = tmp_path / "outside", tmp_path / "aside"
         outside.mkdir()
         swapped = os.path.dirname(PROFILE) if which == "folder" else os.path.dirname(os.path.dirname(PROFILE))
-        real, done = os.path.lexists, []
+        real, done = retire_tree._look, []  # the put-back's look, in the folder the store's walk reaches
 
-        def look(p):
-            found = real(p)
-            if os.fspath(p) == str(target) and not done:
+        def look(ctx, key):
+            found = real(ctx, key)
+            if ctx.abs(key) == str(target) and not done:
                 _swap(logdir, swapped, outside, aside)  # right after the look found the path free
-                done.append(p)
+                done.append(key)
             return found
 
-        monkeypatch.setattr(os.path, "lexists", look)
+        monkeypatch.setattr(retire_tree, "_look", look)
         outs = api.restore(str(logdir), op=rep.outcomes[0].op_id, backup_dir=str(vault))
         monkeypatch.undo()
         assert done, "the put-back never looked at the profile's path"

@@ -11,6 +11,7 @@ import pytest
 
 from conftest import copy_real
 from tb_footprint_plugin import api
+from tb_footprint_plugin.engine import retire_tree
 
 WRITER = b"a writer's new bytes, made while the run came back\n"
 
@@ -34,17 +35,17 @@ def test_a_file_made_at_the_path_during_unretire_is_kept(tmp_path, monkeypatch, 
         assert rep.ok, rep.to_dict()
         assert not target.exists()
 
-        real = os.path.lexists
+        real = retire_tree._look  # the put-back's look, in the folder the store's walk reaches
         made = []
 
-        def look(p):
-            found = real(p)
-            if os.fspath(p) == str(target) and not made:
-                made.append(p)
+        def look(ctx, key):
+            found = real(ctx, key)
+            if ctx.abs(key) == str(target) and not made:
+                made.append(key)
                 target.write_bytes(WRITER)  # the writer, right after the look found the path free
             return found
 
-        monkeypatch.setattr(os.path, "lexists", look)
+        monkeypatch.setattr(retire_tree, "_look", look)
         outs = api.restore(str(logdir), op=rep.outcomes[0].op_id, backup_dir=str(vault))
         monkeypatch.undo()
         assert made, "the put-back never looked at the file's path"

@@ -278,7 +278,7 @@ def resume_copy(path: str, s: dict, beginning: Callable[[str], bool], meta: dict
 
 def place_at_free_name(ctx: Context, name_of: Callable[[int], str], source: str, s: Optional[dict],
                        strategy: SwapStrategy, journal: Optional[OpJournal], begun: Collection[str],
-                       meta: dict, reuse: bool = False) -> Tuple[str, bool]:
+                       meta: dict, reuse: bool = False, dir_fd: Optional[int] = None) -> Tuple[str, bool]:
     """``source``'s bytes (``s``: ``sha256``, ``size``) put at the first name ``name_of(k)``
     (logdir-relative, k = 1, 2, …) they may take, ``put_in_place(new_name=True)``, ``source``
     gone after; returns (that name, whether they were placed now). Each name is taken
@@ -291,7 +291,11 @@ def place_at_free_name(ctx: Context, name_of: Callable[[int], str], source: str,
     holding the bytes whole it is the answer and only ``source`` goes; holding their beginning it
     is emptied and copied to again. ``s`` None (only where the strategy renames: no hash asked, and
     a rename leaves no partial copy to resume): the first free name. The walk is every store's
-    (``putback.at_free_name``); the looks, the placement and the reuse are the folder's."""
+    (``putback.at_free_name``); the looks, the placement and the reuse are the folder's.
+    ``dir_fd``: the folder of ``source`` and of every name, opened by the caller's walk that
+    follows no link (``vault_blobs.restore_folder``): the placement and ``source``'s removal are
+    made in it (``throttle.name_in``), never by a path a folder swapped for a link would lead
+    outside the logdir; the looks go through the logdir's store, which follows none either."""
     resumed: set = set()  # names a copy a kill began stands at whole, now given its metadata
 
     def looks_free(name: str) -> bool:
@@ -309,7 +313,7 @@ def place_at_free_name(ctx: Context, name_of: Callable[[int], str], source: str,
     def place(name: str) -> bool:
         try:
             put_in_place(strategy, journal, {"path": name, **(s or {})}, new_name=True, begun=begun)(
-                source, ctx.abs(name))
+                source, ctx.abs(name), **({} if dir_fd is None else {"src_dir_fd": dir_fd, "dst_dir_fd": dir_fd}))
         except FileExistsError:
             return False  # made since it was found free: kept, as a file at any taken name is
         return True
@@ -320,7 +324,7 @@ def place_at_free_name(ctx: Context, name_of: Callable[[int], str], source: str,
 
     name, placed = at_free_name(name_of, place, holds, looks_free)
     if not placed:
-        fsops.unlink(source)
+        fsops.unlink(source, dir_fd=dir_fd)
     return name, placed
 
 

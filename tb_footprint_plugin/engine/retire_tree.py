@@ -23,9 +23,9 @@ import os
 import re
 import stat
 import time
-from typing import Collection, Iterable, List, Optional, Tuple
+from typing import Collection, Iterable, Iterator, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Failure, Outcome, Skip
+from tb_footprint_plugin.codes import Failure, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import manifest as one_schema
 from tb_footprint_plugin.engine import retire_rules as rules
 from tb_footprint_plugin.engine.catalogue import own_manifests
@@ -33,18 +33,18 @@ from tb_footprint_plugin.engine.context import Context, TransactionError, no_sym
 from tb_footprint_plugin.engine.history import append_history, disk_log
 from tb_footprint_plugin.engine.journal import OpJournal
 from tb_footprint_plugin.engine.placement import IN_PLACE, partial_copy, place_at_free_name, put_in_place, resume_copy, starts_with
-from tb_footprint_plugin.engine.putback import holds_original
+from tb_footprint_plugin.engine.putback import begins_with, holds_original
 from tb_footprint_plugin.engine.retire_rules import KIND, is_restorable_retirement
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
-from tb_footprint_plugin.engine.salvage import salvage_name
+from tb_footprint_plugin.engine.salvage import clear_own_temp, salvage_name
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import Vault, restore_folder, who
 from tb_footprint_plugin.storage.files import (CopyMismatch, copy_new, give_owner, recorded_owner, sha256_file,
-                                               unlink_if_same)
+                                               sha256_stream, unlink_if_same)
 from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
 from tb_footprint_plugin.storage.paths import is_within, plausible_mtime_ns
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.private import NotPrivate, check_private_dir, set_aside_at
+from tb_footprint_plugin.storage.private import NotPrivate, check_private_dir
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_posix import version_token
 from tb_footprint_plugin.version import __version__
@@ -190,11 +190,11 @@ def still_recorded(ctx: Context, f: dict) -> bool:
         return False
 
 
-def unchanged(path: str, f: dict) -> bool:
+def unchanged(path: str, f: dict, st: Optional[os.stat_result] = None) -> bool:
     """``path`` is still the regular file ``f`` records: its size and mtime (a copy put back, a new
-    inode, is compared so; the run's own file by ``still_recorded``)."""
+    inode, is compared so; the run's own file by ``still_recorded``). ``st``: its lstat, taken."""
     try:
-        st = os.lstat(path)
+        st = st or os.lstat(path)
     except OSError:
         return False
     return stat.S_ISREG(st.st_mode) and st.st_size == f["size"] and st.st_mtime_ns == f["mtime_ns"]
@@ -221,15 +221,19 @@ def _set_aside(ctx: Context, path: str, strategy: SwapStrategy, journal: Optiona
     and the file goes; holding its beginning, it is removed and the file copied again there."""
     dst = ctx.abs(path)
     s, meta = None, {}  # a rename needs no hash, and leaves no partial copy to resume
-    if not strategy.renames:
-        writers = find_writers([dst]).holders
-        if writers:
-            raise TransactionError(describe_holders(writers, lambda x: path) + "; it is not set aside while it is "
-                                   "written", Skip.OPEN_FOR_WRITING)
-        st = os.lstat(dst)
-        s = {"sha256": sha256_file(dst), "size": st.st_size}
-        meta = {"mode": stat.S_IMODE(st.st_mode), "mtime_ns": st.st_mtime_ns, "owner": (st.st_uid, st.st_gid)}
-    name, _ = place_at_free_name(ctx, lambda k: salvage_name(path, k), dst, s, strategy, journal, begun, meta)
+    # looked at and moved in its folder as the logdir store's walk reaches it (no link followed)
+    with ctx.store.folder(ctx.key(path)) as (dfd, here):
+        if not strategy.renames:
+            writers = find_writers([dst]).holders
+            if writers:
+                raise TransactionError(describe_holders(writers, lambda x: path) + "; it is not set aside while it "
+                                       "is written", Skip.OPEN_FOR_WRITING)
+            st = os.stat(here, dir_fd=dfd, follow_symlinks=False)
+            with ctx.store.open_read(ctx.key(path)) as r:
+                s = {"sha256": sha256_stream(r), "size": st.st_size}
+            meta = {"mode": stat.S_IMODE(st.st_mode), "mtime_ns": st.st_mtime_ns, "owner": (st.st_uid, st.st_gid)}
+        name, _ = place_at_free_name(ctx, lambda k: salvage_name(path, k), dst, s, strategy, journal, begun, meta,
+                                     dir_fd=dfd)
     return name
 
 
@@ -304,34 +308,37 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
     place = put_in_place(strategy, journal, f, new_name=True, begun=begun)
     no_symlink(ctx, f["path"])
     dst = ctx.abs(f["path"])
+    key = ctx.key(f["path"])
     stored = stored_file(vault, op_id, i)
     tmp_name = f".footprint-unretire-{op_id}-{i}.tmp"
     tmp = os.path.join(os.path.dirname(dst), tmp_name)
     tmp_key = ctx.key(os.path.join(os.path.dirname(f["path"]), tmp_name))
-    if f["path"] in begun:
-        # a copy a killed attempt began: finished (the vault's bytes whole: what it had yet to set is
-        # the recorded mode, time and owner), or emptied (their beginning, every byte in the vault)
-        meta = {"mode": f["mode"], "mtime_ns": plausible_mtime_ns(f.get("mtime_ns")), "owner": recorded_owner(f)}
-        if resume_copy(dst, f, lambda q: partial_copy(q, stored, f), meta) == IN_PLACE:
-            if holds_original(ctx.store, tmp_key, f):
-                os.unlink(tmp)  # a copy killed before it deleted its source: the file is in place
-            return None
-    here = os.path.lexists(dst)
-    there = os.path.exists(stored)
-    note = None
-    if here:
-        if not os.path.isfile(dst) or os.path.islink(dst):
-            raise StandsThere(f"{f['path']}: something else stands there now; left as is")
-        if not there or unchanged(dst, f) or grown(dst, f) or sha256_file(dst) == f["sha256"]:
-            if holds_original(ctx.store, tmp_key, f):
-                os.unlink(tmp)  # a copy killed before it deleted its source: the file is in place
-            return None  # the file is in place (a copy's original never left): the vault's copy may go
-        if not set_aside:
-            # not the file that was retired: both are kept, the operation stays unsettled
-            raise StandsThere(f"{f['path']}: a different file stands there now; the retired one stays in {stored}")
-        aside = _set_aside(ctx, f["path"], strategy, journal, begun)
-        note = (f"{f['path']}: a file written at its path during the retirement was kept beside it as "
-                f"{os.path.basename(aside)}")
+    # the looks and a killed copy's temporary's removal by the store's walk that follows no link
+    # (invariant 4): a link on the way since ``no_symlink`` is ``StandsThere``, the file in the vault
+    with _no_link_on_the_way(f, stored):
+        if f["path"] in begun:
+            # a copy a killed attempt began: finished (the vault's bytes whole: what it had yet to set is
+            # the recorded mode, time and owner), or emptied (their beginning, every byte in the vault)
+            meta = {"mode": f["mode"], "mtime_ns": plausible_mtime_ns(f.get("mtime_ns")), "owner": recorded_owner(f)}
+            if resume_copy(dst, f, lambda q: partial_copy(q, stored, f), meta) == IN_PLACE:
+                _drop_copy_left(ctx, tmp_key, f)  # a copy killed before it deleted its source
+                return None
+        st = _look(ctx, key)
+        there = os.path.exists(stored)
+        note = None
+        if st is not None:
+            if not stat.S_ISREG(st.st_mode):
+                raise StandsThere(f"{f['path']}: something else stands there now; left as is")
+            if not there or unchanged(dst, f, st) or (st.st_size > f["size"] and begins_with(
+                    ctx.store, key, f["size"], f["sha256"])) or holds_original(ctx.store, key, f):
+                _drop_copy_left(ctx, tmp_key, f)  # a copy killed before it deleted its source
+                return None  # the file is in place (a copy's original never left): the vault's copy may go
+            if not set_aside:
+                # not the file that was retired: both are kept, the operation stays unsettled
+                raise StandsThere(f"{f['path']}: a different file stands there now; the retired one stays in {stored}")
+            aside = _set_aside(ctx, f["path"], strategy, journal, begun)
+            note = (f"{f['path']}: a file written at its path during the retirement was kept beside it as "
+                    f"{os.path.basename(aside)}")
     if not there:
         raise TransactionError(f"{f['path']}: neither in the logdir nor in {retired_dir(vault, op_id)}")
     # the move, or the copy and its temporary, made in the folder the logdir store's walk reaches
@@ -339,17 +346,14 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
     # would lead outside the logdir (invariant 4): such a link is refused, naming it, and the
     # file stays in the vault (``StandsThere``: a restore leaves that path, ``not_restored``)
     with contextlib.ExitStack() as held:
-        try:
-            dfd = held.enter_context(restore_folder(dst, (ctx.store, ctx.key(f["path"]))))
-        except StoreFailure as e:
-            raise StandsThere(f"{f['path']}: not reached without a link ({e}); left as is, the retired file "
-                              f"stays in {stored}", e.code) from None
+        with _no_link_on_the_way(f, stored):
+            dfd = held.enter_context(restore_folder(dst, (ctx.store, key)))
         if strategy.renames and (same_fs or vault.same_filesystem(os.path.dirname(dst))):
             # create-only: a file a writer made at the path since the look above is never replaced
             _move_new(stored, dst, f, stored, dfd)
             _give_back_owner(dst, f, dir_fd=dfd)  # a copy made across filesystems at the retirement was root's
         else:
-            _clear_own_temp(tmp, dfd)
+            clear_own_temp(tmp, dfd)
             try:  # made anew and set up through its fd: a link planted at that name is never followed
                 # holes stay holes, as every restore's put-back leaves them
                 made = copy_new(stored, tmp, f["sha256"], f["mode"], mtime_ns=f["mtime_ns"], exclusive=True,
@@ -368,21 +372,35 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
     return note
 
 
-def _clear_own_temp(tmp: str, dir_fd: int) -> None:
-    """A killed attempt's copy at the temporary name ``tmp`` (in the folder ``dir_fd``) removed
-    before the copy is made again, as ``files.create_new`` clears it: a regular file of this user
-    (its bytes are the vault's) removed, anything else (a planted link, a FIFO, another user's
-    file) set aside in that folder (``private.set_aside_at``: renamed, kept, never deleted)."""
-    name = fsops.name_in(tmp, dir_fd)
+@contextlib.contextmanager
+def _no_link_on_the_way(f: dict, stored: str) -> Iterator[None]:
+    """The walk's refusal (a link on the way to ``f``'s folder, …) said as ``StandsThere``, coded,
+    naming the path: the retired file stays in the vault."""
     try:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        yield
+    except StoreFailure as e:
+        raise StandsThere(f"{f['path']}: not reached without a link ({e}); left as is, the retired file "
+                          f"stays in {stored}", e.code) from None
+
+
+def _look(ctx: Context, key: str) -> Optional[os.stat_result]:
+    """The lstat at ``key`` in its folder (the walk that follows no link); None: nothing there."""
+    try:
+        with ctx.store.folder(key) as (dfd, name):
+            return os.stat(name, dir_fd=dfd, follow_symlinks=False)
     except FileNotFoundError:
-        return
-    with contextlib.suppress(FileNotFoundError):
-        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
-            fsops.unlink(tmp, dir_fd=dir_fd)
-        else:
-            set_aside_at(dir_fd, name)
+        return None
+    except StoreFailure as e:
+        if e.code == StoreError.NOT_FOUND:  # its folder is missing
+            return None
+        raise
+
+
+def _drop_copy_left(ctx: Context, tmp_key: str, f: dict) -> None:
+    """A killed copy's temporary holding ``f`` whole removed in its folder (the no-follow walk)."""
+    if holds_original(ctx.store, tmp_key, f):
+        with ctx.store.folder(tmp_key) as (dfd, name):
+            fsops.unlink(name, dir_fd=dfd)
 
 
 def _move_new(src: str, dst: str, f: dict, stored: str, dir_fd: Optional[int] = None) -> None:

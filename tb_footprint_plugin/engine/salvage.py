@@ -32,9 +32,10 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Collection, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Finding, Outcome
+from tb_footprint_plugin.codes import Finding, Outcome, StoreError
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.engine import remote_vault
+from tb_footprint_plugin.engine.context import TransactionError
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec
 from tb_footprint_plugin.engine.putback import copy_late_records, holds_original
@@ -43,8 +44,12 @@ from tb_footprint_plugin.engine.placement import (copies_begun, partial_copy, pl
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.storage.regular import open_regular
-from tb_footprint_plugin.engine.vault import Vault, who
-from tb_footprint_plugin.storage.files import CHUNK, create_new, fsync_dir, give_owner, recorded_owner, sha256_file
+from tb_footprint_plugin.engine.vault import Vault, restore_folder, who
+from tb_footprint_plugin.storage import throttle as fsops
+from tb_footprint_plugin.storage.files import (CHUNK, create_exclusive, create_new, fsync_dir, give_owner,
+                                               recorded_owner, sha256_file)
+from tb_footprint_plugin.storage.private import set_aside_at
+from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.version import __version__
 
 SALVAGE_SUFFIX = ".salvaged-"
@@ -118,16 +123,34 @@ def _prefix_and_whole(path: str, prefix: int) -> Tuple[str, str, int]:
     return hp.hexdigest(), hw.hexdigest(), n
 
 
-def _owner_here(folder: str, owner: Optional[Tuple[int, int]]) -> Optional[Tuple[int, int]]:
+def _owner_here(folder, owner: Optional[Tuple[int, int]]) -> Optional[Tuple[int, int]]:
     """Who a salvage file belongs to: the recorded owner of the file it is salvaged from (the
-    restored file's own), else (a record written before owners were kept) the folder's owner."""
+    restored file's own), else (a record written before owners were kept) the folder's owner
+    (``folder``: its path, or a descriptor of it reached by the walk that follows no link)."""
     if owner is not None:
         return owner
     try:
-        st = os.lstat(folder)
+        st = os.fstat(folder) if isinstance(folder, int) else os.lstat(folder)
     except OSError:
         return None
     return st.st_uid, st.st_gid
+
+
+def clear_own_temp(tmp: str, dir_fd: int) -> None:
+    """A killed attempt's file at the temporary name ``tmp`` (in the folder ``dir_fd``) removed
+    before it is made again, as ``files.create_new`` clears one by path: a regular file of this
+    user (its bytes are in the vault) removed, anything else (a planted link, a FIFO, another
+    user's file) set aside in that folder (``private.set_aside_at``: renamed, kept, never deleted)."""
+    name = fsops.name_in(tmp, dir_fd)
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+            fsops.unlink(tmp, dir_fd=dir_fd)
+        else:
+            set_aside_at(dir_fd, name)
 
 
 def keep_late_records(ctx, path: str, source: str, start: int, size: int, tmp_name: str,
@@ -148,22 +171,41 @@ def keep_late_records(ctx, path: str, source: str, start: int, size: int, tmp_na
     default): renamed, or copied under a ``copying`` record written to ``journal``; ``begun``:
     the paths an earlier, killed attempt's ``copying`` records name, where the beginning of these
     records (``placement.partial_copy``) is that attempt's own partial copy, removed and written
-    again under the same name: the records stand in the run once."""
-    from tb_footprint_plugin.storage.paths import check_no_symlink
+    again under the same name: the records stand in the run once.
 
-    check_no_symlink(ctx.logdir, path)
-    folder = os.path.dirname(ctx.abs(path))
-    tmp = os.path.join(folder, os.path.basename(tmp_name))
-    # a planted symlink at this (guessable) name is set aside, never followed (``create_new``)
-    with open_regular(source) as src, os.fdopen(create_new(tmp), "wb") as dst:
+    The temporary and the salvage file are made in the folder the logdir store's walk reaches
+    without following a link (``vault_blobs.restore_folder``, invariant 4): a folder on the way
+    that is (or is swapped for) a link is refused, ``TransactionError`` coded
+    ``StoreError.SYMLINK`` naming ``path``; nothing is written outside the logdir and the records
+    stay in ``source``, in the vault."""
+    key = ctx.key(path)
+    try:
+        with restore_folder(ctx.abs(path), (ctx.store, key)) as dfd:
+            return _keep_in(ctx, dfd, path, source, start, size, tmp_name, owner, strategy, journal, begun)
+    except StoreFailure as e:
+        if e.code not in (StoreError.SYMLINK, StoreError.NOT_REGULAR):
+            raise
+        raise TransactionError(f"{path}: its folder is not reached without a link ({e}); the records written to it "
+                               f"after the reduction were not put back beside it and stay in the vault ({source})",
+                               StoreError.SYMLINK) from None
+
+
+def _keep_in(ctx, dfd: int, path: str, source: str, start: int, size: int, tmp_name: str,
+             owner: Optional[Tuple[int, int]], strategy: Optional[SwapStrategy], journal: Optional[OpJournal],
+             begun: Collection[str]) -> Optional[dict]:
+    """``keep_late_records`` in the folder ``dfd`` its walk reached."""
+    tmp = os.path.join(os.path.dirname(ctx.abs(path)), os.path.basename(tmp_name))
+    # a planted thing at this (guessable) name is set aside, never followed (``clear_own_temp``)
+    clear_own_temp(tmp, dfd)
+    with open_regular(source) as src, os.fdopen(create_exclusive(tmp, 0o600, dfd), "wb") as dst:
         got = copy_late_records(src, start, size, dst, f"late records of {path}")
         records, nbytes = got["records"], got["bytes"]
         dst.flush()
         # root restoring a user's run: the records are the user's, as the file beside them
-        give_owner(dst.fileno(), _owner_here(folder, owner))
+        give_owner(dst.fileno(), _owner_here(dfd, owner))
         os.fsync(dst.fileno())
     if not records:
-        os.unlink(tmp)
+        fsops.unlink(tmp, dir_fd=dfd)
         return None
     sha = got["sha256"]
     # the next free salvage name, or the one an earlier, interrupted attempt wrote these records to
@@ -171,9 +213,9 @@ def keep_late_records(ctx, path: str, source: str, start: int, size: int, tmp_na
     # gives it the records' owner: the user's, where a kill came before it)
     final, placed = place_at_free_name(ctx, lambda k: salvage_name(path, k), tmp, {"sha256": sha, "size": nbytes},
                                        strategy or swap_strategy(folder_capabilities()), journal, begun,
-                                       {"owner": _owner_here(folder, owner)}, reuse=True)
+                                       {"owner": _owner_here(dfd, owner)}, reuse=True, dir_fd=dfd)
     if placed:
-        fsync_dir(folder)
+        os.fsync(dfd)
     return {"file": final, "records": records, "bytes": nbytes, "sha256": sha, "size": nbytes,
             "partial_bytes": got["partial_bytes"], "corrupt": got["corrupt"]}
 
@@ -361,6 +403,6 @@ def finish_salvage(ctx, records: List[dict]) -> str:
     return "interrupted salvage undone; it is done again now"
 
 
-__all__ = ["SalvageOutcome", "grown_backups", "starts_with", "keep_late_records", "salvage_one", "finish_salvage", "SALVAGE_SUFFIX",
+__all__ = ["SalvageOutcome", "grown_backups", "starts_with", "keep_late_records", "clear_own_temp", "salvage_one", "finish_salvage", "SALVAGE_SUFFIX",
            "NAME_MAX", "salvage_name",
            "SALVAGED", "LATE_BYTES_KEPT", "BACKUP_CHANGED"]

@@ -304,22 +304,41 @@ def recorded_mtime_ns(rec: dict) -> Optional[int]:
 def make_dirs(ctx: Context, dirs: List[dict]) -> List[str]:
     """Re-create the recorded folders that are missing, shallowest first, owner-writable while
     files go back in (``settle_dirs`` gives each its recorded mode and mtime afterwards).
-    Returns the paths it made."""
+    Returns the paths it made. Each is made in its parent as the logdir store's walk reaches it,
+    following no link (``PosixStore.folder(create=True)``, which makes a missing parent the same
+    way), and given 0700 through its own descriptor: a folder on the way that is, or is swapped
+    for, a link to a folder outside the logdir never receives one (invariant 4): the walk refuses
+    it, ``TransactionError`` coded ``StoreError.SYMLINK`` naming the path."""
     made = []
     for d in sorted(dirs, key=lambda d: len(d["path"])):
         no_symlink(ctx, d["path"])
-        p = ctx.abs(d["path"])
-        if not os.path.lexists(p):
-            new = [p]
-            while not os.path.lexists(os.path.dirname(new[-1])):
-                new.append(os.path.dirname(new[-1]))
-            os.makedirs(p, mode=0o700, exist_ok=True)
-            # each named durably in its parent before its copy in the vault may go: a folder's own
-            # fsync does not order its parent's entry on every filesystem (review R11 F6)
-            for q in reversed(new):
-                fsync_dir(os.path.dirname(q))
-            made.append(d["path"])
+        try:
+            with ctx.store.folder(ctx.key(d["path"]), create=True) as (pfd, name):
+                if _make_dir_in(pfd, name):
+                    made.append(d["path"])
+        except StoreFailure as e:
+            if e.code not in (StoreError.SYMLINK, StoreError.NOT_REGULAR):
+                raise
+            raise TransactionError(f"{d['path']}: not reached without a link ({e}); the folder is not made, "
+                                   "nothing is put back into it", StoreError.SYMLINK) from None
     return made
+
+
+def _make_dir_in(pfd: int, name: str) -> bool:
+    """The folder ``name`` made in the folder ``pfd`` (0700, through its own descriptor, never a
+    link), named durably there before its copy in the vault may go (a folder's own fsync does not
+    order its parent's entry on every filesystem, review R11 F6); False when something stands there."""
+    try:
+        os.mkdir(name, 0o700, dir_fd=pfd)
+    except FileExistsError:
+        return False
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+    try:
+        os.fchmod(fd, 0o700)  # whatever the umask left: owner-writable while files go back in
+    finally:
+        os.close(fd)
+    os.fsync(pfd)
+    return True
 
 
 def settle_dirs(ctx: Context, dirs: List[dict], made) -> None:
@@ -712,8 +731,13 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
         # records an earlier look of this call set beside the original already are not set there twice
         base = prev if prev and prev.get("late_records") and starts_with(blob, prev["size"], prev["sha256"]) \
             else produced
-        late = _late_records(ctx, rec, base, blob, d["size"], tmp_token, strategy=strategy, journal=journal,
-                             begun=begun)
+        try:
+            late = _late_records(ctx, rec, base, blob, d["size"], tmp_token, strategy=strategy, journal=journal,
+                                 begun=begun)
+        except TransactionError as e:
+            if e.code == StoreError.SYMLINK and on_displaced is not None:
+                on_displaced(d)  # its folder became a link: what stood there is in the vault, and named
+            raise
         if late:
             d["late_records"] = late
         if on_displaced is not None:
