@@ -337,14 +337,16 @@ def test_sigkill_of_the_cli_is_settled(store, step, place_of):
     settled(p, "reduce", original, start, done)
 
 
-#: a real SIGKILL of ``tb-footprint restore`` after its first put-back on an object store: the
-#: lock of a dead process and the journal stay, and the next start (another process) finishes it
-KILLED_RESTORES = [("s3", "restore", "restore.file"), ("gs", "unretire", "unretire.mid_move")]
+#: a real SIGKILL of ``tb-footprint restore`` after its first put-back: the lock of a dead process
+#: and the journal stay, and the next start (another process) finishes it — a retired run's on a
+#: disk too (#26: its recovery is the one ``Unretire`` sequence, as a bucket's)
+KILLED_RESTORES = [("s3", "restore", "restore.file"), ("gs", "unretire", "unretire.mid_move"),
+                   ("posix", "unretire", "unretire.mid_move")]
 CLI_RESTORE = {"restore": ["restore", "{url}", "--all", "--yes"], "unretire": ["restore", "{url}", RUN, "--yes"]}
 
 
 @pytest.mark.parametrize("store,verb,step", KILLED_RESTORES)
-def test_sigkill_of_a_bucket_restore_is_finished_at_the_next_start(store, verb, step, place_of):
+def test_sigkill_of_a_restore_is_finished_at_the_next_start(store, verb, step, place_of):
     _reached, original, start, done = clean_run(store, verb, place_of)
     p = place_of(store, verb)
     assert setup(p, verb) == start
