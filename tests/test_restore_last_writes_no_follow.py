@@ -1,20 +1,22 @@
 """Invariant 4: the last writes a restore made by path go through the folder the logdir store's
 walk reaches without following a link (after a20af3d moved a restore's temporary there):
 
-- the late records a restore sets beside an original (``salvage.keep_late_records``): its
-  temporary and its ``<file>.salvaged-NNN`` were made and placed by path;
+- the late records a restore sets beside an original (``salvage.keep_late_records``), and those
+  a start salvages from a grown backup (``salvage.salvage_one``): the temporary and the
+  ``<file>.salvaged-NNN`` were made and placed by path;
 - the recorded folders a restore makes again (``swap.make_dirs``): ``os.makedirs`` by path after
   ``no_symlink``;
 - a retired run's put-back (``retire_tree.put_back``): its looks and the removal of a killed
   copy's temporary (``os.unlink(tmp)``) went by path.
 
 Each window is opened by a hook at the instant after the last look by path (``Context.abs`` of
-the salvage's folder, ``swap.no_symlink`` of a folder to make, ``retire_tree.holds_original`` of
-the temporary), not by timing: the run's folder (or one on its way) is swapped for a link to a
-folder outside the logdir. Before, a file or a folder appeared there (or its file was removed);
-now nothing out there changes, the outcome is coded ``StoreError.SYMLINK`` naming the path, and
-nothing is lost: what stood at the path is in the vault and named, and once the folder is back
-the restore is finished byte for byte."""
+the salvage's folder, the backup's read into a start's temporary, ``swap.no_symlink`` of a folder
+to make, ``retire_tree.holds_original`` of the temporary), not by timing: the run's folder (or
+one on its way) is swapped for a link to a folder outside the logdir. Before, a file or a folder
+appeared there (or its file was removed); now nothing out there changes, a restore's outcome is
+coded ``StoreError.SYMLINK`` naming the path (a start's salvage, whose walk came first, is made in
+the run's own folder), and nothing is lost: what stood at the path is in the vault and named, and
+once the folder is back the restore is finished byte for byte."""
 from __future__ import annotations
 
 import hashlib
@@ -24,12 +26,12 @@ from pathlib import Path
 import pytest
 
 from conftest import copy_real
-from test_put_back_strategy_salvage import _reduced_with_late_records, _restored_once
+from test_put_back_strategy_salvage import _grown_backup, _reduced_with_late_records, _restored_once, _salvaged_once
 from test_restore_temp_no_follow import PROFILE, _swap, _tree, _unswap
 from test_vault_remote import make_logdir
 from tb_footprint_plugin import api
-from tb_footprint_plugin.codes import Outcome, StoreError
-from tb_footprint_plugin.engine import restore, retire_tree, swap
+from tb_footprint_plugin.codes import Outcome, Recovery, StoreError
+from tb_footprint_plugin.engine import restore, retire_tree, salvage, swap
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine.vault import Vault
 
@@ -188,3 +190,34 @@ def test_a_retired_files_put_back_removes_nothing_through_a_link(tmp_path, monke
     assert retire_tree.put_back(ctx, Vault(str(vault)), op, i, f, same_fs=True) is None
     assert target.read_bytes() == retired and not (target.parent / tmp_name).exists()
     assert _tree(outside) == before
+
+
+def test_a_start_salvages_late_records_nowhere_through_a_link(tmp_path, monkeypatch):
+    """A writer that kept the original open appended records to its hard-linked backup; a start
+    salvages them beside the reduced file (``salvage_one``). The run's folder is swapped for a
+    link to an outside folder right before the temporary is made. Before: the temporary and
+    the ``.salvaged-001`` file were made out there. Now both are made in the folder the walk
+    reached (the run's own, wherever it was moved): nothing appears outside, and once the folder
+    is back the records stand in the run once."""
+    logdir, path = _grown_backup(tmp_path)
+    rel = f"run/{path.name}.salvaged-001"
+    outside, aside = _outside(tmp_path)
+    before = _tree(outside)
+    real_open, opened, done = salvage.open_regular, [], []
+
+    def open_regular(p, *a, **k):
+        opened.append(p)  # the backup: read whole first, then copied into the temporary
+        if len(opened) == 2 and not done:  # the salvage's folder looked at: the temporary is made next
+            _swap(logdir, "run", outside, aside)
+            done.append(p)
+        return real_open(p, *a, **k)
+
+    monkeypatch.setattr(salvage, "open_regular", open_regular)
+    outs = api.recover_logdir(str(logdir))
+    monkeypatch.undo()
+    assert done, "the start never salvaged the late records"
+    assert _tree(outside) == before, "written outside the logdir"
+    assert [o.action for o in outs] == [Recovery.SALVAGED], outs
+    _unswap(logdir, "run", aside)
+    _salvaged_once(path)
+    assert not [p for p in path.parent.iterdir() if p.name.startswith(".footprint-")]

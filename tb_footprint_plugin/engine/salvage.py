@@ -30,7 +30,7 @@ import os
 import stat
 import time
 from dataclasses import asdict, dataclass
-from typing import Collection, List, Optional, Tuple
+from typing import Collection, Iterator, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Finding, Outcome, StoreError
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
@@ -43,11 +43,11 @@ from tb_footprint_plugin.engine.placement import (copies_begun, partial_copy, pl
                                                   resume_copy, starts_with)
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
-from tb_footprint_plugin.storage.regular import open_regular
+from tb_footprint_plugin.storage.regular import open_regular, open_regular_at
 from tb_footprint_plugin.engine.vault import Vault, restore_folder, who
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.files import (CHUNK, create_exclusive, create_new, fsync_dir, give_owner,
-                                               recorded_owner, sha256_file)
+from tb_footprint_plugin.storage.files import (CHUNK, create_exclusive, fsync_dir, give_owner, recorded_owner,
+                                               sha256_stream)
 from tb_footprint_plugin.storage.private import set_aside_at
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.version import __version__
@@ -178,10 +178,18 @@ def keep_late_records(ctx, path: str, source: str, start: int, size: int, tmp_na
     that is (or is swapped for) a link is refused, ``TransactionError`` coded
     ``StoreError.SYMLINK`` naming ``path``; nothing is written outside the logdir and the records
     stay in ``source``, in the vault."""
-    key = ctx.key(path)
+    with _reached(path, restore_folder(ctx.abs(path), (ctx.store, ctx.key(path))), source) as dfd:
+        return _keep_in(ctx, dfd, path, source, start, size, tmp_name, owner, strategy, journal, begun)
+
+
+@contextlib.contextmanager
+def _reached(path: str, folder, source: str) -> Iterator[int]:
+    """The descriptor of ``path``'s folder that ``folder`` (a walk that follows no link) opens; a
+    link (or a file) on the way refused as ``TransactionError`` coded ``StoreError.SYMLINK``, naming
+    ``path``: the late records stay in ``source``, in the vault."""
     try:
-        with restore_folder(ctx.abs(path), (ctx.store, key)) as dfd:
-            return _keep_in(ctx, dfd, path, source, start, size, tmp_name, owner, strategy, journal, begun)
+        with folder as got:
+            yield got if isinstance(got, int) else got[0]
     except StoreFailure as e:
         if e.code not in (StoreError.SYMLINK, StoreError.NOT_REGULAR):
             raise
@@ -262,8 +270,6 @@ def _salvage_name(ctx, m: dict, path: str) -> str:
 
 def salvage_one(ctx, m: dict, f: dict, new_op_id) -> SalvageOutcome:
     """Salvage what was appended to the backup of ``f`` (an entry of manifest ``m``)."""
-    from tb_footprint_plugin.storage.paths import check_no_symlink
-
     vault = Vault(m["vault"])
     old_sha, old_size = f["sha256"], f["size"]  # ``f`` itself is updated to the new digest below
     blob = vault.blob_path(old_sha)
@@ -279,50 +285,55 @@ def salvage_one(ctx, m: dict, f: dict, new_op_id) -> SalvageOutcome:
     start = int(f.get("salvaged_upto") or f["size"])
     event = is_summary_event_file_name(os.path.basename(f["path"]))
     final = _salvage_name(ctx, m, f["path"]) if event else None
-    op_id = new_op_id()
-    tmp = None
-    if final:
-        check_no_symlink(ctx.logdir, final)
-        tmp = os.path.join(os.path.dirname(ctx.abs(final)), f".footprint-{op_id}-salvage.tmp")
-    journal = Journal.create(ctx.journal_dir, op_id, {
-        "type": Rec.BEGIN, "kind": "salvage", "op_id": op_id, "of_op": m["op_id"], "run": m["run"],
-        "logdir": ctx.logdir, "vault": vault.root, "path": f["path"], "old_sha256": f["sha256"],
-        "old_size": f["size"], "new_sha256": new_sha, "new_size": size, "from": start,
-        "tmp": os.path.relpath(tmp, ctx.logdir) if tmp else None, "final": final,
-    })
-    records = nbytes = 0
-    upto = start
-    salv = None
-    if final:
-        with open_regular(blob) as src, os.fdopen(create_new(tmp), "wb") as dst:
-            got = copy_late_records(src, start, size, dst, f"backup of {f['path']}")
-            records, nbytes = got["records"], got["bytes"]
-            dst.flush()
-            give_owner(dst.fileno(), _owner_here(os.path.dirname(tmp), recorded_owner(f)))
-            os.fsync(dst.fileno())
-        upto = size - got["partial_bytes"]  # the end of the last whole record
-        if records:
-            salv = {"sha256": sha256_file(tmp), "size": nbytes}
-            journal.append({"type": Rec.STAGED, "tmp": os.path.relpath(tmp, ctx.logdir), "final": final, **salv})
+    # the temporary and the salvage file made in the folder the logdir store's walk reaches, no link
+    # followed (invariant 4): a link on the way is refused before anything is journaled or written
+    with contextlib.ExitStack() as held:
+        dfd = held.enter_context(_reached(f["path"], ctx.store.folder(ctx.key(final)), blob)) if final else None
+        op_id = new_op_id()
+        tmp = None
+        if final:
+            tmp = os.path.join(os.path.dirname(ctx.abs(final)), f".footprint-{op_id}-salvage.tmp")
+        journal = Journal.create(ctx.journal_dir, op_id, {
+            "type": Rec.BEGIN, "kind": "salvage", "op_id": op_id, "of_op": m["op_id"], "run": m["run"],
+            "logdir": ctx.logdir, "vault": vault.root, "path": f["path"], "old_sha256": f["sha256"],
+            "old_size": f["size"], "new_sha256": new_sha, "new_size": size, "from": start,
+            "tmp": os.path.relpath(tmp, ctx.logdir) if tmp else None, "final": final,
+        })
+        records = nbytes = 0
+        upto = start
+        salv = None
+        if final:
+            clear_own_temp(tmp, dfd)  # a planted thing at this (guessable) name set aside, never followed
+            with open_regular(blob) as src, os.fdopen(create_exclusive(tmp, 0o600, dfd), "wb") as dst:
+                got = copy_late_records(src, start, size, dst, f"backup of {f['path']}")
+                records, nbytes = got["records"], got["bytes"]
+                dst.flush()
+                give_owner(dst.fileno(), _owner_here(dfd, recorded_owner(f)))
+                os.fsync(dst.fileno())
+            upto = size - got["partial_bytes"]  # the end of the last whole record
+            if records:
+                with open_regular_at(dfd, os.path.basename(tmp)) as written:
+                    salv = {"sha256": sha256_stream(written), "size": nbytes}
+                journal.append({"type": Rec.STAGED, "tmp": os.path.relpath(tmp, ctx.logdir), "final": final, **salv})
+            else:
+                fsops.unlink(tmp, dir_fd=dfd)
+            corrupt = got["corrupt"]
         else:
-            os.unlink(tmp)
-        corrupt = got["corrupt"]
-    else:
-        corrupt = False
-    # the grown backup under its new digest: a hard link, so the writer's inode stays the blob
-    new_blob = vault.blob_path(new_sha)
+            corrupt = False
+        # the grown backup under its new digest: a hard link, so the writer's inode stays the blob
+        new_blob = vault.blob_path(new_sha)
 
-    def link_in() -> None:
-        if not os.path.lexists(new_blob):
-            os.link(blob, new_blob)
-        fsync_dir(os.path.dirname(new_blob))
+        def link_in() -> None:
+            if not os.path.lexists(new_blob):
+                os.link(blob, new_blob)
+            fsync_dir(os.path.dirname(new_blob))
 
-    vault.in_shard(new_sha, link_in)  # its shard folder made (ours) again if a prune took it
-    if salv:
-        # renamed, or copied under a ``copying`` record where the folder does not rename
-        put_in_place(swap_strategy(folder_capabilities()), journal, {"path": final, **salv}, new_name=True)(
-            tmp, ctx.abs(final))
-        fsync_dir(os.path.dirname(ctx.abs(final)))
+        vault.in_shard(new_sha, link_in)  # its shard folder made (ours) again if a prune took it
+        if salv:
+            # renamed, or copied under a ``copying`` record where the folder does not rename
+            put_in_place(swap_strategy(folder_capabilities()), journal, {"path": final, **salv}, new_name=True)(
+                tmp, ctx.abs(final), src_dir_fd=dfd, dst_dir_fd=dfd)
+            os.fsync(dfd)
     # commit point: the manifest says what the vault and the run now hold
     now = time.time()
     entry = {"at": now, "op": op_id, "path": f["path"], "from": start, "to": upto, "records": records,
