@@ -185,8 +185,8 @@ def keep_late_records(ctx, path: str, source: str, start: int, size: int, tmp_na
 @contextlib.contextmanager
 def _reached(path: str, folder, source: str) -> Iterator[int]:
     """The descriptor of ``path``'s folder that ``folder`` (a walk that follows no link) opens; a
-    link (or a file) on the way refused as ``TransactionError`` coded ``StoreError.SYMLINK``, naming
-    ``path``: the late records stay in ``source``, in the vault."""
+    link (or a file) on the way refused as ``TransactionError`` naming ``path`` (coded
+    ``StoreError.SYMLINK`` for a link): the late records stay in ``source``, in the vault."""
     try:
         with folder as got:
             yield got if isinstance(got, int) else got[0]
@@ -195,7 +195,7 @@ def _reached(path: str, folder, source: str) -> Iterator[int]:
             raise
         raise TransactionError(f"{path}: its folder is not reached without a link ({e}); the records written to it "
                                f"after the reduction were not put back beside it and stay in the vault ({source})",
-                               StoreError.SYMLINK) from None
+                               StoreError.SYMLINK if e.code == StoreError.SYMLINK else None) from None
 
 
 def _keep_in(ctx, dfd: int, path: str, source: str, start: int, size: int, tmp_name: str,

@@ -320,7 +320,8 @@ def make_dirs(ctx: Context, dirs: List[dict]) -> List[str]:
             if e.code not in (StoreError.SYMLINK, StoreError.NOT_REGULAR):
                 raise
             raise TransactionError(f"{d['path']}: not reached without a link ({e}); the folder is not made, "
-                                   "nothing is put back into it", StoreError.SYMLINK) from None
+                                   "nothing is put back into it",
+                                   StoreError.SYMLINK if e.code == StoreError.SYMLINK else None) from None
     return made
 
 
