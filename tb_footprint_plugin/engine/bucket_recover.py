@@ -186,6 +186,17 @@ def recover(ostore: ObjectStore, vault: BucketVault) -> List[RecoveryOutcome]:
         if lock and lock.get("op") == op_id and not owner_gone(lock, st):
             out.append(skipped_live(op_id, label, "its owner is still running"))
             continue
+        # acted on only as it stood once no live owner held its runs, never as read before the lock:
+        # its owner may have gone on meanwhile (to its end: journal closed, lock dropped; or past its
+        # commit step, then killed). Read again: gone, settled by its owner; changed, judged afresh by
+        # the next start (its owner gone, it changes no more)
+        now = ObjectJournal.read(st, path)
+        if now is None:
+            continue
+        if now.version != journal.version:
+            out.append(skipped_live(op_id, label, "its owner wrote its journal while this start read it; the next "
+                                    "start settles it"))
+            continue
         if journal.kind in (RESTORE_KIND, UNRETIRE_KIND):  # a restore stopped midway: finished
             out.append(_finish_restore(ostore, vault, st, journal, rel[:-5], label))
             continue
