@@ -7,16 +7,19 @@ walk reaches without following a link (after a20af3d moved a restore's temporary
 - the recorded folders a restore makes again (``swap.make_dirs``): ``os.makedirs`` by path after
   ``no_symlink``;
 - a retired run's put-back (``retire_tree.put_back``): its looks and the removal of a killed
-  copy's temporary (``os.unlink(tmp)``) went by path.
+  copy's temporary (``os.unlink(tmp)``) went by path;
+- the recorded mode and time the folders get once every file is back (``swap.settle_dirs``,
+  ``retire_tree.chmod_dirs``): ``os.chmod``/``os.utime`` by path after a look.
 
 Each window is opened by a hook at the instant after the last look by path (``Context.abs`` of
 the salvage's folder, the backup's read into a start's temporary, ``swap.no_symlink`` of a folder
-to make, ``retire_tree.holds_original`` of the temporary), not by timing: the run's folder (or
-one on its way) is swapped for a link to a folder outside the logdir. Before, a file or a folder
-appeared there (or its file was removed); now nothing out there changes, a restore's outcome is
+to make, ``retire_tree.holds_original`` of the temporary, ``recorded_owner`` of a folder whose
+mode is set next), not by timing: the run's folder (or one on its way) is swapped for a link to a
+folder outside the logdir. Before, a file or a folder appeared there (or its file was removed,
+or its folder's mode and time changed); now nothing out there changes, a restore's outcome is
 coded ``StoreError.SYMLINK`` naming the path (a start's salvage, whose walk came first, is made in
-the run's own folder), and nothing is lost: what stood at the path is in the vault and named, and
-once the folder is back the restore is finished byte for byte."""
+the run's own folder; a folder's mode is left), and nothing is lost: what stood at the path is in
+the vault and named, and once the folder is back the restore is finished byte for byte."""
 from __future__ import annotations
 
 import hashlib
@@ -221,3 +224,82 @@ def test_a_start_salvages_late_records_nowhere_through_a_link(tmp_path, monkeypa
     _unswap(logdir, "run", aside)
     _salvaged_once(path)
     assert not [p for p in path.parent.iterdir() if p.name.startswith(".footprint-")]
+
+
+def _stats(root: Path) -> dict:
+    """Each entry under ``root``: its mode and mtime."""
+    return {os.path.relpath(os.path.join(d, n), root): (os.lstat(os.path.join(d, n)).st_mode,
+                                                        os.lstat(os.path.join(d, n)).st_mtime_ns)
+            for d, dirs, files in os.walk(root) for n in dirs + files}
+
+
+def _outside_folder(tmp_path: Path, name: str) -> tuple:
+    """An outside folder holding a folder ``name`` of its own mode and time (0711, 2001)."""
+    outside, aside = _outside(tmp_path)
+    (outside / name).mkdir()
+    os.chmod(outside / name, 0o711)
+    os.utime(outside / name, ns=(10**18, 10**18))
+    return outside, aside
+
+
+def test_a_restores_folder_modes_change_nothing_through_a_link(tmp_path, monkeypatch):
+    """Every file is back; the folders the restore made get their recorded mode and time. The
+    profile's parent folder is swapped for a link to an outside folder holding a folder of the
+    same name right after the restore looked at the profile's folder. Before: that outside
+    folder got the recorded mode and time. Now nothing out there changes, and once the folder is
+    back the profile is there byte for byte."""
+    logdir = make_logdir(tmp_path)
+    prof = next((logdir / "a").rglob("*.xplane.pb"))
+    original = prof.read_bytes()
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
+    op = next(o.op_id for o in rep.outcomes if o.run == "a" and o.op_id)
+    folder = os.path.relpath(prof.parent, logdir)
+    outside, aside = _outside_folder(tmp_path, prof.parent.name)
+    before = _stats(outside)
+    real, done = swap.recorded_owner, []
+
+    def owner(rec):
+        if rec.get("path") == folder and "sha256" not in rec and not done:  # its mode is set next
+            _swap(logdir, os.path.dirname(folder), outside, aside)
+            done.append(rec["path"])
+        return real(rec)
+
+    monkeypatch.setattr(swap, "recorded_owner", owner)
+    api.restore(str(logdir), op=op)
+    monkeypatch.undo()
+    assert done, "the restore never set the profile folder's mode"
+    assert _stats(outside) == before, "a folder outside the logdir changed"
+    _unswap(logdir, os.path.dirname(folder), aside)
+    assert prof.read_bytes() == original
+
+
+def test_an_unretires_folder_modes_change_nothing_through_a_link(tmp_path, monkeypatch):
+    """A retired run is back; its folders get their recorded mode and time. The profile's parent
+    folder is swapped for a link to an outside folder holding a folder of the same name right
+    before the profile's folder gets its owner. Before: that outside folder got the recorded mode
+    and time. Now nothing out there changes, and the run's files are back."""
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    target = logdir / PROFILE
+    retired = target.read_bytes()
+    vault = tmp_path / "vault"
+    vault.mkdir()
+    rep = api.retire(str(logdir), api.retire_rule(runs=["train"]), dry_run=False, backup_dir=str(vault))
+    assert rep.ok, rep.to_dict()
+    folder = os.path.dirname(PROFILE)
+    outside, aside = _outside_folder(tmp_path, os.path.basename(folder))
+    before = _stats(outside)
+    real, done = retire_tree.recorded_owner, []
+
+    def owner(rec):
+        if rec.get("path") == folder and "sha256" not in rec and not done:  # its mode is set next
+            _swap(logdir, os.path.dirname(folder), outside, aside)
+            done.append(rec["path"])
+        return real(rec)
+
+    monkeypatch.setattr(retire_tree, "recorded_owner", owner)
+    api.restore(str(logdir), op=rep.outcomes[0].op_id, backup_dir=str(vault))
+    monkeypatch.undo()
+    assert done, "the unretire never set the profile folder's mode"
+    assert _stats(outside) == before, "a folder outside the logdir changed"
+    _unswap(logdir, os.path.dirname(folder), aside)
+    assert target.read_bytes() == retired

@@ -10,6 +10,7 @@ F3, F5 and F7 are in their own files).
 from __future__ import annotations
 
 import os
+import stat
 
 from tb_footprint_plugin.engine.context import Context, new_op_id
 from tb_footprint_plugin.storage.files import sha256_file
@@ -167,10 +168,18 @@ def test_folders_a_restore_remakes_are_fsynced_in_their_parents(tmp_path, monkey
         synced.append(os.path.relpath(path, ctx.logdir))
         real(path)
 
-    monkeypatch.setattr(swap, "fsync_dir", spy)
+    real_fsync, root = os.fsync, os.path.realpath(ctx.logdir)
+
+    def fsync(fd):  # swap.make_dirs makes each folder in its parent's descriptor, fsynced there
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            synced.append(os.path.relpath(os.readlink(f"/proc/self/fd/{fd}"), root))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(retire, "fsync_dir", spy)
-    swap.make_dirs(ctx, [{"path": "run/plugins/profile/s"}])  # makedirs: three folders above it too
+    swap.make_dirs(ctx, [{"path": "run/plugins/profile/s"}])  # three folders above it made too
     assert synced == [".", "run", "run/plugins", "run/plugins/profile"]
     synced.clear()
+    monkeypatch.setattr(os, "fsync", real_fsync)
     retire._make_dirs(ctx, [{"path": "other"}, {"path": "other/a"}])
     assert synced == [".", "other"]

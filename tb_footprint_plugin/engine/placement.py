@@ -46,7 +46,7 @@ from tb_footprint_plugin.engine.journal import OpJournal, Rec, copying_path
 from tb_footprint_plugin.engine.putback import at_free_name, begins_with, holds_original
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.files import CHUNK, copy_new, finish_new_file, matches, sha256_file
+from tb_footprint_plugin.storage.files import CHUNK, copy_new, finish_new_file, give_owner, matches, sha256_file
 from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_posix import PosixStore, version_of
@@ -208,6 +208,39 @@ def put_in_place(strategy: SwapStrategy, journal: Optional[OpJournal], rec: dict
     return copy_in
 
 
+def settle_folder(ctx: Context, rel: str, mode: int, mtime_ns: Optional[int], owner: Optional[Tuple[int, int]],
+                  when: Callable[[os.stat_result], bool] = lambda st: True) -> bool:
+    """The folder at the logdir path ``rel`` given ``owner`` (when root; first: a chown clears
+    set-id bits), ``mode`` and ``mtime_ns`` (None: left) through its own descriptor, opened in its
+    parent as the logdir store's walk reaches it, no link followed (invariant 4: a folder on the
+    way swapped for a link to one outside the logdir never has its mode or time changed). False,
+    nothing changed, when no folder is reached there (nothing, a file, a link, a link on the way)
+    or ``when`` (its stat) says no; the folders of a restore or an unretire, once files are back."""
+    try:
+        with ctx.store.folder(ctx.key(rel)) as (pfd, name):
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+            except OSError as e:
+                if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                    return False
+                raise
+            try:
+                if not when(os.fstat(fd)):
+                    return False
+                if owner is not None and os.geteuid() == 0:
+                    give_owner(fd, owner)
+                os.fchmod(fd, mode & 0o7777)
+                if mtime_ns is not None:
+                    os.utime(fd, ns=(mtime_ns, mtime_ns))
+                return True
+            finally:
+                os.close(fd)
+    except StoreFailure as e:
+        if e.code in (StoreError.NOT_FOUND, StoreError.SYMLINK, StoreError.NOT_REGULAR):
+            return False
+        raise
+
+
 def copies_begun(records: Iterable[dict]) -> set:
     """The paths a copy + delete began copying bytes to (the journal's ``copying`` records)."""
     return {p for p in map(copying_path, records) if p is not None}
@@ -330,4 +363,4 @@ def place_at_free_name(ctx: Context, name_of: Callable[[int], str], source: str,
 
 __all__ = ["version_at", "version_in", "stands_at",
            "prefix_sha256", "starts_with", "copy_over", "finish_copied", "put_in_place", "copies_begun", "partial_copy",
-           "partial_put_back", "IN_PLACE", "AGAIN", "holds_whole", "resume_copy", "place_at_free_name"]
+           "partial_put_back", "IN_PLACE", "AGAIN", "holds_whole", "resume_copy", "place_at_free_name", "settle_folder"]

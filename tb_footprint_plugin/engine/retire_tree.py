@@ -32,7 +32,8 @@ from tb_footprint_plugin.engine.catalogue import own_manifests
 from tb_footprint_plugin.engine.context import Context, TransactionError, no_symlink
 from tb_footprint_plugin.engine.history import append_history, disk_log
 from tb_footprint_plugin.engine.journal import OpJournal
-from tb_footprint_plugin.engine.placement import IN_PLACE, partial_copy, place_at_free_name, put_in_place, resume_copy, starts_with
+from tb_footprint_plugin.engine.placement import (IN_PLACE, partial_copy, place_at_free_name, put_in_place, resume_copy,
+                                                  settle_folder, starts_with)
 from tb_footprint_plugin.engine.putback import begins_with, holds_original
 from tb_footprint_plugin.engine.retire_rules import KIND, is_restorable_retirement
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
@@ -249,14 +250,9 @@ def chmod_dirs(ctx: Context, dirs: List[dict]) -> None:
     """Each directory gets its recorded mode and, where recorded, its mtime back (after every
     file is in: putting a file in changes its folder's mtime; setting a folder's own mtime
     changes nothing above it)."""
-    for d in dirs:
-        p = ctx.abs(d["path"])
-        if os.path.isdir(p) and not os.path.islink(p):
-            _give_back_owner(p, d, os.O_DIRECTORY)  # first: a chown clears set-id bits of the mode
-            os.chmod(p, d["mode"])
-            ns = plausible_mtime_ns(d.get("mtime_ns"))  # before 1970: negative, given back exactly
-            if ns is not None:
-                os.utime(p, ns=(ns, ns), follow_symlinks=False)
+    for d in dirs:  # through its own descriptor (``placement.settle_folder``: never through a link)
+        # before 1970: negative, given back exactly
+        settle_folder(ctx, d["path"], d["mode"], plausible_mtime_ns(d.get("mtime_ns")), recorded_owner(d))
 
 
 def _give_back_owner(path: str, rec: dict, kind: int = 0, dir_fd: Optional[int] = None) -> None:

@@ -26,14 +26,14 @@ from tb_footprint_plugin.engine.journal import Journal
 from tb_footprint_plugin.engine.putback import holds_original
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.placement import (IN_PLACE, copies_begun, partial_copy, partial_put_back,
-                                                  put_in_place, resume_copy, stands_at, starts_with, version_at,
-                                                  version_in)
+                                                  put_in_place, resume_copy, settle_folder, stands_at, starts_with,
+                                                  version_at, version_in)
 from tb_footprint_plugin.engine.salvage import keep_late_records
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path
 from tb_footprint_plugin.plan.model import Action, RunPlan
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
-from tb_footprint_plugin.storage.files import fsync_dir, give_owner, recorded_owner, sha256_stream
+from tb_footprint_plugin.storage.files import fsync_dir, recorded_owner, sha256_stream
 from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256, plausible_mtime_ns
@@ -346,30 +346,14 @@ def settle_dirs(ctx: Context, dirs: List[dict], made) -> None:
     """The recorded mode and (where recorded) mtime of each folder in ``made``, or of a recorded
     folder still 0700 as a killed earlier attempt made it (``made`` is lost when the operation
     is finished after a crash). Setting a folder's mtime does not touch its parent's; every
-    file is back by now, so nothing changes them afterwards."""
+    file is back by now, so nothing changes them afterwards. Each through its own descriptor
+    (``placement.settle_folder``: a folder reached through a link is left as it is)."""
     made = set(made)
     for d in sorted(dirs, key=lambda d: len(d["path"]), reverse=True):
-        p = ctx.abs(d["path"])
-        try:
-            st = os.lstat(p)
-        except OSError:
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            continue
-        if d["path"] not in made and (st.st_mode & 0o7777) != 0o700:
-            continue  # a folder this operation did not make (or already settled): left as it is
-        owner = recorded_owner(d)
-        if owner is not None and os.geteuid() == 0:
-            # root re-made a user's folder: it is theirs again (through an fd: never a link)
-            fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0))
-            try:
-                give_owner(fd, owner)
-            finally:
-                os.close(fd)
-        os.chmod(p, d["mode"] & 0o7777)
-        ns = recorded_mtime_ns(d)
-        if ns is not None:
-            os.utime(p, ns=(ns, ns), follow_symlinks=False)
+        # a folder this operation did not make (or already settled) is left as it is
+        mine = d["path"] in made
+        settle_folder(ctx, d["path"], d["mode"], recorded_mtime_ns(d), recorded_owner(d),
+                      when=lambda st, mine=mine: mine or (st.st_mode & 0o7777) == 0o700)
 
 
 def kept_folders(rp: RunPlan) -> List[str]:
