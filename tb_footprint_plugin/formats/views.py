@@ -39,7 +39,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional
 
-from tb_footprint_plugin.storage.spawn import out_of_the_terminals_reach
+from tb_footprint_plugin.storage.spawn import popen_out_of_reach
 from tb_footprint_plugin.scan import categories
 from tb_footprint_plugin.storage import scratch
 
@@ -635,11 +635,8 @@ class DataServer:
         # refused" as a difference the policy made (review R16 F13). Stopped by us (``stop``),
         # and never outliving us: ``--die-after-stdin`` ends it when its stdin closes, which the
         # kernel does when this process ends, however it ends (SIGKILL too).
-        with out_of_the_terminals_reach():  # the instant before its ``setsid`` too
-            self.proc = subprocess.Popen(
-                self.args, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
+        self.proc = popen_out_of_reach(  # the instant before its ``setsid`` too
+            self.args, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self._reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._reader.start()
         deadline = time.monotonic() + timeout_s

@@ -45,7 +45,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Optional
 
-from tb_footprint_plugin.storage.spawn import out_of_the_terminals_reach
+from tb_footprint_plugin.storage.spawn import popen_out_of_reach
 
 #: Seconds added to the caller's timeout for the child's interpreter start and imports.
 START_SLACK_S = 30.0
@@ -386,11 +386,9 @@ class PythonSide:
             # loader killed by it was a failed verification, not the interrupt it was (review
             # R16 F13). Our end of its stdin is its lifeline (``LIFELINE``): the kernel closes it
             # when this process ends, however it ends, and the child then ends too.
-            with out_of_the_terminals_reach():  # the instant before its ``setsid`` too
-                self._proc = subprocess.Popen(
-                    [sys.executable, "-m", __name__, self.run_dir or "-", str(self.timeout_s), LIFELINE],
-                    stdin=subprocess.PIPE, stdout=self._out, stderr=self._err, env=env,
-                    start_new_session=True)
+            self._proc = popen_out_of_reach(  # the instant before its ``setsid`` too
+                [sys.executable, "-m", __name__, self.run_dir or "-", str(self.timeout_s), LIFELINE],
+                stdin=subprocess.PIPE, stdout=self._out, stderr=self._err, env=env)
         except OSError:
             self._proc = None  # no interpreter to start: result() reads in this process
         return self
