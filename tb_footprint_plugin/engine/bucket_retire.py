@@ -726,6 +726,13 @@ class BucketUnretire(one_unretire.UnretireLayout):
         every store), the journal removed."""
         m, st, held, conflicts = self.m, self.st, self.held, self.conflicts
         assert held is not None
+        if not conflicts and self.vault.blobs is None:
+            # the copies go only while every key still holds its original (review R7 F5): a writer
+            # that replaced or removed one since it went back (a job resumed on the restored run)
+            # leaves it not_restored, its original kept, as a disk's look before it lets go does
+            now = run_listing(self.ostore, self.vault, self.out.run)
+            conflicts.extend(f["path"] for f in m["files"]
+                             if now.get(f["path"]) is None or not holds_original(self.ostore, now[f["path"]], f))
         at = now_s()
         doc = dict(m, restored_at=at, restored_with=who(), restored_by=op_id)
         if conflicts:
