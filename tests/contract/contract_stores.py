@@ -1,5 +1,6 @@
 """The stores every contract suite runs on: the local disk and the three object-store servers
 (fixtures: a module imports them by name)."""
+import errno
 import itertools
 import shutil
 import uuid
@@ -127,3 +128,19 @@ def hold_by_another_host(store: str, url: str, run: str) -> None:
         doc = {"at": now, "expires": now + 3600, "host": "another-host", "op": "20260101T000003-abcdef",
                "pid": 4242, "pid_start": 1, "renewed": now, "run": run, "shard": None}
     open_store(url).put(key, json.dumps(doc, sort_keys=True).encode())
+
+
+def fail_io() -> None:
+    """A failpoint's action: the step fails as a full or broken store would."""
+    raise OSError(errno.EIO, "the test's failure")
+
+
+def user_objects(st) -> dict:
+    """Every key of the logdir ``st`` outside the state folder -> its bytes."""
+    return {e.key: st.read_all(e.key) for e in st.list(every_key=True) if not e.key.startswith(".tb-footprint")}
+
+
+def copies_in_vault(st, data: bytes) -> list:
+    """The keys of the state folder (the vault) holding exactly ``data``."""
+    return [e.key for e in st.list(every_key=True)
+            if e.key.startswith(".tb-footprint") and e.size == len(data) and st.read_all(e.key) == data]

@@ -6,9 +6,8 @@ stopped restore drew and said (a disk's journal is named by it; a bucket's journ
 bucket journal written before it recorded one (today's main) is still finished, and the attempts
 that finish it name one op id too: the first gives it one, recorded in it. On a folder and the
 three bucket servers."""
-from contract_stores import KINDS, buckets, logdir_on, scalar_runs_on  # noqa: F401 - fixtures
+from contract_stores import KINDS, buckets, logdir_on, scalar_runs_on, copies_in_vault, fail_io, user_objects  # noqa: F401 - fixtures
 
-import errno
 import json
 
 import pytest
@@ -24,19 +23,6 @@ NOTES = b"lr: 0.1\n" * 40
 JOURNALS = ".tb-footprint/journal/"
 
 
-def _fail() -> None:
-    raise OSError(errno.EIO, "the test's failure")
-
-
-def _user(st) -> dict:
-    return {e.key: st.read_all(e.key) for e in st.list(every_key=True) if not e.key.startswith(".tb-footprint")}
-
-
-def _copies_in_vault(st, data: bytes) -> list:
-    return [e.key for e in st.list(every_key=True)
-            if e.key.startswith(".tb-footprint") and e.size == len(data) and st.read_all(e.key) == data]
-
-
 def _stopped_restore(store, scalar_runs_on):
     """A logdir whose run ``b`` is retired and its restore stopped after its first put-back, the
     copy of the file not back yet damaged: (url, store, retirement, stopped outcome, copies,
@@ -44,14 +30,14 @@ def _stopped_restore(store, scalar_runs_on):
     url = scalar_runs_on(store, runs=("a", "b"), steps=2)
     st = open_store(url)
     st.put("b/notes.txt", NOTES)
-    before = _user(st)
+    before = user_objects(st)
     [r] = api.retire(url, api.retire_rule(runs=["b"]), dry_run=False, quiet_period=0).outcomes
-    faults.arm("unretire.mid_move", _fail)
+    faults.arm("unretire.mid_move", fail_io)
     [o] = api.restore(url, run="b")
     faults.disarm_all()
     assert o.status == Outcome.FAILED and o.op_id and o.op_id != r.op_id, o.to_dict()
-    [missing] = [k for k in before if k not in _user(st)]
-    copies = _copies_in_vault(st, before[missing])
+    [missing] = [k for k in before if k not in user_objects(st)]
+    copies = copies_in_vault(st, before[missing])
     assert copies
     for k in copies:
         st.put(k, bytes(b ^ 0xFF for b in before[missing][:16]) + before[missing][16:])
@@ -65,7 +51,7 @@ def _two_recoveries(url, st, copies, before, missing) -> None:
         st.put(k, before[missing])
     [r2] = api.recover_logdir(url)
     assert r2.action == "completed", r2
-    assert _user(st) == before and api.retired(url) == []
+    assert user_objects(st) == before and api.retired(url) == []
 
 
 def _restore_lines(url, retirement) -> list:
@@ -95,5 +81,5 @@ def test_a_bucket_journal_without_the_restores_op_id_is_finished_under_one(store
         st.put(k, before[missing])
     [r2] = api.recover_logdir(url)
     assert r2.action == "completed", r2
-    assert _user(st) == before and api.retired(url) == []
+    assert user_objects(st) == before and api.retired(url) == []
     assert _restore_lines(url, retirement) == [given]

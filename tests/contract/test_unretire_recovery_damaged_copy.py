@@ -7,9 +7,8 @@ finishes the restore, byte for byte. A disk's recovery (``retire.finish_unretire
 damaged copy at its path first and found the mismatch only afterwards, its copy gone from the
 vault; the next start then left it there as another file's (``not_restored``). On a folder and
 the three bucket servers."""
-from contract_stores import KINDS, buckets, logdir_on, scalar_runs_on  # noqa: F401 - fixtures
+from contract_stores import KINDS, buckets, logdir_on, scalar_runs_on, copies_in_vault, fail_io, user_objects  # noqa: F401 - fixtures
 
-import errno
 
 import pytest
 
@@ -23,33 +22,20 @@ pytestmark = pytest.mark.usefixtures("disarm_faults")
 NOTES = b"lr: 0.1\n" * 40
 
 
-def _fail() -> None:
-    raise OSError(errno.EIO, "the test's failure")
-
-
-def _user(st) -> dict:
-    return {e.key: st.read_all(e.key) for e in st.list(every_key=True) if not e.key.startswith(".tb-footprint")}
-
-
-def _copies_in_vault(st, data: bytes) -> list:
-    return [e.key for e in st.list(every_key=True)
-            if e.key.startswith(".tb-footprint") and e.size == len(data) and st.read_all(e.key) == data]
-
-
 @pytest.mark.parametrize("store", KINDS)
 def test_recovery_checks_the_copies_before_it_puts_more_back(store, scalar_runs_on):
     url = scalar_runs_on(store, runs=("a", "b"), steps=2)
     st = open_store(url)
     st.put("b/notes.txt", NOTES)  # a second file: a restore stopped after its first is half back
-    before = _user(st)
+    before = user_objects(st)
     assert api.retire(url, api.retire_rule(runs=["b"]), dry_run=False, quiet_period=0).ok
-    faults.arm("unretire.mid_move", _fail)
+    faults.arm("unretire.mid_move", fail_io)
     [o] = api.restore(url, run="b")
     faults.disarm_all()
     assert o.status == Outcome.FAILED, o.to_dict()
-    half = _user(st)
+    half = user_objects(st)
     [missing] = [k for k in before if k not in half]  # the file not back yet
-    copies = _copies_in_vault(st, before[missing])
+    copies = copies_in_vault(st, before[missing])
     assert copies, "the file not back yet has its copy in the vault"
     damaged = bytes(b ^ 0xFF for b in before[missing][:16]) + before[missing][16:]
     for k in copies:
@@ -57,7 +43,7 @@ def test_recovery_checks_the_copies_before_it_puts_more_back(store, scalar_runs_
 
     [r] = api.recover_logdir(url)
     assert r.action == "failed" and missing in r.detail and "damaged" in r.detail, r
-    assert _user(st) == half  # nothing more put back: the damaged bytes are not at the run's path
+    assert user_objects(st) == half  # nothing more put back: the damaged bytes are not at the run's path
     assert api.status(url)["unfinished_operations"]  # the journal is kept for the next start
     assert all(st.read_all(k) == damaged for k in copies)  # the vault's copy left where it was
 
@@ -65,5 +51,5 @@ def test_recovery_checks_the_copies_before_it_puts_more_back(store, scalar_runs_
         st.put(k, before[missing])
     [r] = api.recover_logdir(url)
     assert r.action == "completed", r
-    assert _user(st) == before and api.retired(url) == [] and api.recover_logdir(url) == []
+    assert user_objects(st) == before and api.retired(url) == [] and api.recover_logdir(url) == []
     assert not api.status(url)["unfinished_operations"]

@@ -7,9 +7,8 @@ between its mark and the last delete leaves nothing hidden: the next start delet
 (the purge's own finish) and finds nothing more. An original a restore left in the vault because
 another file stood at its path (``not_restored``) is never released: its only copy. On a folder
 and the three bucket servers."""
-from contract_stores import KINDS, buckets, logdir_on, scalar_runs_on  # noqa: F401 - fixtures
+from contract_stores import KINDS, buckets, logdir_on, scalar_runs_on, copies_in_vault, fail_io, user_objects  # noqa: F401 - fixtures
 
-import errno
 
 import pytest
 
@@ -26,37 +25,24 @@ NOTES = b"lr: 0.1\n" * 40
 OTHER = b"a job wrote here meanwhile\n"
 
 
-def _fail() -> None:
-    raise OSError(errno.EIO, "the test's failure")
-
-
-def _user(st) -> dict:
-    return {e.key: st.read_all(e.key) for e in st.list(every_key=True) if not e.key.startswith(".tb-footprint")}
-
-
-def _copies_in_vault(st, data: bytes) -> list:
-    return [e.key for e in st.list(every_key=True)
-            if e.key.startswith(".tb-footprint") and e.size == len(data) and st.read_all(e.key) == data]
-
-
 def _retired(store, scalar_runs_on):
     """A logdir whose run ``b`` (an event file and notes) is retired: (url, store, user files
     before, the retirement's op id)."""
     url = scalar_runs_on(store, runs=("a", "b"), steps=2)
     st = open_store(url)
     st.put("b/notes.txt", NOTES)
-    before = _user(st)
+    before = user_objects(st)
     [r] = api.retire(url, api.retire_rule(runs=["b"]), dry_run=False, quiet_period=0).outcomes
     assert r.status == Outcome.VERIFIED, r.to_dict()
-    assert all(_copies_in_vault(st, before[k]) for k in before if k.startswith("b/"))
+    assert all(copies_in_vault(st, before[k]) for k in before if k.startswith("b/"))
     return url, st, before, r.op_id
 
 
 def _released(url, st, before, op) -> None:
     """Every file back, no copy of it left in the vault, the retirement recorded as released,
     nothing for a purge or a start to do."""
-    assert _user(st) == before
-    left = {k: _copies_in_vault(st, before[k]) for k in before if k.startswith("b/")}
+    assert user_objects(st) == before
+    left = {k: copies_in_vault(st, before[k]) for k in before if k.startswith("b/")}
     assert not any(left.values()), left
     [m] = [m for m in api.operations(url) if m["op_id"] == op]
     assert m["restored_by"] and m["backup_purged"] and m.get("backup_released_by_restore") == m["restored_by"], m
@@ -79,8 +65,8 @@ def test_a_whole_restore_releases_the_copies_an_original_left_stays(store, scala
     [o] = api.restore(url, run="b")
     faults.disarm_all()
     assert (o.status, o.code) == (Outcome.RESTORED, Finding.NOT_RESTORED), o.to_dict()
-    assert _user(st)["b/notes.txt"] == OTHER
-    assert _copies_in_vault(st, NOTES), "the original left is kept in the vault"
+    assert user_objects(st)["b/notes.txt"] == OTHER
+    assert copies_in_vault(st, NOTES), "the original left is kept in the vault"
     [m] = [m for m in api.operations(url) if m["op_id"] == r.op_id]
     assert not m["backup_purged"] and m["not_restored"] == ["b/notes.txt"], m
 
@@ -91,14 +77,14 @@ def test_a_release_stopped_after_the_mark_is_finished_by_the_next_start(store, s
     # stopped once the retirement is marked restored (and released), nothing deleted yet: a disk's
     # failpoint there; a bucket's first delete of a copy (``unretire.manifest`` is a disk's step)
     if store == "posix":
-        faults.arm("unretire.manifest", _fail)
+        faults.arm("unretire.manifest", fail_io)
     else:
-        monkeypatch.setattr(bucket_putback, "delete_copies", lambda *a, **k: _fail())
+        monkeypatch.setattr(bucket_putback, "delete_copies", lambda *a, **k: fail_io())
     [o] = api.restore(url, run="b")
     faults.disarm_all()
     monkeypatch.undo()
     assert o.status == Outcome.FAILED, o.to_dict()
-    assert _user(st) == before
+    assert user_objects(st) == before
     outs = api.recover_logdir(url)
     assert outs and all(r.action == "completed" for r in outs), outs
     _released(url, st, before, op)
@@ -122,8 +108,8 @@ def test_a_delete_that_fails_mid_release_is_finished_by_the_next_start(store, sc
     [o] = api.restore(url, run="b")
     monkeypatch.undo()
     assert o.status == Outcome.RESTORED and "the next start releases the rest" in o.reason, o.to_dict()
-    assert len(deletes) == 2 and _user(st) == before
-    assert sum(bool(_copies_in_vault(st, before[k])) for k in before if k.startswith("b/")) == 1
+    assert len(deletes) == 2 and user_objects(st) == before
+    assert sum(bool(copies_in_vault(st, before[k])) for k in before if k.startswith("b/")) == 1
     outs = api.recover_logdir(url)
     assert [(r.action, r.code) for r in outs] == [("completed", "purge_finished")], outs
     _released(url, st, before, op)
