@@ -90,7 +90,7 @@ from tb_footprint_plugin.engine.retire_tree import (
     write_retire_manifest,
 )
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
-from tb_footprint_plugin.engine.swap import folder_times, settle_folder_times
+from tb_footprint_plugin.engine.swap import folder_times, make_dirs, settle_folder_times
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.plan.planner import active_reason, newest_write
@@ -479,13 +479,9 @@ def rollback_retire(ctx: Context, records: List[dict], reason: str, journal: Opt
 
 
 def _make_dirs(ctx: Context, dirs: List[dict]) -> None:
-    # owner-writable while files go back in; the recorded modes are set afterwards
-    for d in sorted(dirs, key=lambda d: d["path"].count("/")):
-        no_symlink(ctx, d["path"])
-        p = ctx.abs(d["path"])
-        if not os.path.lexists(p):
-            os.mkdir(p, 0o700)
-            fsync_dir(os.path.dirname(p))  # named durably before the vault's copy goes (review R11 F6)
+    # the one rule of a restore's folders (``swap.make_dirs``): made where the store's walk reaches,
+    # no link followed, 0700 while files go back in, named durably in their parents (review R11 F6)
+    make_dirs(ctx, dirs)
 
 
 # ---------------------------------------------------------------------------------------
