@@ -1,6 +1,6 @@
 """A retired run's restore makes its recorded folders by the one rule of a restore's folders
-(``swap.make_dirs``, helper T2's note): made where the logdir store's walk reaches, no link
-followed. Before, ``retire._make_dirs`` looked with ``no_symlink`` and then ran ``os.mkdir`` by
+(``swap.make_dirs``, the name ``retire`` calls; helper T2's note): made where the logdir store's
+walk reaches, no link followed. Before, ``retire._make_dirs`` looked with ``no_symlink`` and then ran ``os.mkdir`` by
 path: a folder on the way swapped for a link to an outside folder in between received the new
 folder (invariant 4)."""
 import os
@@ -28,7 +28,7 @@ def test_a_folder_swapped_for_a_link_after_its_look_receives_nothing(tmp_path, m
     monkeypatch.setattr(retire, "no_symlink", look)
     monkeypatch.setattr(swap, "no_symlink", look)
     with pytest.raises(TransactionError) as e:
-        retire._make_dirs(ctx, [{"path": "run/plugins"}, {"path": "run/plugins/profile"}])
+        retire.make_dirs(ctx, [{"path": "run/plugins"}, {"path": "run/plugins/profile"}])
     assert swapped
     assert list(outside.iterdir()) == [], "a folder was made outside the logdir"
     assert e.value.code == StoreError.SYMLINK and "run/plugins" in str(e.value)
@@ -37,6 +37,6 @@ def test_a_folder_swapped_for_a_link_after_its_look_receives_nothing(tmp_path, m
 def test_recorded_folders_are_made_shallowest_first_owner_only(tmp_path):
     ctx = Context(str(tmp_path / "logdir"))
     os.makedirs(ctx.logdir)
-    retire._make_dirs(ctx, [{"path": "run/a/b"}, {"path": "run"}, {"path": "run/a"}])
+    retire.make_dirs(ctx, [{"path": "run/a/b"}, {"path": "run"}, {"path": "run/a"}])
     for rel in ("run", "run/a", "run/a/b"):
         assert os.stat(os.path.join(ctx.logdir, rel)).st_mode & 0o777 == 0o700, rel

@@ -180,5 +180,5 @@ def test_folders_a_restore_remakes_are_fsynced_in_their_parents(tmp_path, monkey
     swap.make_dirs(ctx, [{"path": "run/plugins/profile/s"}])  # three folders above it made too
     assert synced == [".", "run", "run/plugins", "run/plugins/profile"]
     synced.clear()
-    retire._make_dirs(ctx, [{"path": "other"}, {"path": "other/a"}])  # the same rule (swap.make_dirs)
+    retire.make_dirs(ctx, [{"path": "other"}, {"path": "other/a"}])  # the same rule (swap.make_dirs)
     assert synced == [".", "other"]

@@ -443,7 +443,7 @@ def rollback_retire(ctx: Context, records: List[dict], reason: str, journal: Opt
         raise TransactionError(f"retirement {op_id} is recorded as verified in {vault.root}: the run is retired; "
                                "its files are not taken out of the vault on a journal's word", Failure.REFUSED)
     check_retired_dir(vault, op_id)
-    _make_dirs(ctx, begin["dirs"])
+    make_dirs(ctx, begin["dirs"])  # a restore's one folder rule: made by the no-follow walk, 0700
     if journal is None:
         journal = Journal(os.path.join(ctx.journal_dir, f"{op_id}.jsonl"), may_create=False)
     begun = copies_begun(records)
@@ -476,12 +476,6 @@ def rollback_retire(ctx: Context, records: List[dict], reason: str, journal: Opt
     detail = "; ".join(dict.fromkeys(notes))
     write_retire_manifest(ctx, records, Outcome.ROLLED_BACK, f"{reason}; {detail}" if detail else reason)
     return detail
-
-
-def _make_dirs(ctx: Context, dirs: List[dict]) -> None:
-    # the one rule of a restore's folders (``swap.make_dirs``): made where the store's walk reaches,
-    # no link followed, 0700 while files go back in, named durably in their parents (review R11 F6)
-    make_dirs(ctx, dirs)
 
 
 # ---------------------------------------------------------------------------------------
@@ -697,7 +691,7 @@ def unretire_put_back(ctx: Context, records: List[dict]) -> Optional[Tuple[dict,
         return None
     op_id = m["op_id"]
     check_retired_dir(vault, op_id)
-    _make_dirs(ctx, m["dirs"])
+    make_dirs(ctx, m["dirs"])
     same_fs = m.get("same_fs") and vault.same_filesystem(ctx.logdir)
     # where the folder does not rename, each copy is journaled first (``copying``), and a partial
     # copy an earlier, killed attempt so recorded is its own (``retire_tree.put_back``)
