@@ -13,6 +13,7 @@ from typing import Dict, List, Mapping, Optional
 
 from tb_footprint_plugin.codes import Finding, Outcome
 from tb_footprint_plugin.engine import retire_rules
+from tb_footprint_plugin.engine.history import finite
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.storage.paths import is_op_id
 
@@ -75,7 +76,8 @@ def operation_summary(m: dict) -> dict:
 
 def summarize_operations(manifests: List[dict]) -> List[dict]:
     """Summaries of ``manifests`` with ``restorable`` and ``restore_note`` set by the rule
-    ``restorable_ops``/``restore_op`` apply: of one run, only the newest kept reduction."""
+    ``restorable_ops``/``restore_op`` apply: of one run, only the newest kept reduction. Every
+    number in them is finite or None (``history.finite``), on every store."""
     out = [operation_summary(m) for m in manifests]
     newest: Dict[str, str] = {}
     for o, m in sorted(zip(out, manifests), key=lambda om: om[0].get("started_at") or 0, reverse=True):
@@ -97,7 +99,10 @@ def summarize_operations(manifests: List[dict]) -> List[dict]:
             o["takes_along"] = retire_rules.taken_along(m)
         o["kept_bytes"] = vault_keeps(m)
         o["left_in_vault"] = len(left_in_vault(m, _entries(m)))
-    return out
+    # manifests are untrusted and the schema lets a time be infinite (and other fields hold any
+    # number): the summaries are what the tab's JSON gives, where NaN or Infinity is no number (the
+    # route answered the string "Infinity"). The rule above decided on the manifests as restore does.
+    return [finite(o) for o in out]
 
 
 def _size(f: object) -> int:
