@@ -124,6 +124,7 @@ class LocalEngine(Engine):
         ops, problems = [], []
         for o in judged:
             why = o.pop("refused")
+            del o["journal"]  # a local path: the answer has a bucket's shape (bucket_unfinished)
             if why is None:
                 ops.append(o)
             else:
@@ -532,7 +533,7 @@ class LocalEngine(Engine):
             if holder:
                 leave_alone(p, o["run"], f"run {o['run']} is being changed by another process ({holder}); "
                             "left alone", Skip.LOCKED)
-            elif not os.path.lexists(os.path.join(state, "journal", f"{o['op_id']}.jsonl")):
+            elif not os.path.lexists(o["journal"]):
                 continue  # settled by its holder since the listing (its lock released after): not unfinished
             else:
                 interrupted += 1

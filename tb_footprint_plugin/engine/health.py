@@ -54,8 +54,8 @@ def settle_command(logdir: str, backup_dir: Optional[str] = None) -> str:
 
 def unfinished_ops(journal_dir: str, *, logdir: Optional[str] = None, state: Optional[str] = None,
                    vaults: Optional[List[str]] = None) -> List[dict]:
-    """Operations whose journal is still there: {op_id, run, kind, bytes_before} (the size its
-    plan saw; None where the journal does not say). With ``logdir``, ``state`` and ``vaults``
+    """Operations whose journal is still there: {op_id, run, kind, bytes_before (the size its
+    plan saw; None where the journal does not say), journal (the file read)}. With ``logdir``, ``state`` and ``vaults``
     (the vaults recovery accepts: the state folder, the vault and ``known_vaults``), each also
     has ``refused``: None when recovery will replay it, else the finding (code, the journal file)
     saying why it will not (``journal_refusal``, recovery's rule), and each one it replays
@@ -72,7 +72,7 @@ def unfinished_ops(journal_dir: str, *, logdir: Optional[str] = None, state: Opt
         begin = recs[0] if recs and recs[0].get("type") == "begin" else {}
         plan = begin.get("plan") if isinstance(begin.get("plan"), dict) else {}
         before = plan.get("bytes_before")
-        op = {"op_id": j.op_id, "run": begin.get("run"), "kind": begin.get("kind"),
+        op = {"op_id": j.op_id, "run": begin.get("run"), "kind": begin.get("kind"), "journal": j.path,
               "bytes_before": before if isinstance(before, int) and not isinstance(before, bool) else None}
         if judge:
             if identity is _UNREAD:
