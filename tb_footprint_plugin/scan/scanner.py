@@ -157,6 +157,8 @@ def scan_bucket(store: Store, objects, *, backup_dir: Optional[str] = None, use_
 
     def vault_bytes() -> int:
         total = sum(o.size for k, o in objects.items() if any(k.startswith(p) for p in vault_prefixes))
+        if backup_dir and not is_remote(backup_dir):
+            total += _blob_folder_bytes(backup_dir)
         if backup_dir and is_remote(backup_dir) and not backup_dir.rstrip("/").startswith(url + "/"):
             try:
                 other = store.sibling(backup_dir)
@@ -253,6 +255,17 @@ def _backup_bytes(sdir: str, backup_dir: Optional[str]) -> int:
     roots.update(recorded_vaults(sdir))
     return sum(dir_size(os.path.join(r, sub)) for r in roots for sub in VAULT_HOLDINGS
                if os.path.isdir(os.path.join(r, sub)))
+
+
+def _blob_folder_bytes(folder: str) -> int:
+    """Bytes a bucket logdir's local backup folder (``--backup-dir``: a ``BlobStore``, not a disk
+    vault) holds as stored: its data objects (blobs, packs; not its index), as ``status`` counts
+    them (``vault_stored_bytes``: ``BlobStore.stats``' listing of ``data/``)."""
+    from tb_footprint_plugin.storage.blobstore import DATA  # the bucket's path alone loads it
+
+    path = os.path.join(os.path.abspath(folder), DATA)
+    # a link there leads out of the vault: nothing of ours to count (never followed)
+    return dir_size(path) if os.path.isdir(path) and not os.path.islink(path) else 0
 
 
 def _is_summary_event(f: FoundFile) -> bool:
