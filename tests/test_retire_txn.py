@@ -185,5 +185,5 @@ def test_a_bucket_unretire_is_the_one_Unretire_run_by_the_driver(s3_bucket, tmp_
     assert [o.status for o in outs] == [Outcome.RESTORED], [o.to_dict() for o in outs]
     assert seen == ["Unretire"]
     assert log == ["journal", "unretire.journal", "backup", "stage", "transform", "verify", "last_look",
-                   "record:swap", "swap", "unretire.mid_move", "unretire.move", "commit"], log
+                   "record:swap", "swap", "unretire.mid_move", "unretire.move", "commit", "unretire.manifest"], log
     assert {k: v for k, v in s3_bucket.hashes("logs").items() if not k.startswith(STATE)} == before

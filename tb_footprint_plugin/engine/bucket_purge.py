@@ -19,6 +19,7 @@ from tb_footprint_plugin.engine.bucket_putback import delete_copies, store_delet
 from tb_footprint_plugin.engine.context import CancelToken
 from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_by_restore, kept_row, originals_lost
 from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry
+from tb_footprint_plugin.engine.catalogue_rules import entry_released
 from tb_footprint_plugin.engine.bucket_catalogue import manifests, own_manifests
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
@@ -225,8 +226,9 @@ class BucketCopies(purge_run.PurgeLayout):
 
 
 def _size(m: dict) -> int:
-    """What an operation's backups take in a bucket's vault: its files' sizes (whole copies)."""
-    return sum(f["size"] for f in m["files"])
+    """What an operation's backups take in a bucket's vault: its files' sizes (whole copies), but
+    those its restore released (``entry_released``: gone already)."""
+    return sum(f["size"] for f in m["files"] if not entry_released(m, f))
 
 
 def retention_report(ostore: ObjectStore, vault: BucketVault, removable: int) -> dict:

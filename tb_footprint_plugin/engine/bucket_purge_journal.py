@@ -17,6 +17,7 @@ from typing import Dict, List, Optional
 from tb_footprint_plugin.codes import Failure, Skip, StoreError
 from tb_footprint_plugin.engine import lease, manifest, purge_run
 from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry, names_our_backup
+from tb_footprint_plugin.engine.catalogue_rules import entry_released
 from tb_footprint_plugin.engine.bucket_state import (
     STORE_FAILURES,
     BucketState,
@@ -64,7 +65,9 @@ class KilledBucketPurges(purge_run.KilledPurges):
     finished by the one finish (``purge_run.finish_killed``), as a disk's start finishes its own:
 
     - killed: each operation a journal names whose manifest says purged (its intent: no restore
-      uses its copies from then on), with the copies still there (one listing of its prefix);
+      uses its copies from then on), or whose restore marked entries released (a restore that
+      left an original in the vault lets the others' copies go), with those copies still there
+      (one listing of its prefix);
     - holding: a run named by a purge whose holder still runs (the lease rules, ``owner_gone``)
       is left for a later start (``Skip.LOCKED``: ``skipped_live``, ``run_locked``);
     - finish: the copies left deleted (a vault of blobs forgets what nothing names, ``collect``);
@@ -94,7 +97,8 @@ class KilledBucketPurges(purge_run.KilledPurges):
                 self.gone[j.path] = [op for op, _run in named]
             for op_id, run in named:
                 m = self._manifest(op_id)
-                if m is None or m["op_id"] != op_id or m["run"] != run or not m["backup_purged"]:
+                if m is None or m["op_id"] != op_id or m["run"] != run or not (
+                        m["backup_purged"] or any(entry_released(m, f) for f in m["files"])):
                     continue  # not marked: this purge never reached it (its copies are a restore's)
                 if live:
                     self.live_runs.add(run)
@@ -110,7 +114,9 @@ class KilledBucketPurges(purge_run.KilledPurges):
             return None
 
     def _left(self, m: dict) -> List[dict]:
-        """The copies of ``m`` still in the vault: one listing of its prefix (none for blobs)."""
+        """The copies of ``m`` still in the vault that its mark let go: one listing of its prefix
+        (none for blobs). Marked purged, every copy; else those of the entries its restore
+        released (``entry_released``: the others are originals that restore left, kept)."""
         if self.vault.blobs is not None:
             return []
         try:
@@ -120,7 +126,7 @@ class KilledBucketPurges(purge_run.KilledPurges):
                 raise
             present = set()
         return [f for f in m["files"] if not is_blob_entry(f) and names_our_backup(self.vault, f)
-                and f["backup"] in present]
+                and f["backup"] in present and (m["backup_purged"] or entry_released(m, f))]
 
     def holding(self):
         return contextlib.nullcontext(

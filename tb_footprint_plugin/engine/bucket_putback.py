@@ -60,12 +60,14 @@ def store_delete_batch(ostore: ObjectStore) -> int:
 
 
 def delete_copies(ostore: ObjectStore, m: dict, keep_lease: Callable[[], object],
-                  batch: Optional[int] = None) -> Optional[BaseException]:
-    """Operation ``m``'s backup copies deleted, ``batch`` keys at a time (``store_delete_batch``
-    unless given), ``keep_lease`` (its journal's) called before every batch but the first; the
-    first failure, once every batch was tried (None: all gone)."""
+                  batch: Optional[int] = None, files: Optional[List[dict]] = None) -> Optional[BaseException]:
+    """Operation ``m``'s backup copies (those of its entries ``files`` if given) deleted, ``batch``
+    keys at a time (``store_delete_batch`` unless given), ``keep_lease`` (its journal's) called
+    before every batch but the first; the first failure, once every batch was tried (None: all
+    gone)."""
     failure: Optional[BaseException] = None
-    keys, batch = copy_keys(m), batch or store_delete_batch(ostore)
+    keys = copy_keys(m if files is None else dict(m, files=files))
+    batch = batch or store_delete_batch(ostore)
     for at in range(0, len(keys), batch):
         if at:
             keep_lease()
@@ -76,17 +78,20 @@ def delete_copies(ostore: ObjectStore, m: dict, keep_lease: Callable[[], object]
     return failure
 
 
-def release_restored(ostore: ObjectStore, vault: BucketVault, m: dict,
-                     mark: Callable[[], None]) -> Tuple[Optional[str], Optional[BaseException]]:
-    """The copies of operation ``m``, restored whole, released as a purge releases an operation's
-    (issue #26: a restore lets its backup go on every store): a purge journal naming it
-    (``purge_journal_first``, with its holder's lease) first, then ``mark()`` (``m``'s manifest
-    written restored and purged: from then on nothing points at the copies, and a start finishes
-    a release stopped there, ``KilledBucketPurges``), then the copies deleted (``delete_copies``,
-    the lease renewed between batches). Returns the journal's path when the caller is to remove
-    it (every copy gone), and the first failure of a delete (the journal then stays: the next
-    start deletes what stayed). With no copy of its own (a vault of blobs) only ``mark()``."""
-    if not copy_keys(m):
+def release_restored(ostore: ObjectStore, vault: BucketVault, m: dict, mark: Callable[[], None],
+                     files: Optional[List[dict]] = None) -> Tuple[Optional[str], Optional[BaseException]]:
+    """The copies of restored operation ``m`` released as a purge releases an operation's (issue
+    #26: a restore lets its backup go on every store): every copy (restored whole), or those of
+    its entries ``files`` (the originals that went back, when another stayed in the vault). A
+    purge journal naming it (``purge_journal_first``, with its holder's lease) first, then
+    ``mark()`` (``m``'s manifest written restored and purged, or each released entry marked
+    ``catalogue_rules.RELEASED_BY``: from then on nothing points at those copies, and a start
+    finishes a release stopped there, ``KilledBucketPurges``), then the copies deleted
+    (``delete_copies``, the lease renewed between batches). Returns the journal's path when the
+    caller is to remove it (every copy gone), and the first failure of a delete (the journal then
+    stays: the next start deletes what stayed). With no copy of its own (a vault of blobs) only
+    ``mark()``."""
+    if not copy_keys(m if files is None else dict(m, files=files)):
         mark()
         return None, None
     release_id = new_op_id()
@@ -99,7 +104,7 @@ def release_restored(ostore: ObjectStore, vault: BucketVault, m: dict,
             with contextlib.suppress(BucketTxnError, *STORE_FAILURES):
                 renew(jnl)  # one lost (a start finished this release): the copies go on going all the same
 
-        failure = delete_copies(ostore, m, keep_lease)
+        failure = delete_copies(ostore, m, keep_lease, files=files)
         return (None if failure else jnl.path), failure
     finally:  # from here on its journal, if left, is a gone holder's: the next start finishes it
         ACTIVE_OPS.discard(release_id)

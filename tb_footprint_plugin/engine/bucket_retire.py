@@ -81,6 +81,7 @@ from tb_footprint_plugin.engine.bucket_state import (
 )
 from tb_footprint_plugin.engine.bucket_putback import PutBackHold, beside_at_free_name, drop_journal, release_restored
 from tb_footprint_plugin.engine.bucket_restore import holds_original, restore_journal, start_journal
+from tb_footprint_plugin.engine.catalogue_rules import RELEASED_BY
 from tb_footprint_plugin.engine.bucket_steps import backup_object, copy_matches, finish_op, journal_started, stream_digest
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id
 from tb_footprint_plugin.engine.history import append_rolled_back
@@ -104,7 +105,7 @@ from tb_footprint_plugin.version import __version__
 #: failpoints of a bucket retirement, in order (tests inject a failure at each)
 RETIRE_STEPS = ("retire.journal", "retire.mid_move", "retire.move",
                 "retire.manifest", "retire.delete_record", "retire.delete")
-UNRETIRE_STEPS = ("unretire.journal", "unretire.mid_move", "unretire.move")
+UNRETIRE_STEPS = ("unretire.journal", "unretire.mid_move", "unretire.move", "unretire.manifest")
 #: the field of a restore's journal (``kind: unretire``) naming the restore's own op id, so every
 #: attempt at finishing it is recorded by one (a journal written before it had none: given one
 #: by the first attempt that finishes it, recorded in it before anything is put back)
@@ -609,12 +610,14 @@ class BucketUnretire(one_unretire.UnretireLayout):
     - **swap**: every object gone from its key copied back create-only and checked
       (``unretire.mid_move`` after the first; ``unretire.move``), one at its key with its bytes
       counted as back, another object there left as it is (``not_restored``);
-    - **commit**: the manifest marked restored, the journal removed; with every object back, the
-      vault's copies released as a disk's restore releases them (the manifest marked purged
-      ``backup_released_by_restore`` in that same write, under a purge's journal: the copies
-      deleted as a purge deletes them, and one stopped is finished by the next start,
-      ``bucket_putback.release_restored``); an original left (``not_restored``) keeps them all, and a
-      vault of blobs keeps them for its purge.
+    - **commit**: one more listing (each key still holds its original), the manifest marked
+      restored (``unretire.manifest``), the journal removed; the copies of the originals back
+      released as a disk's restore releases its files (under a purge's journal: deleted as a
+      purge deletes them, one stopped finished by the next start,
+      ``bucket_putback.release_restored``): with every object back, all (the manifest marked
+      purged ``backup_released_by_restore`` in that same write); with an original left
+      (``not_restored``: its copy kept, which purge keeps), the others, each entry marked
+      ``catalogue_rules.RELEASED_BY`` in that write. A vault of blobs keeps them for its purge.
 
     A failure is said as on every store (``Unretire.rollback``); an injected fault is a crash, the
     journal left as it stands."""
@@ -723,43 +726,50 @@ class BucketUnretire(one_unretire.UnretireLayout):
     def settle(self, op_id: str, report: txn.Report) -> Tuple[str, Optional[Code]]:
         """The manifest marked restored (keys another object holds now named ``not_restored``:
         their originals stay in the vault only, which purge keeps; the outcome coded so, as on
-        every store), the journal removed."""
+        every store), the copies of the originals back released (``unretire.manifest`` right
+        after the mark), the journal removed."""
         m, st, held, conflicts = self.m, self.st, self.held, self.conflicts
         assert held is not None
-        if not conflicts and self.vault.blobs is None:
-            # the copies go only while every key still holds its original (review R7 F5): a writer
-            # that replaced or removed one since it went back (a job resumed on the restored run)
-            # leaves it not_restored, its original kept, as a disk's look before it lets go does
+        copies = self.vault.blobs is None  # a vault of blobs keeps them for its purge (its forget's lock)
+        if copies and len(conflicts) < len(m["files"]):
+            # a copy goes only while its key still holds its original (review R7 F5): a writer that
+            # replaced or removed one since it went back (a job resumed on the restored run) leaves
+            # it not_restored, its original kept, as a disk's look before it lets go does
             now = run_listing(self.ostore, self.vault, self.out.run)
-            conflicts.extend(f["path"] for f in m["files"]
-                             if now.get(f["path"]) is None or not holds_original(self.ostore, now[f["path"]], f))
+            conflicts.extend(f["path"] for f in m["files"] if f["path"] not in conflicts and (
+                now.get(f["path"]) is None or not holds_original(self.ostore, now[f["path"]], f)))
         at = now_s()
         doc = dict(m, restored_at=at, restored_with=who(), restored_by=op_id)
+        left = set(conflicts)
+        # the copies of the originals back go, the disk's rule (its restore removes the retired
+        # tree, or each files/<n> but those of the paths left): all, the manifest marked purged; or
+        # each entry marked released in the same write, the others kept (purge keeps them whole)
+        back = [f for f in m["files"] if f["path"] not in left] if copies else []
         if conflicts:
-            doc["not_restored"] = sorted(conflicts)
-        # every object back: the vault's copies released, as a disk's restore releases its own (a
-        # vault of blobs keeps them for its purge, which forgets them under its lock)
-        release = not conflicts and self.vault.blobs is None
-        if release:
+            doc["not_restored"] = sorted(left)
+            doc["files"] = [dict(f, **{RELEASED_BY: op_id}) if copies and f["path"] not in left else f
+                            for f in m["files"]]
+        elif copies:
             doc.update(backup_purged=True, purged_at=at, backup_released_by_restore=op_id)
 
         def mark() -> None:
             st.update(self.vault.manifest(held.held_as), manifest.bucket_form(doc),
                       m.get("_version") or st.read(self.vault.manifest(held.held_as))[1])
+            faults.hit("unretire.manifest")  # the disk's instant: the retirement marked restored
 
-        released, failure = release_restored(self.ostore, self.vault, m, mark) if release else (None, None)
-        if not release:
+        released, failure = release_restored(self.ostore, self.vault, m, mark, back) if back else (None, None)
+        if not back:
             mark()
         must_delete(self.ostore, [held.jpath] + ([released] if released else []))
         held.jpath = None
-        reason = (f"{len(m['files']) - len(conflicts)} object(s) back byte for byte (checksums checked); the "
+        reason = (f"{len(m['files']) - len(left)} object(s) back byte for byte (checksums checked); the "
                   "object store keeps no modification times: restored objects are dated now")
         if failure is not None:
             reason += (f"; the vault's copies were not all released ({failure}): the next start releases the "
                        "rest")
         if conflicts:
-            reason += (f"; {len(conflicts)} key(s) hold another object now and were left as they are, e.g. "
-                       f"{conflicts[0]}: their originals stay in the vault, and purge keeps them")
+            reason += (f"; {len(left)} key(s) hold another object now and were left as they are, e.g. "
+                       f"{sorted(left)[0]}: their originals stay in the vault, and purge keeps them")
             return reason, Finding.NOT_RESTORED  # the code every store says a path left with
         return reason, Finding.MTIME_NOT_KEPT
 

@@ -122,14 +122,30 @@ def _entries(m: dict) -> Dict[str, dict]:
     return out
 
 
+#: a bucket retirement's file entry whose vault copy its restore let go (the entry's original went
+#: back and was looked at once more): the restore's op id. A restore that left an original in the
+#: vault (``not_restored``) marks the others so, in the write that marks the retirement restored,
+#: before it deletes their copies; an entry without it keeps its copy (manifests written before it)
+RELEASED_BY = "released_by"
+
+
+def entry_released(m: dict, f: object) -> bool:
+    """Whether entry ``f`` of restored operation ``m`` had its copy let go by that restore
+    (``RELEASED_BY``). Untrusted: only a mark naming ``m``'s own restore (``restored_by``, an op
+    id) counts; anything else keeps the copy."""
+    by = m.get("restored_by")
+    return is_op_id(by) and isinstance(f, dict) and f.get(RELEASED_BY) == by
+
+
 def vault_keeps(m: dict) -> int:
     """The bytes the vault keeps for operation ``m`` as its manifest says, on every store: what a
     purge of it would count and free (``purge_rules.kept_by_restore`` keeps a restored one with an
     original left whole). Nothing once purged or never verified; a reduction's backups until they
     go; a retirement's whole run until it is restored; after its restore, the copies its manifest
-    still names (a bucket's ``files``: they stay until a purge) and every original its restore
-    left in the vault (``not_restored``: a disk's ``files/<n>`` of those paths alone, the others
-    went back), each path once."""
+    still names (a bucket's ``files`` but those its restore released, ``entry_released``; a vault
+    of blobs keeps them all until a purge) and every original its restore left in the vault
+    (``not_restored``: a disk's ``files/<n>`` of those paths alone, the others went back), each
+    path once."""
     if m.get("outcome") != Outcome.VERIFIED or m.get("backup_purged"):
         return 0
     if m.get("kind") == retire_rules.KIND:
@@ -137,7 +153,8 @@ def vault_keeps(m: dict) -> int:
             return int(m.get("bytes_before") or 0)
         entries = _entries(m)
         files = m.get("files") if isinstance(m.get("files"), list) else []
-        held = {f["path"] for f in files if isinstance(f, dict) and isinstance(f.get("path"), str)}
+        held = {f["path"] for f in files if isinstance(f, dict) and isinstance(f.get("path"), str)
+                and not entry_released(m, f)}
         return sum(_size(entries[p]) for p in held.union(left_in_vault(m, entries)))
     if m.get("kind") == "reduce":
         return sum(_size(f) for f in m.get("files") or [])
@@ -169,5 +186,5 @@ def left_row(m: dict, path: str, size: Optional[int], sha256: Optional[str], blo
             "bring_back": bring_back}
 
 
-__all__ = ["backup_kept", "is_kept", "is_verified_reduction", "operation_summary", "removed_bytes",
+__all__ = ["RELEASED_BY", "backup_kept", "entry_released", "is_kept", "is_verified_reduction", "operation_summary", "removed_bytes",
            "summarize_operations", "left_in_vault", "left_row", "vault_keeps"]

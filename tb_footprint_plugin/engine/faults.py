@@ -101,7 +101,8 @@ STEPS: Tuple[Step, ...] = (
     Step("unretire.journal", _BOTH, "the restore's begin record is written; nothing put back"),
     Step("unretire.mid_move", _BOTH, "the first file is back in the logdir"),
     Step("unretire.move", _BOTH, "every file is back in the logdir"),
-    Step("unretire.manifest", (LOCAL,), "the manifest is marked restored"),
+    Step("unretire.manifest", _BOTH, "the manifest is marked restored (bucket: with the copies it releases "
+                                     "named, under a purge's journal; none deleted yet)"),
     # compact (vault.py, historical names): a backup rewritten compressed in the vault
     Step("compact_written", (LOCAL,), "vault.py: the compressed copy is written beside the blob"),
     Step("compact_verified", (LOCAL,), "vault.py: the compressed copy decompresses to the blob's sha256"),

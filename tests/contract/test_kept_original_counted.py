@@ -2,7 +2,7 @@
 another file stood at the path) is counted on its Operations row, on every store, as purge counts
 it (purge keeps it whole: ``purge_rules.kept_by_restore``). Before, the row had no such number
 and the tab said "0 B kept · restored" though the vault held that original (a disk: its
-``files/<n>``; a bucket: every copy, which stays until a purge)."""
+``files/<n>``; a bucket: that copy, the others released by the restore)."""
 from contract_stores import KINDS, buckets, logdir_on, scalar_runs_on  # noqa: F401 - fixtures
 
 import pytest
@@ -36,9 +36,9 @@ def test_the_row_counts_what_the_vault_keeps_as_purge_does(store, scalar_runs_on
     faults.disarm_all()
     assert (o.status, o.code) == (Outcome.RESTORED, Finding.NOT_RESTORED), o.to_dict()
     row = _row(url)
-    # a disk's restore moved every other file back: the vault keeps the original left alone; a
-    # bucket's keeps every copy until a purge
-    assert row["kept_bytes"] == (len(ORIGINAL) if store == "posix" else whole), row
+    # every other file went back: the vault keeps the original left alone (a disk's files/<n>; a
+    # bucket released the other copies, #26)
+    assert row["kept_bytes"] == len(ORIGINAL), row
     assert row["left_in_vault"] == 1 and row["restored_by"], row
     [kept] = api.purge(url).kept  # the preview: kept whole, counted the same
     assert (kept["op_id"], kept["code"], kept["bytes"]) == (row["op_id"], Finding.NOT_RESTORED, row["kept_bytes"])

@@ -72,17 +72,13 @@ def test_a_whole_restore_releases_the_copies_an_original_left_stays(store, scala
 
 
 @pytest.mark.parametrize("store", KINDS)
-def test_a_release_stopped_after_the_mark_is_finished_by_the_next_start(store, scalar_runs_on, monkeypatch):
+def test_a_release_stopped_after_the_mark_is_finished_by_the_next_start(store, scalar_runs_on):
     url, st, before, op = _retired(store, scalar_runs_on)
-    # stopped once the retirement is marked restored (and released), nothing deleted yet: a disk's
-    # failpoint there; a bucket's first delete of a copy (``unretire.manifest`` is a disk's step)
-    if store == "posix":
-        faults.arm("unretire.manifest", fail_io)
-    else:
-        monkeypatch.setattr(bucket_putback, "delete_copies", lambda *a, **k: fail_io())
+    # stopped once the retirement is marked restored (and released), nothing deleted yet on a
+    # bucket: the same failpoint on every store
+    faults.arm("unretire.manifest", fail_io)
     [o] = api.restore(url, run="b")
     faults.disarm_all()
-    monkeypatch.undo()
     assert o.status == Outcome.FAILED, o.to_dict()
     assert user_objects(st) == before
     outs = api.recover_logdir(url)
