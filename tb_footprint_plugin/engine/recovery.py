@@ -87,7 +87,7 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
             # read before: its holder (a shard worker beside this start) held the run until its
             # operation ended and may have gone on meanwhile, past its swap, and been killed; or it
             # settled the operation and removed the journal (nothing is left to do)
-            fresh, said = _checked(ctx, j, vaults, identity)
+            fresh, said = _checked(ctx, j, vaults, identity, read_before=begin)
             if fresh is None:  # gone (its holder settled it), or not replayed now: named
                 if said is not None:
                     outcomes.append(said)
@@ -177,13 +177,15 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
     return outcomes
 
 
-def _checked(ctx: Context, j, vaults: List[str], identity: dict
+def _checked(ctx: Context, j, vaults: List[str], identity: dict, read_before: Optional[dict] = None
              ) -> Tuple[Optional[List[dict]], Optional[RecoveryOutcome]]:
     """A journal's records as recovery may act on them, read now: ``(records, None)``; else
     ``(None, outcome)`` naming why it is not replayed (unreadable, damaged, without its begin
     record, refused by ``trust.check_journal``: left as it is), or ``(None, None)`` when there is
     nothing to settle (gone: settled by its holder since it was listed; empty: an older version's,
-    closed here)."""
+    closed here). ``read_before``: the begin record a first read found (the read again under the
+    run's lock): the journal then read empty but there was emptied, not left by an older version,
+    and is refused and left in place (review R7 F4)."""
     try:
         log = trust.read_json_lines(j.path)  # gone (its holder settled it since the listing): empty
     except OSError as e:  # left for the next start, named
@@ -194,10 +196,19 @@ def _checked(ctx: Context, j, vaults: List[str], identity: dict
         d = log.damaged[0]
         return None, refused(j.op_id, None, damaged_line(j.path, d.line, d.detail), Finding.DAMAGED_FILE)
     records = log.records
+    if not records and read_before is not None and os.path.lexists(j.path):
+        # it held this begin record a moment ago, and a journal only grows (it is created holding
+        # it): something emptied or replaced it. Its records are lost to this start either way;
+        # nothing is replayed from the first read (its holder may have gone on since), and the
+        # file, the only sign of what happened, is left and named rather than removed
+        return None, refused(j.op_id, read_before.get("run"), f"{j.path}: empty now, though it held the begin "
+                             "record of this operation a moment before; not replayed, left in place",
+                             Finding.DAMAGED_FILE)
     if not records:
-        # gone, or an older version's journal, created but crashed before its first record was
-        # durable: nothing happened. (Journals are now created holding their begin record, so a
-        # live operation's journal is never empty and this cannot race one.)
+        # gone (its holder settled it: nothing to remove), or an older version's journal, created
+        # but crashed before its first record was durable: nothing happened, closed here. Journals
+        # are now created holding their begin record, so a live operation's is never empty and
+        # this cannot race one; one emptied after its begin record was read is refused above
         j.close()
         return None, None
     if records[0].get("type") != Rec.BEGIN:
