@@ -69,8 +69,10 @@ def history_page(logdir: str, backup_dir: Optional[str] = None, *, newest: Optio
     many entries the change log holds in all. A local logdir's newest are read a block of the log
     at a time, holding only ``newest`` entries, and only those are given their backup state (the
     tab's Activity page at 100,000 runs, issue #28), and only the manifests of the entries shown
-    are read; a bucket's manifests are each read (they give the total), into a bounded heap of
-    the newest."""
+    are read; a bucket's listing of its manifests and only those that can hold the newest entries
+    (their objects' dates tell: ``engine.bucket_history``), into a bounded heap of the newest, and
+    its ``total`` counts each manifest not read as one entry (its restore and purge uncounted:
+    exact when every manifest is read)."""
     entries, total = open_engine(logdir, backup_dir, lazy=True).history_page(newest)
     # lines and manifests are untrusted: a number that is not finite is none (``history.finite``:
     # no NaN or Infinity token a browser's JSON.parse refuses), a code a string or nothing

@@ -3,10 +3,9 @@ objects restores kept, and the re-check of kept reductions without downloading."
 from __future__ import annotations
 
 import hashlib
-import heapq
 import os
 import shlex
-from typing import Callable, Iterable, Iterator, List, Optional, Set, Tuple
+from typing import Iterable, Iterator, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import manifest, usage
@@ -52,7 +51,7 @@ def manifests(ostore: ObjectStore, vault: BucketVault, problems: Optional[List[d
     and key). One that cannot be read or is not a manifest is left out (its backups stay) and,
     with ``problems``, named there by its URL (``Finding.MANIFEST_DAMAGED``, with the reader's
     own code as ``why``)."""
-    out = list(_read_listed(ostore, vault, _listing(vault), problems))
+    out = list(read_listed(ostore, vault, manifest_listing(vault), problems))
     out.sort(key=lambda d: -(d.get("started_at") or 0))
     return out
 
@@ -62,7 +61,7 @@ def _listed(found: dict) -> List[tuple]:
     return [(key, info) for key, info in sorted(found.items()) if key.startswith("manifests/")]
 
 
-def _listing(vault: BucketVault) -> List[tuple]:
+def manifest_listing(vault: BucketVault) -> List[tuple]:
     """The vault's manifests as one paginated listing of its own store finds them (``_listed``,
     keyed under it: ``manifests/…``)."""
     try:
@@ -73,7 +72,7 @@ def _listing(vault: BucketVault) -> List[tuple]:
         return []  # no such bucket (yet): no manifest
 
 
-def _read_listed(ostore: ObjectStore, vault: BucketVault, wanted: Iterable[tuple],
+def read_listed(ostore: ObjectStore, vault: BucketVault, wanted: Iterable[tuple],
                  problems: Optional[List[dict]] = None) -> Iterator[dict]:
     """The usable manifests of ``wanted`` (``(key, info)`` of the vault's listing), read a few at
     once and yielded one by one in its order: ``manifests``' reader and its rules (memory: the
@@ -201,75 +200,32 @@ def history(ostore: ObjectStore, vault: BucketVault) -> List[dict]:
     is its record, marked when restored or purged) and the change-log object's lines of the
     reductions rolled back (``engine.history.bucket_log``: their manifests are gone), each with
     ``backup: none`` as a disk's ``history_view`` says it."""
-    out = [_line_entry(e) for e in bucket_log(BucketState.of(ostore).logdir_store()).read()]
+    out = [line_entry(e) for e in bucket_log(BucketState.of(ostore).logdir_store()).read()]
     for m in manifests(ostore, vault):
-        out += _entries_of(m)
-    out.sort(key=_when)
+        out += entries_of(m)
+    out.sort(key=entry_when)
     return out
 
 
-def history_page(ostore: ObjectStore, vault: BucketVault, newest: int,
-                 held: Callable[[], Set[str]]) -> Tuple[List[dict], int]:
-    """The newest ``newest`` entries of ``history`` less those of the operations ``held()`` names
-    (asked after the listing of the manifests and before they are read: a manifest is written
-    after its journal), in its order, and how many such entries there are in all (issue #28).
-    The same requests as ``history``, but its memory is the listing's keys and ``newest``
-    entries: the manifests are read a few at a time into a bounded heap, keyed by ``history``'s
-    order (time; the change log's lines first, in its order; then the manifests newest started
-    first, of one start in key order; then each one's entries in order); the change log's
-    newest lines are read a block at a time (``ChangeLog.newest``), or whole while an operation
-    is held (its lines are left out: the newest of the rest cannot be told from the log's newest)."""
-    found = _listing(vault)
-    skip = held()
-    kept: List[tuple] = []
-    total = 0
-
-    def offer(key: tuple, e: dict) -> None:
-        nonlocal total
-        if _op_of(e) in skip:
-            return
-        total += 1
-        if newest <= 0:
-            return
-        if len(kept) < newest:
-            heapq.heappush(kept, (key, e))
-        elif key > kept[0][0]:  # keys are unique: entries are never compared
-            heapq.heapreplace(kept, (key, e))
-
-    log = bucket_log(BucketState.of(ostore).logdir_store())
-    if skip:
-        lines = log.read()
-    else:
-        lines, count = log.newest(max(newest, 0))
-        total += count - len(lines)  # the older lines are counted, not offered
-    for i, e in enumerate(lines):
-        offer((_when(e), 0, i), _line_entry(e))
-    for m in _read_listed(ostore, vault, found):
-        for j, e in enumerate(_entries_of(m)):
-            offer((_when(e), 1, -(m.get("started_at") or 0), m["_path"], j), e)
-    kept.sort(key=lambda item: item[0])
-    return [e for _k, e in kept], total
-
-
-def _op_of(entry: dict) -> Optional[str]:
+def op_of(entry: dict) -> Optional[str]:
     """An entry's op id where it is a string (a change log's lines are untrusted: a list is no key)."""
     op = entry.get("op_id")
     return op if isinstance(op, str) else None
 
 
-def _when(e: dict):
+def entry_when(e: dict):
     """An entry's place in time in ``history``'s order (one that has none comes first)."""
     return e.get("time") if isinstance(e.get("time"), (int, float)) else 0
 
 
-def _line_entry(e: dict) -> dict:
+def line_entry(e: dict) -> dict:
     """A change-log line as ``history`` shows it."""
     if e.get("kind") == "reduce":  # no manifest stands behind a line (as ``history_view`` says)
         e["backup"] = "none" if not e.get("backup_kept") else "unknown"
     return e
 
 
-def _entries_of(m: dict) -> List[dict]:
+def entries_of(m: dict) -> List[dict]:
     """The entries of one operation's manifest in ``history``, in order: its own line (a
     reduction's, a retirement's), its restore's, its purge's."""
     out = []

@@ -103,7 +103,8 @@ class Engine(ABC):
     @abstractmethod
     def history_page(self, newest: Optional[int] = None) -> Tuple[List[dict], int]:
         """``history``'s entries (all, or the newest ``newest``, oldest first) and how many there
-        are in all (what ``api.history_page`` returns)."""
+        are in all (what ``api.history_page`` returns; a bucket's page counts a manifest it did not
+        read as one entry)."""
 
     # -- backups -----------------------------------------------------------------------------
     @abstractmethod

@@ -219,11 +219,12 @@ class BucketEngine(Engine):
         return [e for e in found if not (isinstance(e.get("op_id"), str) and e["op_id"] in held)]
 
     def history_page(self, newest: Optional[int] = None) -> Tuple[List[dict], int]:
-        """Differs: read from the manifests and the change-log object's lines into a bounded
-        heap of the newest (``bucket_catalogue.history_page``: every manifest is read, as
-        ``history`` reads them, since each one's entries count in the total, but only ``newest``
-        entries are held); ``newest`` None: ``history`` whole."""
-        from tb_footprint_plugin.engine.bucket_catalogue import history_page
+        """Differs: read from the change-log object's lines and only the manifests that can hold
+        the newest entries, newest written first, into a bounded heap (``bucket_history.
+        history_page``: the listing and about ``newest`` reads, whatever the vault holds); the
+        total counts each manifest not read as one entry (exact when all are read); ``newest``
+        None: ``history`` whole."""
+        from tb_footprint_plugin.engine.bucket_history import history_page
 
         if newest is None:
             entries = self.history()
