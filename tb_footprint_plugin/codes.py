@@ -85,6 +85,7 @@ class Recovery(Code):
     REFUSED = "refused"  # the journal is not acted on: malformed or not this logdir's (``engine.trust``)
     RELEASED = "released"  # a restored operation's backup, kept at its restore on a doubt since gone, freed
     REPAIRED = "repaired"  # a backup that shared its inode with a name outside the vault made a copy of its own
+    BACKUPS_KEPT = "backups_kept"  # a rollback found an original not as its journal recorded it: its backups (and the manifest) kept, never deleted
 
 
 class JobCode(Code):
@@ -158,6 +159,7 @@ class Finding(Code):
     HARD_LINKED = "hard_linked_elsewhere"  # a planned original has other hard links (a snapshot's): its swap frees nothing while they stand
     PINS_UNSETTLED = "pins_unsettled"  # backups pinned by an operation with neither a journal nor a manifest: kept, named, never purged
     LEDGER_WRITE_FAILED = "ledger_write_failed"  # a batch ledger's mark was not written (the detail names the run); the run's outcome stands
+    ORIGINAL_NOT_IN_PLACE = "original_not_in_place"  # a rollback found a key not holding the original its journal recorded (the reduced bytes or anything else): its backup kept, restorable
     # why a record read from the state was refused as untrusted input (``engine.trust.Untrusted``)
     BAD_RECORD = "bad_record"  # a journal or manifest record of the wrong shape or types
     BAD_OP_ID = "bad_op_id"  # an operation id that is no id (it could name a path)

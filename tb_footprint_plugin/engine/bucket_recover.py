@@ -58,6 +58,7 @@ from tb_footprint_plugin.engine.recovery_rules import (
     NOT_REPLAYED,
     REDUCE,
     RecoveryOutcome,
+    backups_kept,
     damaged_journal,
     failed,
     refused,
@@ -211,9 +212,12 @@ def recover(ostore: ObjectStore, vault: BucketVault) -> List[RecoveryOutcome]:
                 out.append(settled(op_id, label, action, detail, runs=ran))
                 continue
             # ``entries``: a batch's runs, or the one run journals of earlier versions held at top level
+            # the journal may be older than the run (R7 F2): a rollback deletes no backup whose
+            # original is not in place, and keeps the manifest naming it (``kept``: those keys)
+            kept: Dict[str, List[str]] = {}
             dropped = [en for en in journal.entries() if en.get("dropped")]
             for en in dropped:  # taken out before the commit step: nothing of it was deleted
-                rollback_entry(ostore, vault, en, deleted=False)
+                kept[str(en["run"])] = rollback_entry(ostore, vault, en, deleted=False, keep_manifest=True)
             live = journal.live_entries()
             will = reduce_will(journal)
             finish = will["action"] == Recovery.COMPLETED
@@ -222,23 +226,27 @@ def recover(ostore: ObjectStore, vault: BucketVault) -> List[RecoveryOutcome]:
                 finish_op(ostore, vault, doc)
             else:
                 for en in live:
-                    rollback_entry(ostore, vault, en, deleted=journal.committed())
+                    kept[str(en["run"])] = rollback_entry(ostore, vault, en, deleted=journal.committed(),
+                                                          keep_manifest=True)
             action, detail = will["action"], will["detail"]
             # each rolled-back run's change-log line, as a disk's recovery writes it (its manifest is
             # gone): those the batch took out and, rolled back here, the others; before the journal
-            # goes (a kill in between: the next start writes them), none the log has already
-            lines = [_taken_out_line(en) for en in dropped]
+            # goes (a kill in between: the next start writes them), none the log has already. A run
+            # whose backups were kept is not as it was: no such line
+            lines = [_taken_out_line(en) for en in dropped if not kept.get(str(en["run"]))]
             if not finish:
                 lines += [dict(rolled_back_line(
                     RunOutcome(run=r["run"], status=Outcome.ROLLED_BACK, reason=INTERRUPTED_REASON,
                                code=Failure.INTERRUPTED), r["op_id"], None),
-                    before=r["bytes_before"], after=r["bytes_before"]) for r in ran]  # None: no manifest yet
+                    before=r["bytes_before"], after=r["bytes_before"]) for r in ran if not kept.get(r["run"])]
             unwritten = _append_unwritten(ostore, lines)
             if unwritten:  # the rollback stands; its line's loss is said, never silent (review R19 P4)
                 detail = f"{detail}; {unwritten}" if detail else unwritten
             must_close(journal)
             _drop_locks_of(st, locks, op_id)
-            out.append(settled(op_id, label, action, detail, runs=ran, kind=REDUCE))
+            astray = [p for ps in kept.values() for p in ps]
+            out.append(backups_kept(op_id, label, astray) if astray else
+                       settled(op_id, label, action, detail, runs=ran, kind=REDUCE))
         except (BucketTxnError, *STORE_FAILURES, ValueError) as e:
             # ValueError: a key the journal names that no store call can address (the trust check
             # above refuses those it knows of; one it misses must not stop every verb, review R12 F1)

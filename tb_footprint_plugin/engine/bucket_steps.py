@@ -89,7 +89,8 @@ def copy_matches(ostore: ObjectStore, res, f: dict, src: str, dst: str) -> bool:
 
 
 def stream_digest(ostore: ObjectStore, path: str, size: int) -> str:
-    """SHA-256 of an object by ranged reads (used only when the store gave no common checksum)."""
+    """SHA-256 of an object's first ``size`` bytes by ranged reads (used only when the store gave no
+    common checksum, or to tell an original grown by a writer)."""
     h = hashlib.sha256()
     pos = 0
     while pos < size:
@@ -298,46 +299,121 @@ def planned_objects(listing: Dict[str, ObjectInfo], runs: List[str]) -> Dict[str
     return out
 
 
-def rollback_entry(ostore: ObjectStore, vault: BucketVault, en: dict, deleted: bool = True) -> None:
+def rollback_entry(ostore: ObjectStore, vault: BucketVault, en: dict, deleted: bool = True,
+                   keep_manifest: bool = False) -> List[str]:
     """Undo one run of an operation that did not commit: put back any removed original from its
     verified backup, then drop the manifest, the backup copies and the temporary keys.
     ``deleted``: whether the operation may have deleted originals (its commit record was written);
     before that, an original without a verified backup that is gone was removed by someone else
     (e.g. another worker reduced the run since the plan): nothing of ours to put back. One with a
-    verified backup is put back either way (its bytes may exist nowhere else)."""
+    verified backup is put back either way (its bytes may exist nowhere else).
+
+    A backup copy is deleted only while its original stands at its key as the journal recorded it
+    before the reduction (its version, or its size and the store's checksum), or grown from it by a
+    writer (its bytes still the object's beginning, read to tell): a journal older than
+    the run (read before its owner went on, R7 F2) or a writer may have left the reduced bytes, or
+    anything else, there, and the copy is then the only one of the original. Returns the keys whose
+    original is not in place and of which a backup may exist: their backups are kept, and with
+    ``keep_manifest`` (a recovery, whose journal may be stale) the manifest and every backup of the
+    run too, so the operation stays restorable (a restore leaves a key holding other bytes alone)."""
+    st = BucketState.of(ostore)
+    kept: List[str] = []
+    finals: List[dict] = []
+    named: List[bool] = []  # whether the run's manifest is there (looked at once, for a blob entry)
+
+    def may_exist(f: dict) -> bool:
+        # a backup of ``f`` though its journal records none verified: a copy at its backup key, or
+        # (a vault of blobs) a blob only the manifest names, written once every backup was made
+        if not is_blob_entry(f):
+            return isinstance(f.get("backup"), str) and st.head(f["backup"]) is not None
+        if not named:
+            named.append(st.head(vault.manifest(en["op"])) is not None)
+        return named[0]
+
     for f in en.get("files", []):
         if not deleted and not f.get("backup_checksums"):
-            # never backed up, and nothing is replaced or deleted before the commit record: nothing
-            # of ours to put back (nor a key to check: it may be one that is not a plain key)
+            # never backed up as far as this journal says, and nothing is replaced or deleted before
+            # the commit record: nothing to put back. A copy made after the journal was read is kept
+            # unless its original stands there (not a plain key: never copied, a backup is made
+            # through that key)
+            try:
+                orig = ostore.path(f["path"])
+            except ValueError:
+                continue
+            if may_exist(f):
+                cur = st.head(orig)
+                if not _is_original(cur, f) and not _grown_from(ostore, orig, cur, f):
+                    kept.append(f["path"])
             continue
         orig = ostore.path(f["path"])
+        cur = st.head(orig)
         if in_place(f):
             # overwritten only after the commit record; put back if it holds the staged bytes now
-            cur = BucketState.of(ostore).head(orig)
             if cur is not None and cur.version_token != f["version"] and staged_match(cur, f):
                 if not f.get("backup_checksums"):
                     raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: replaced and no verified backup of it")
                 _copy_back(ostore, vault, f, orig, if_version=cur.version_token)
+            elif not _is_original(cur, f) and (f.get("backup_checksums") or may_exist(f)) and \
+                    not _grown_from(ostore, orig, cur, f):
+                kept.append(f["path"])
             continue
-        if BucketState.of(ostore).head(orig) is None:
+        if cur is None:
             if not f.get("backup_checksums") and not deleted:
                 continue  # never copied, never deleted by us: someone else removed it (nothing of ours)
             if not f.get("backup_checksums"):
                 raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: gone and no verified backup of it")
             _copy_back(ostore, vault, f, orig)
+        elif not _is_original(cur, f) and not _grown_from(ostore, orig, cur, f):
+            kept.append(f["path"])  # another object under its key: the backup holds the only original
+            continue
         if renamed(f):
-            # the original is back: the compressed (or slimmed) copy made by this operation goes (only if it
-            # still holds the staged bytes: anything else there is someone's new file)
-            final = ostore.path(f["final"])
-            cur = BucketState.of(ostore).head(final)
-            if staged_match(cur, f):
-                must_delete_versioned(ostore, final, cur.version_token)
-    # Originals are all in place: the copies in the vault are redundant now (the manifest first,
-    # so no restorable operation ever points at a missing backup).
+            finals.append(f)
+    for f in finals:
+        # the original is back: the compressed (or slimmed) copy made by this operation goes (only if it
+        # still holds the staged bytes: anything else there is someone's new file)
+        final = ostore.path(f["final"])
+        cur = st.head(final)
+        if staged_match(cur, f):
+            must_delete_versioned(ostore, final, cur.version_token)
+    temps = [f["tmp"] for f in en.get("files", []) if f.get("tmp")]
+    if kept and keep_manifest:
+        # the manifest names every backup of the run: all kept with it (temporaries are reduced
+        # bytes, never an original's only copy)
+        must_delete(ostore, temps)
+        return kept
+    # Originals are all in place (or kept): the copies in the vault are redundant now (the manifest
+    # first, so no restorable operation ever points at a missing backup).
     must_delete(ostore, [vault.manifest(en["op"])])
     # (blobs stay: another operation may hold the same bytes; purge forgets what none names)
-    must_delete(ostore, [f["backup"] for f in en.get("files", []) if not is_blob_entry(f)] +
-                [f["tmp"] for f in en.get("files", []) if f.get("tmp")])
+    must_delete(ostore, [f["backup"] for f in en.get("files", []) if not is_blob_entry(f) and f["path"] not in kept]
+                + temps)
+    return kept
+
+
+def _is_original(cur: Optional[ObjectInfo], f: dict) -> bool:
+    """Whether ``cur`` (a key's object now) is the original the journal recorded for ``f`` before
+    the reduction: its version, or its size and the store's checksum of those bytes (a copy put
+    back). Untrusted: a checksum record that is no mapping proves nothing."""
+    if cur is None:
+        return False
+    if cur.version_token == f.get("version"):
+        return True
+    sums = f.get("checksums")
+    return cur.size == f.get("size") and isinstance(sums, dict) and same_content(content_checksums(cur), sums) is True
+
+
+def _grown_from(ostore: ObjectStore, orig: str, cur: Optional[ObjectInfo], f: dict) -> bool:
+    """Whether the object at ``orig`` is its original with bytes appended (a writer went on: the
+    original's bytes are still in the run), by reading the original's length of it and the backup
+    copy (only where a key no longer holds its recorded version: a rare path)."""
+    size = f.get("size")
+    if cur is None or is_blob_entry(f) or not isinstance(size, int) or isinstance(size, bool) or \
+            not 0 < size < cur.size or not isinstance(f.get("backup"), str):
+        return False
+    backup = BucketState.of(ostore).head(f["backup"])
+    if backup is None or backup.size != size:
+        return False
+    return stream_digest(ostore, orig, size) == stream_digest(ostore, f["backup"], size)
 
 
 def _copy_back(ostore: ObjectStore, vault: BucketVault, f: dict, orig: str, if_version: Optional[str] = None) -> None:

@@ -99,11 +99,25 @@ def settled(op_id: str, run: Optional[str], action: str, detail: str, *, runs: O
     return RecoveryOutcome(op_id, run, action, detail, Finding.RECOVERED, runs=runs, kind=kind)
 
 
+def backups_kept(op_id: str, run: Optional[str], kept: List[str]) -> RecoveryOutcome:
+    """A reduction recovery would have rolled back, of which a key does not hold the original its
+    journal recorded (the reduced bytes, or anything else: the journal was older than the run, or
+    a writer came): nothing of the operation's copies deleted, its manifest kept, so a restore
+    gives back the originals wherever the run still holds what the operation left. Not "as it
+    was": the run is as it stands."""
+    more = f" and {len(kept) - 1} more" if len(kept) > 1 else ""
+    return RecoveryOutcome(op_id, run, Recovery.BACKUPS_KEPT,
+                           f"{kept[0]}{more}: not the original its journal recorded (reduced, or written since); "
+                           "its backups are kept, and its manifest where one was written (`tb-footprint restore` "
+                           "gives the originals back)",
+                           Finding.ORIGINAL_NOT_IN_PLACE, kind=REDUCE)
+
+
 def settled_run(run: str, op_id: str, before: Optional[int], after: Optional[int], completed: bool) -> dict:
     """One run a recovery settled, as a batch ledger records it: a rolled-back run is as big as it
     was (``after`` counts only when the reduction was completed)."""
     return {"run": run, "op_id": op_id, "bytes_before": before, "bytes_after": after if completed else before}
 
 
-__all__ = ["INTERRUPTED_REASON", "CANCELLED_REASON", "NOT_REPLAYED", "damaged_journal", "damaged_line", "no_begin_record", "REDUCE", "RecoveryOutcome", "failed", "refused", "settled", "settled_run",
+__all__ = ["backups_kept", "INTERRUPTED_REASON", "CANCELLED_REASON", "NOT_REPLAYED", "damaged_journal", "damaged_line", "no_begin_record", "REDUCE", "RecoveryOutcome", "failed", "refused", "settled", "settled_run",
            "skipped_live"]
