@@ -2,12 +2,13 @@
 the vault's manifests and reads them in the order of their objects' dates, newest first, until
 none left can hold an entry newer than the N kept (``bucket_history.SKEW``: a manifest is
 written once its operation's last change is, by a writer whose clock a store accepts), so its
-requests grow with N, not with the vault; the entries are ``history``'s newest N, an old
-operation restored or purged lately among them (its manifest rewritten then).
+requests grow with N, not with the vault (moto S3, the GCS emulator, Azurite); the entries are
+``history``'s newest N, an old operation restored or purged lately among them (its manifest
+rewritten then).
 
 A vault written over 200 days cannot be made on a test server (it dates each object when it is
 written), so the planted manifests' dates in the listings are set to when each was last written
-(``ObjectStore.list`` answers them so); every request is moto's, counted by the store."""
+(``ObjectStore.list`` answers them so); every request is the server's, counted by the store."""
 from __future__ import annotations
 
 import dataclasses
@@ -75,8 +76,8 @@ def _vault_of_many(bucket, tmp_path, monkeypatch) -> str:
     return url
 
 
-def test_a_buckets_page_reads_as_many_manifests_as_it_shows(s3_bucket, tmp_path, monkeypatch):
-    url = _vault_of_many(s3_bucket, tmp_path, monkeypatch)
+def test_a_buckets_page_reads_as_many_manifests_as_it_shows(bucket, tmp_path, monkeypatch):
+    url = _vault_of_many(bucket, tmp_path, monkeypatch)
     whole_engine = BucketEngine(url)
     whole = whole_engine.history()
     cost = whole_engine.request_counts()
