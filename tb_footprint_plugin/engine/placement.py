@@ -46,8 +46,8 @@ from tb_footprint_plugin.engine.journal import OpJournal, Rec, copying_path
 from tb_footprint_plugin.engine.putback import at_free_name, begins_with, holds_original
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.files import CHUNK, copy_new, finish_new_file, give_owner, matches, sha256_file
-from tb_footprint_plugin.storage.regular import open_regular
+from tb_footprint_plugin.storage.files import CHUNK, copy_new, finish_new_file, give_owner, matches, sha256_stream
+from tb_footprint_plugin.storage.regular import open_regular, open_regular_at
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_posix import PosixStore, version_of
 
@@ -161,15 +161,42 @@ def copy_over(tmp: str, final: str, sha: str, size: int, sparse: bool = False, n
 
 
 def finish_copied(path: str, mode: Optional[int] = None, mtime_ns: Optional[int] = None,
-                  mtime: Optional[float] = None, owner: Optional[Tuple[int, int]] = None) -> None:
+                  mtime: Optional[float] = None, owner: Optional[Tuple[int, int]] = None,
+                  dir_fd: Optional[int] = None) -> None:
     """Give the file at ``path`` the ``mode``, modification time and (when root) ``owner`` that
     ``copy_over``'s copy sets last (``files.finish_new_file``): a kill after its last byte and
     before them leaves the recorded bytes with a new file's mode, time and owner, which a content
     check alone takes for the put-back done (rule 3: mode and mtime are given back too). Asked
     only where a ``copying`` record names the path and the bytes there are the recorded ones;
-    through an fd opened without following a link (``open_regular``)."""
-    with open_regular(path) as f:
+    through an fd opened without following a link (``open_regular``; ``dir_fd``: ``path``'s
+    folder, ``throttle.name_in``)."""
+    with _open_in(path, dir_fd) as f:
         finish_new_file(f, mode, mtime_ns, mtime, owner)
+
+
+def _open_in(path: str, dir_fd: Optional[int]):
+    """``path`` opened for reading as a regular file, never through a link at its name
+    (``dir_fd``: its folder, opened by a walk that follows none, ``throttle.name_in``)."""
+    return open_regular(path) if dir_fd is None else open_regular_at(dir_fd, fsops.name_in(path, dir_fd))
+
+
+@contextlib.contextmanager
+def folder_at(ctx: Context, rel: str) -> Iterator[Optional[Tuple[int, str]]]:
+    """(a descriptor of the folder of the logdir path ``rel``, as the logdir store's walk reaches
+    it, and ``rel``'s name in it), or None when a folder on its way is missing (nothing stands
+    there): for a step that removes or changes what stands at ``rel`` in that folder, so that a
+    folder on the way swapped for a link after a look leads nothing outside the logdir
+    (invariant 4). The walk's refusal is ``TransactionError`` naming ``rel``, coded
+    ``StoreError.SYMLINK`` for a link (a file on the way: no code, as ``version_at``)."""
+    with contextlib.ExitStack() as held:
+        try:
+            got: Optional[Tuple[int, str]] = held.enter_context(ctx.store.folder(ctx.key(rel)))
+        except StoreFailure as e:
+            if e.code != StoreError.NOT_FOUND:
+                raise TransactionError(f"{rel}: not reached without a link ({e}); left as is",
+                                       StoreError.SYMLINK if e.code == StoreError.SYMLINK else None) from None
+            got = None
+        yield got
 
 
 def put_in_place(strategy: SwapStrategy, journal: Optional[OpJournal], rec: dict, new_name: bool = False,
@@ -208,14 +235,17 @@ def put_in_place(strategy: SwapStrategy, journal: Optional[OpJournal], rec: dict
     return copy_in
 
 
-def settle_folder(ctx: Context, rel: str, mode: int, mtime_ns: Optional[int], owner: Optional[Tuple[int, int]],
-                  when: Callable[[os.stat_result], bool] = lambda st: True) -> bool:
+def settle_folder(ctx: Context, rel: str, mode: Optional[int], mtime_ns: Optional[int],
+                  owner: Optional[Tuple[int, int]], when: Callable[[os.stat_result], bool] = lambda st: True,
+                  entries: Optional[int] = None) -> bool:
     """The folder at the logdir path ``rel`` given ``owner`` (when root; first: a chown clears
-    set-id bits), ``mode`` and ``mtime_ns`` (None: left) through its own descriptor, opened in its
-    parent as the logdir store's walk reaches it, no link followed (invariant 4: a folder on the
-    way swapped for a link to one outside the logdir never has its mode or time changed). False,
-    nothing changed, when no folder is reached there (nothing, a file, a link, a link on the way)
-    or ``when`` (its stat) says no; the folders of a restore or an unretire, once files are back."""
+    set-id bits), ``mode`` and ``mtime_ns`` (each None: left; its access time is kept) through its
+    own descriptor, opened in its parent as the logdir store's walk reaches it, no link followed
+    (invariant 4: a folder on the way swapped for a link to one outside the logdir never has its
+    mode or time changed). False, nothing changed, when no folder is reached there (nothing, a
+    file, a link, a link on the way), ``when`` (its stat) says no, or (``entries``) it holds
+    another number of entries than that (listed through the same descriptor); the folders of a
+    restore or an unretire, once files are back."""
     try:
         with ctx.store.folder(ctx.key(rel)) as (pfd, name):
             try:
@@ -225,13 +255,19 @@ def settle_folder(ctx: Context, rel: str, mode: int, mtime_ns: Optional[int], ow
                     return False
                 raise
             try:
-                if not when(os.fstat(fd)):
+                st = os.fstat(fd)
+                if not when(st):
                     return False
+                if entries is not None:
+                    with os.scandir(fd) as it:
+                        if sum(1 for _ in it) != entries:
+                            return False
                 if owner is not None and os.geteuid() == 0:
                     give_owner(fd, owner)
-                os.fchmod(fd, mode & 0o7777)
+                if mode is not None:
+                    os.fchmod(fd, mode & 0o7777)
                 if mtime_ns is not None:
-                    os.utime(fd, ns=(mtime_ns, mtime_ns))
+                    os.utime(fd, ns=(st.st_atime_ns, mtime_ns))
                 return True
             finally:
                 os.close(fd)
@@ -246,32 +282,36 @@ def copies_begun(records: Iterable[dict]) -> set:
     return {p for p in map(copying_path, records) if p is not None}
 
 
-def _shorter_file(path: str, size: int) -> Optional[Tuple[str, int]]:
-    """(sha256, length) of ``path`` when it is a regular file shorter than ``size``, else None."""
+def _shorter_file(path: str, size: int, dir_fd: Optional[int] = None) -> Optional[Tuple[str, int]]:
+    """(sha256, length) of ``path`` (``dir_fd``: its folder) when it is a regular file shorter
+    than ``size``, else None; never through a link at its name."""
     try:
-        st = fsops.lstat(path)
-        if not stat.S_ISREG(st.st_mode) or st.st_size >= size:
-            return None
-        return sha256_file(path), st.st_size
+        with _open_in(path, dir_fd) as f:
+            if os.fstat(f.fileno()).st_size >= size:
+                return None
+            n = os.fstat(f.fileno()).st_size
+            return sha256_stream(f), n
     except OSError:
         return None
 
 
-def partial_copy(path: str, tmp: str, s: dict) -> bool:
+def partial_copy(path: str, tmp: str, s: dict, dir_fd: Optional[int] = None) -> bool:
     """Whether ``path`` is what a copy + delete killed within its copy of the temporary ``tmp``
     (``s``: its ``sha256`` and ``size``) left: a regular file shorter than those bytes holding
     their beginning, while ``tmp`` still holds them whole (so every byte of it exists there).
-    Asked only of a path a ``copying`` record names: a rename leaves no partial file."""
-    got = _shorter_file(path, s["size"])
+    Asked only of a path a ``copying`` record names: a rename leaves no partial file. ``dir_fd``:
+    ``path``'s folder (``throttle.name_in``)."""
+    got = _shorter_file(path, s["size"], dir_fd)
     return got is not None and matches(tmp, s["sha256"], s["size"]) and starts_with(tmp, got[1], got[0])
 
 
-def partial_put_back(vault, path: str, rec: dict) -> bool:
+def partial_put_back(vault, path: str, rec: dict, dir_fd: Optional[int] = None) -> bool:
     """Whether ``path`` is what a copying put-back of ``rec``'s original, killed within its copy,
     left: a regular file shorter than the original holding its beginning, as the vault's copy
     says (``vault.open_blob``: whatever form it is in; the put-back's temporary may be gone).
-    Every byte of such a file is in the original: asked only of a path a ``copying`` record names."""
-    got = _shorter_file(path, rec["size"])
+    Every byte of such a file is in the original: asked only of a path a ``copying`` record names.
+    ``dir_fd``: ``path``'s folder (``throttle.name_in``)."""
+    got = _shorter_file(path, rec["size"], dir_fd)
     if got is None:
         return False
     try:
@@ -287,26 +327,63 @@ IN_PLACE = "in_place"
 AGAIN = "again"
 
 
-def holds_whole(path: str, s: dict) -> bool:
-    """Whether ``path`` is a regular file (never through a link) holding exactly ``s``'s bytes
-    (``sha256``, ``size``): what a copy that wrote its last byte leaves."""
-    return matches(path, s["sha256"], s["size"])
+def holds_whole(path: str, s: dict, dir_fd: Optional[int] = None) -> bool:
+    """Whether ``path`` (``dir_fd``: its folder) is a regular file (never through a link) holding
+    exactly ``s``'s bytes (``sha256``, ``size``): what a copy that wrote its last byte leaves."""
+    return matches(path, s["sha256"], s["size"], dir_fd=dir_fd)
 
 
-def resume_copy(path: str, s: dict, beginning: Callable[[str], bool], meta: dict) -> Optional[str]:
+def resume_copy(path: str, s: dict, beginning: Callable[[str], bool], meta: dict,
+                dir_fd: Optional[int] = None) -> Optional[str]:
     """The next start's rule for ``path``, which a ``copying`` record names (the module doc; asked
     only of such a path): holding ``s``'s bytes (``sha256``, ``size``) whole, it gets ``meta``
     (``finish_copied``'s ``mode``, ``mtime_ns``/``mtime``, ``owner``: what the copy sets last)
     and ``IN_PLACE`` is returned; holding their beginning (``beginning(path)``: ``partial_copy``
     or ``partial_put_back``), it is unlinked and ``AGAIN`` returned; else None (nothing, or
-    something that is not this copy's, a link among them: the caller's rule)."""
-    if holds_whole(path, s):
-        finish_copied(path, **meta)
+    something that is not this copy's, a link among them: the caller's rule). ``dir_fd``: the
+    folder of ``path`` (``folder_at``: the walk that follows no link), where every look and
+    change is made (``beginning`` must look there too); None: by path, as a caller that opened
+    no folder always did."""
+    if holds_whole(path, s, dir_fd):
+        finish_copied(path, **meta, dir_fd=dir_fd)
         return IN_PLACE
     if beginning(path):
-        fsops.unlink(path)  # every byte of it is in the copy's source: no one's but the copy's
+        fsops.unlink(path, dir_fd=dir_fd)  # every byte of it is in the copy's source: no one's but the copy's
         return AGAIN
     return None
+
+
+def resume_at(ctx: Context, rel: str, s: dict, beginning: Callable[[str, int], bool], meta: dict) -> Optional[str]:
+    """``resume_copy`` of the logdir path ``rel``, every look and change made in its folder as
+    ``folder_at`` reaches it (a link on the way: its ``TransactionError``, nothing changed);
+    ``beginning(path, dir_fd)`` looks in that folder. None when the folder is missing."""
+    with folder_at(ctx, rel) as at:
+        if at is None:
+            return None
+        return resume_copy(ctx.abs(rel), s, lambda q: beginning(q, at[0]), meta, dir_fd=at[0])
+
+
+def undo_new_name(ctx: Context, tmp: Optional[str], final: Optional[str], s: Optional[dict], resume: bool) -> None:
+    """What placing the verified temporary ``tmp`` (logdir path; ``s``: its ``sha256`` and
+    ``size``) at the new name ``final`` left, undone (a rollback's staged file, a salvage
+    recovery undoes): with ``resume`` (a ``copying`` record names ``final`` on a folder that
+    copies), a beginning of those bytes at ``final`` goes first (``resume_copy``, while ``tmp``
+    still tells it); ``tmp`` is removed; ``final`` is removed when it holds the bytes whole (a
+    rename, or a whole copy). Each in its folder as ``folder_at`` reaches it: a folder on the way
+    that is a link is refused (``TransactionError`` coded ``StoreError.SYMLINK``, naming it) and
+    nothing outside the logdir is removed; a folder missing holds nothing to undo."""
+    if resume and tmp and final and s:
+        src = ctx.abs(tmp)
+        resume_at(ctx, final, s, lambda q, d: partial_copy(q, src, s, dir_fd=d), {})
+    if tmp:
+        with folder_at(ctx, tmp) as at:
+            if at is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    fsops.unlink(at[1], dir_fd=at[0])
+    if final and s:
+        with folder_at(ctx, final) as at:
+            if at is not None and holds_whole(at[1], s, at[0]):
+                fsops.unlink(at[1], dir_fd=at[0])
 
 
 def place_at_free_name(ctx: Context, name_of: Callable[[int], str], source: str, s: Optional[dict],
@@ -334,7 +411,8 @@ def place_at_free_name(ctx: Context, name_of: Callable[[int], str], source: str,
     def looks_free(name: str) -> bool:
         p = ctx.abs(name)
         if s is not None and name in begun:
-            got = resume_copy(p, s, lambda q: partial_copy(q, source, s), meta)
+            # in ``dir_fd``, where given (the placement's own folder), never by a path a link leads
+            got = resume_copy(p, s, lambda q: partial_copy(q, source, s, dir_fd=dir_fd), meta, dir_fd=dir_fd)
             if got == IN_PLACE:
                 resumed.add(name)
                 return False
@@ -363,4 +441,5 @@ def place_at_free_name(ctx: Context, name_of: Callable[[int], str], source: str,
 
 __all__ = ["version_at", "version_in", "stands_at",
            "prefix_sha256", "starts_with", "copy_over", "finish_copied", "put_in_place", "copies_begun", "partial_copy",
-           "partial_put_back", "IN_PLACE", "AGAIN", "holds_whole", "resume_copy", "place_at_free_name", "settle_folder"]
+           "partial_put_back", "IN_PLACE", "AGAIN", "holds_whole", "resume_copy", "resume_at", "undo_new_name", "folder_at",
+           "place_at_free_name", "settle_folder"]

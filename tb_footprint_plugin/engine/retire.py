@@ -42,7 +42,7 @@ import math
 import os
 import shutil
 import time
-from typing import Iterable, List, Optional, Tuple
+from typing import Iterable, Iterator, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine import faults, trust, txn
@@ -63,7 +63,7 @@ from tb_footprint_plugin.engine.context import (
 )
 from tb_footprint_plugin.engine.history import append_history, disk_log
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec, RunLocked
-from tb_footprint_plugin.engine.placement import copies_begun
+from tb_footprint_plugin.engine.placement import copies_begun, folder_at
 from tb_footprint_plugin.engine.retire_rules import (KIND, RECOVERED_REASON, refused_names, retire_line, taken_along, unnamed_runs,
                                                     unretire_line)
 from tb_footprint_plugin.engine.retire_tree import (
@@ -77,6 +77,7 @@ from tb_footprint_plugin.engine.retire_tree import (
     inventory,
     is_restorable_retirement,
     put_back,
+    recorded_in,
     rel_ok,
     retired_dir,
     retired_now,
@@ -95,7 +96,7 @@ from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.plan.planner import active_reason, newest_write
 from tb_footprint_plugin.storage.access import access_refusal
-from tb_footprint_plugin.storage.files import copy_file, fsync_dir, sha256_file
+from tb_footprint_plugin.storage.files import CopyMismatch, copy_new, fsync_dir, sha256_file
 from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.storage.paths import is_within, real_within
 from tb_footprint_plugin.storage.private import NotPrivate, ensure_private_dir
@@ -289,23 +290,30 @@ class DiskRetire(one_retirement.RetireLayout):
         total = out.bytes_before or 1
         done = 0
         for i, f in enumerate(files):
-            src, dst = ctx.abs(f["path"]), os.path.join(dest_dir, str(i))
+            dst = os.path.join(dest_dir, str(i))
             no_symlink(ctx, f["path"])
             if not still_recorded(ctx, f):
                 raise TransactionError(f"{f['path']}: changed during the retirement (is the run still being written?)",
                                        Skip.ACTIVE)
-            if same_fs:
-                os.rename(src, dst)
-                if os.lstat(dst).st_ino != f["ino"]:
-                    raise TransactionError(f"{f['path']}: not the file that was hashed")
-            else:
-                tmp = dst + ".partial"
-                copy_file(src, tmp)
-                if sha256_file(tmp) != f["sha256"]:
-                    raise TransactionError(f"copy of {f['path']} in {vault.root} does not match its sha256")
-                os.chmod(tmp, f["mode"])
-                os.utime(tmp, ns=(f["mtime_ns"], f["mtime_ns"]))
-                os.replace(tmp, dst)
+            # renamed or read in its folder as the logdir store's walk reaches it, never by a path a
+            # folder on the way swapped for a link since the look would lead outside the logdir
+            # (invariant 4): such a link is refused, coded, naming the path (the rollback puts back
+            # what moved; a link still there keeps the journal for the next start)
+            with _run_folder(ctx, f) as (dfd, name):
+                if same_fs:
+                    os.rename(name, dst, src_dir_fd=dfd)
+                    if os.lstat(dst).st_ino != f["ino"]:
+                        raise TransactionError(f"{f['path']}: not the file that was hashed")
+                else:
+                    tmp = dst + ".partial"
+                    try:  # the mode and time set through the copy's fd, as it is made
+                        copy_new(name, tmp, f["sha256"], mode=f["mode"], mtime_ns=f["mtime_ns"], src_dir_fd=dfd)
+                    except CopyMismatch:
+                        raise TransactionError(f"copy of {f['path']} in {vault.root} does not match its sha256") \
+                            from None
+                    if sha256_file(tmp) != f["sha256"]:  # re-read where it landed
+                        raise TransactionError(f"copy of {f['path']} in {vault.root} does not match its sha256")
+                    os.replace(tmp, dst)
             if i == 0:
                 faults.hit("retire.mid_move")
             done += f["size"]
@@ -343,19 +351,25 @@ class DiskRetire(one_retirement.RetireLayout):
         ctx, begin = self.ctx, self.begin_rec
         if not begin["same_fs"]:
             for i, f in enumerate(begin["files"]):
-                src = ctx.abs(f["path"])
                 no_symlink(ctx, f["path"])
-                if not still_recorded(ctx, f):
-                    raise TransactionError(f"{f['path']}: changed during the retirement (is the run still being "
+                changed = TransactionError(f"{f['path']}: changed during the retirement (is the run still being "
                                            "written?)", Skip.ACTIVE)
-                os.unlink(src)
+                if not still_recorded(ctx, f):
+                    raise changed
+                # looked at again and unlinked in its folder as the walk reaches it (invariant 4: a
+                # folder swapped for a link since the look leads no unlink outside the logdir)
+                with _run_folder(ctx, f) as (dfd, name):
+                    if not recorded_in(dfd, name, f):
+                        raise changed
+                    os.unlink(name, dir_fd=dfd)
                 if i == 0:
                     faults.hit("retire.mid_delete")
         for d in sorted(begin["dirs"], key=lambda d: d["path"].count("/"), reverse=True):
-            p = ctx.abs(d["path"])
             no_symlink(ctx, d["path"])
             try:
-                os.rmdir(p)
+                with folder_at(ctx, d["path"]) as at:  # removed in its parent as the walk reaches it
+                    if at is not None:
+                        os.rmdir(at[1], dir_fd=at[0])
             except FileNotFoundError:
                 pass
             except OSError as e:
@@ -412,6 +426,18 @@ class DiskRetire(one_retirement.RetireLayout):
         locks, self.locks = self.locks, []
         for lk in locks:
             lk.release()
+
+
+@contextlib.contextmanager
+def _run_folder(ctx: Context, f: dict) -> Iterator[Tuple[int, str]]:
+    """(the descriptor of the folder of the run's file ``f``, as the logdir store's walk reaches
+    it, and its name there) (``placement.folder_at``: a link on the way is ``TransactionError``
+    coded ``StoreError.SYMLINK``); a folder gone is a change to the run (``Skip.ACTIVE``)."""
+    with folder_at(ctx, f["path"]) as at:
+        if at is None:
+            raise TransactionError(f"{f['path']}: changed during the retirement (is the run still being written?)",
+                                   Skip.ACTIVE)
+        yield at
 
 
 def _check_space(path: str, need: int) -> None:

@@ -14,6 +14,10 @@ line of a retirement (``write_retire_manifest``) and the catalogue of them (``re
 
 ``engine.retire`` runs the verbs over these: the retirement (``LocalRetire`` on the one driver),
 its rollback, its restore (``unretire``), its recovery and its purge.
+
+Why one module: the vault's layout of a retired run, the checks of the untrusted records that
+name it and the file-level steps over it (put back, set aside, dropped) are one contract; a step
+apart from the layout and the checks it relies on would drift from them.
 """
 from __future__ import annotations
 
@@ -32,8 +36,8 @@ from tb_footprint_plugin.engine.catalogue import own_manifests
 from tb_footprint_plugin.engine.context import Context, TransactionError, no_symlink
 from tb_footprint_plugin.engine.history import append_history, disk_log
 from tb_footprint_plugin.engine.journal import OpJournal
-from tb_footprint_plugin.engine.placement import (IN_PLACE, partial_copy, place_at_free_name, put_in_place, resume_copy,
-                                                  settle_folder, starts_with)
+from tb_footprint_plugin.engine.placement import (IN_PLACE, partial_copy, place_at_free_name, put_in_place, resume_at,
+                                                  settle_folder, starts_with, version_in)
 from tb_footprint_plugin.engine.putback import begins_with, holds_original
 from tb_footprint_plugin.engine.retire_rules import KIND, is_restorable_retirement
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
@@ -191,6 +195,18 @@ def still_recorded(ctx: Context, f: dict) -> bool:
         return False
 
 
+def recorded_in(dir_fd: int, name: str, f: dict) -> bool:
+    """``still_recorded`` asked of the entry ``name`` of the folder open at ``dir_fd`` (reached by
+    the walk that follows no link): the same rule (``placement.version_in``: ``Store.version``'s
+    token; size and mtime for a record without its inode), for a step made in that folder."""
+    if not isinstance(f.get("ino"), int):
+        try:
+            return unchanged(name, f, os.stat(name, dir_fd=dir_fd, follow_symlinks=False))
+        except OSError:
+            return False
+    return version_in(dir_fd, name) == version_token(f["ino"], f["size"], f["mtime_ns"])
+
+
 def unchanged(path: str, f: dict, st: Optional[os.stat_result] = None) -> bool:
     """``path`` is still the regular file ``f`` records: its size and mtime (a copy put back, a new
     inode, is compared so; the run's own file by ``still_recorded``). ``st``: its lstat, taken."""
@@ -316,7 +332,11 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
             # a copy a killed attempt began: finished (the vault's bytes whole: what it had yet to set is
             # the recorded mode, time and owner), or emptied (their beginning, every byte in the vault)
             meta = {"mode": f["mode"], "mtime_ns": plausible_mtime_ns(f.get("mtime_ns")), "owner": recorded_owner(f)}
-            if resume_copy(dst, f, lambda q: partial_copy(q, stored, f), meta) == IN_PLACE:
+            try:  # in its folder as the walk reaches it (``placement.resume_at``)
+                got = resume_at(ctx, f["path"], f, lambda q, d: partial_copy(q, stored, f, dir_fd=d), meta)
+            except TransactionError as e:  # a link on the way: the file stays in the vault
+                raise StandsThere(f"{e}; the retired file stays in {stored}", e.code) from None
+            if got == IN_PLACE:
                 _drop_copy_left(ctx, tmp_key, f)  # a copy killed before it deleted its source
                 return None
         st = _look(ctx, key)
@@ -488,6 +508,6 @@ def tree_size(d: str) -> int:
 
 
 __all__ = ["RETIRED", "OP_ID_RE", "StandsThere", "retired_dir", "stored_file", "check_retired_dir", "drop_retired", "rel_ok",
-           "check_record", "tree_sha256", "inventory", "unchanged", "still_recorded", "grown", "sized", "chmod_dirs", "put_back",
+           "check_record", "tree_sha256", "inventory", "unchanged", "still_recorded", "recorded_in", "grown", "sized", "chmod_dirs", "put_back",
            "stored_ok", "write_retire_manifest", "retirements", "is_restorable_retirement", "retired_now",
            "retirement_recorded", "tree_size"]

@@ -38,9 +38,9 @@ from tb_footprint_plugin.engine import remote_vault
 from tb_footprint_plugin.engine.context import TransactionError
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec
-from tb_footprint_plugin.engine.putback import copy_late_records, holds_original
-from tb_footprint_plugin.engine.placement import (copies_begun, partial_copy, place_at_free_name, put_in_place,
-                                                  resume_copy, starts_with)
+from tb_footprint_plugin.engine.putback import copy_late_records
+from tb_footprint_plugin.engine.placement import (copies_begun, place_at_free_name, put_in_place, starts_with,
+                                                  undo_new_name)
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.storage.regular import open_regular, open_regular_at
@@ -396,17 +396,12 @@ def finish_salvage(ctx, records: List[dict]) -> str:
         return "salvage had been recorded"
     staged = next((r for r in records if r["type"] == Rec.STAGED), None)
     final = begin.get("final")
-    if staged and final and final in copies_begun(records) and begin.get("tmp"):
-        # a copy into the salvage file a kill stopped (a folder that does not rename), settled by
-        # the one rule (``resume_copy``): its beginning of the staged records goes now; a whole
-        # copy (nothing to give it: it is undone) goes just below, as a renamed one does
-        tmp = ctx.abs(begin["tmp"])
-        resume_copy(ctx.abs(final), staged, lambda q: partial_copy(q, tmp, staged), {})
-    if begin.get("tmp"):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(ctx.abs(begin["tmp"]))
-    if staged and begin.get("final") and holds_original(ctx.store, ctx.key(begin["final"]), staged):
-        os.unlink(ctx.abs(begin["final"]))
+    # the temporary and the salvage file undone by the one rule (``placement.undo_new_name``): a
+    # copy a kill stopped (a folder that does not rename, its ``copying`` record) emptied of its
+    # beginning of the staged records, a whole one (nothing to give it) removed as a renamed one
+    # is; each in its folder as the walk reaches it, a link on the way refused (nothing outside
+    # removed; the journal kept, the next start tries again)
+    undo_new_name(ctx, begin.get("tmp"), final, staged, bool(final) and final in copies_begun(records))
     old, new = vault.blob_path(begin["old_sha256"]), vault.blob_path(begin["new_sha256"])
     with contextlib.suppress(OSError):
         if os.path.samefile(old, new) and old != new:

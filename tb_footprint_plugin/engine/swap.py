@@ -25,9 +25,9 @@ from tb_footprint_plugin.engine.context import Context, TransactionError, no_sym
 from tb_footprint_plugin.engine.journal import Journal
 from tb_footprint_plugin.engine.putback import holds_original
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
-from tb_footprint_plugin.engine.placement import (IN_PLACE, copies_begun, partial_copy, partial_put_back,
-                                                  put_in_place, resume_copy, settle_folder, stands_at, starts_with,
-                                                  version_at, version_in)
+from tb_footprint_plugin.engine.placement import (IN_PLACE, copies_begun, folder_at, partial_copy, partial_put_back,
+                                                  put_in_place, resume_at, settle_folder, stands_at, starts_with,
+                                                  undo_new_name, version_at, version_in)
 from tb_footprint_plugin.engine.salvage import keep_late_records
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path
@@ -117,7 +117,8 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
             new_name = s["final"] not in backups
             # a copy a killed attempt began here (a new name its ``copying`` record names, an
             # original's when resuming on a copying folder): finished, or emptied and made again
-            resumed = resume_copy(final, s, lambda q: partial_copy(q, tmp, s), _made_as(tmp)) \
+            # (in its folder as the walk reaches it: a link on the way refused, nothing changed)
+            resumed = resume_at(ctx, s["final"], s, lambda q, d: partial_copy(q, tmp, s, dir_fd=d), _made_as(tmp)) \
                 if (s["final"] in begun if new_name else copying) else None
             if new_name and resumed is None and stands_at(ctx, s["final"]) \
                     and not holds_original(ctx.store, ctx.key(s["final"]), s):
@@ -217,22 +218,13 @@ def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[J
         if d and not _listed(displaced, d):
             displaced.append(d)
     for tmp_rel, r in stages.items():
-        no_symlink(ctx, tmp_rel)  # a folder swapped for a link must not lead an unlink outside
         final = r.get("final")
-        s = staged.get(tmp_rel)
-        if copying and final and final not in originals and final in begun and s:
-            # a copy + delete swap killed within its copy under a new name, settled by the one rule
-            # (``resume_copy``) while the staged file still tells it (before it goes): the beginning
-            # of the staged bytes goes now; a whole copy (nothing to give it: it is undone) below
-            no_symlink(ctx, final)
-            tmp = ctx.abs(tmp_rel)
-            resume_copy(ctx.abs(final), s, lambda q: partial_copy(q, tmp, s), {})
-        with contextlib.suppress(FileNotFoundError):
-            fsops.unlink(ctx.abs(tmp_rel))
-        if final and final not in originals:
-            no_symlink(ctx, final)
-            if s and holds_original(ctx.store, ctx.key(final), s):
-                fsops.unlink(ctx.abs(final))
+        new = final if final and final not in originals else None
+        # the staged file removed, and what it made at a new name: a copy + delete swap killed
+        # within its copy there (only where recorded) settled by the one rule (``resume_copy``)
+        # while the staged file still tells it, a whole copy or rename undone; each in its folder
+        # as the walk reaches it: a folder swapped for a link leads no unlink outside
+        undo_new_name(ctx, tmp_rel, new, staged.get(tmp_rel), copying and new in begun)
     settle_dirs(ctx, rmdirs, remade)
     settle_folder_times(ctx, records[0].get("dir_times"))
     kept = {d["path"] for d in displaced if d.get("kept_in_place")}
@@ -397,7 +389,12 @@ def settle_folder_times(ctx: Context, recs) -> None:
         try:
             if r["path"]:
                 no_symlink(ctx, r["path"])
-            p = ctx.abs(r["path"]) if r["path"] else ctx.logdir
+                # through its own descriptor, reached by the walk (``placement.settle_folder``): a
+                # folder on the way swapped for a link since the look never has its time changed
+                settle_folder(ctx, r["path"], None, ns, None, when=lambda st, ns=ns: st.st_mtime_ns != ns,
+                              entries=r["entries"])
+                continue
+            p = ctx.logdir  # the logdir itself: the one path taken as given (the user named it)
             st = os.lstat(p)
             if not stat.S_ISDIR(st.st_mode):
                 continue
@@ -446,11 +443,20 @@ def put_back_names_free(ctx: Context, recs: Iterable[dict], token: Optional[str]
             continue
         d = os.path.dirname(f["path"])
         try:
-            folder = ctx.abs(d) if d else ctx.logdir
-        except TransactionError:
+            with folder_at(ctx, os.path.join(d, "x")) as at:  # looked at in the folder the walk reaches
+                if at is not None and any(_lexists_in(at[0], n) for n in _temp_names(f["sha256"], token)):
+                    return False
+        except (TransactionError, ValueError):
             continue
-        if any(os.path.lexists(os.path.join(folder, n)) for n in _temp_names(f["sha256"], token)):
-            return False
+    return True
+
+
+def _lexists_in(dir_fd: int, name: str) -> bool:
+    """Whether anything (a link too, never followed) stands at ``name`` in the folder ``dir_fd``."""
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
     return True
 
 
@@ -501,18 +507,22 @@ def remove_put_back_temps(ctx: Context, recs: Iterable[dict], token: Optional[st
     # one listing a folder, not a look-up per file and folder (a profile session: 100s of files)
     for d, wanted in names.items():
         try:
-            no_symlink(ctx, os.path.join(d, "x") if d else "x")
-            folder = ctx.abs(d) if d else ctx.logdir
-            with os.scandir(folder) as entries:
-                hits = [e for e in entries if e.name in wanted]
-            for e in hits:
-                p = os.path.join(folder, e.name)
-                # a regular file or a link at a name only our journaled token gives (a link is
-                # removed, never followed); a folder there is left alone
-                if p not in keep and (e.is_symlink() or e.is_file(follow_symlinks=False)):
-                    fsops.unlink(p)
-                    removed.append(os.path.relpath(p, ctx.logdir))
-        except (OSError, TransactionError):
+            # listed and removed in the folder the logdir store's walk reaches: a folder on the way
+            # that is (or is swapped for) a link to an outside folder is passed over, nothing there removed
+            with folder_at(ctx, os.path.join(d, "x")) as at:
+                if at is None:
+                    continue
+                folder = ctx.abs(d) if d else ctx.logdir
+                with os.scandir(at[0]) as entries:
+                    hits = [e for e in entries if e.name in wanted]
+                for e in hits:
+                    p = os.path.join(folder, e.name)
+                    # a regular file or a link at a name only our journaled token gives (a link is
+                    # removed, never followed); a folder there is left alone
+                    if p not in keep and (e.is_symlink() or e.is_file(follow_symlinks=False)):
+                        fsops.unlink(e.name, dir_fd=at[0])
+                        removed.append(os.path.relpath(p, ctx.logdir))
+        except (OSError, TransactionError, ValueError):
             continue
     return removed
 
@@ -697,9 +707,10 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
     key = ctx.key(rec["path"])
     resumed = False
     if rec["path"] in begun:
-        # a copy a killed attempt began: finished (its bytes whole), or emptied (their beginning)
+        # a copy a killed attempt began: finished (its bytes whole), or emptied (their beginning),
+        # in its folder as the walk reaches it (a link on the way: refused, coded, naming it)
         meta = {"mode": rec["mode"], "mtime": rec["mtime"], "owner": recorded_owner(rec), **_time_of(vault, rec)}
-        if resume_copy(p, rec, lambda q: partial_put_back(vault, q, rec), meta) == IN_PLACE:
+        if resume_at(ctx, rec["path"], rec, lambda q, d: partial_put_back(vault, q, rec, dir_fd=d), meta) == IN_PLACE:
             return None
         resumed = True  # the original is not there whole: asked already
 
