@@ -675,6 +675,7 @@ def own_peak_mb() -> Optional[float]:
 def measure(kind: str, cache: str, timeout: Optional[float] = None, **a) -> dict:
     """One phase in a fresh interpreter whose scan cache lives in ``cache`` (``XDG_CACHE_HOME``)."""
     env = dict(os.environ, XDG_CACHE_HOME=cache)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--_worker", kind, json.dumps(a)],
                               capture_output=True, text=True, env=env, timeout=timeout)
@@ -682,7 +683,13 @@ def measure(kind: str, cache: str, timeout: Optional[float] = None, **a) -> dict
         return {"error": f"stopped at the time limit ({timeout:.0f} s)"}
     if proc.returncode != 0:
         return {"error": f"exit {proc.returncode}: {proc.stderr.strip()[-1500:]}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    # the worker's whole process, as ``tb-footprint reduce`` pays it: the interpreter's start,
+    # the package's imports, the phase, the interpreter's exit (its last collection of every
+    # object left), and the children it waited for; ``cpu`` is the phase's only
+    out["process_cpu"] = round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 4)
+    return out
 
 
 def cp_a(logdir: str, scratch: str) -> dict:
@@ -710,6 +717,8 @@ def best(fn, repeat: int) -> dict:
     out["all_seconds"] = [round(r["seconds"], 3) for r in runs]
     if all("cpu" in r for r in runs):
         out["all_cpu"] = [round(r["cpu"], 3) for r in runs]
+    if all("process_cpu" in r for r in runs):
+        out["all_process_cpu"] = [round(r["process_cpu"], 3) for r in runs]
     if all("import_cpu" in r for r in runs):
         out["all_import_cpu"] = [round(sum(r["import_cpu"].values()), 3) for r in runs]
     if all("gc" in r for r in runs):
@@ -1238,6 +1247,13 @@ def file_sizes_report(rows: List[dict], gate_time: bool = True) -> bool:
                   f"{x['statuses']}")
             for reason in x.get("reasons", []):
                 print(f"    not verified: {reason[:200]}")
+            if mode == "cold" and "process_cpu" in x:
+                # what a fresh ``tb-footprint reduce`` pays beyond the reduce's own CPU: part of
+                # its fixed cost that the reduce's figure above leaves out
+                every = x.get("all_process_cpu") or []
+                print(f"    the whole fresh process (interpreter start, the package's imports, the reduce, "
+                      f"exit): {x['process_cpu']:.2f} s CPU"
+                      + (f"; in each measurement: {every}" if len(every) > 1 else ""))
             if x.get("cpu_split"):
                 # where that CPU went, by thread (each thread's CPU as it ended): the fixed part
                 # of a reduce is what does not grow from one size to the next
