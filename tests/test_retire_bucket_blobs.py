@@ -81,9 +81,9 @@ def _retire(url, run, vault):
 def test_retire_into_the_folder_then_restore_and_purge(bucket, sweep_logdir, tmp_path):
     """On each store: two runs retired into the folder leave the bucket entirely (no copy under
     ``.tb-footprint/blobs``), the folder holds every object's bytes under its sha256, the manifests
-    name them; status, history and retired list the retirements; a purge of one restored run
-    forgets its blobs and keeps the other's (still retired), whose restore is byte for byte; a last
-    purge leaves the folder empty."""
+    name them; status, history and retired list the retirements; the restore of one forgets its
+    blobs (as every store's restore releases its copies, #26) and keeps the other's (still
+    retired), whose restore is byte for byte and leaves the folder empty: nothing for a purge."""
     url = bucket.upload(sweep_logdir, "logs")
     vault = str(tmp_path / "vault")
     before = _user(bucket)
@@ -116,17 +116,17 @@ def test_retire_into_the_folder_then_restore_and_purge(bucket, sweep_logdir, tmp
     assert _of(_user(bucket), "sweep/lr0") == _of(before, "sweep/lr0")
     assert {r["run"] for r in api.retired(url, backup_dir=vault)} == {"sweep/lr1"}
 
-    # purge of the restored one: its blobs go, the retired run's (its only copy) stay
-    done = api.purge(url, yes=True, op=ops["sweep/lr0"], backup_dir=vault)
-    assert [o["op_id"] for o in done.ops] == [ops["sweep/lr0"]], done.to_dict()
+    # the restored one's blobs went with its restore, the retired run's (its only copy) stay
     left = _blobs(vault)
     assert set(_of(want, "sweep/lr1").values()) <= left
     assert not (set(_of(want, "sweep/lr0").values()) - set(_of(want, "sweep/lr1").values())) & left
+    assert [o["op_id"] for o in api.purge(url, backup_dir=vault).ops] == [ops["sweep/lr1"]]
     (back,) = api.restore(url, run="sweep/lr1", backup_dir=vault)
     assert back.status == Outcome.RESTORED, back.reason
     assert _user(bucket) == before
-    api.purge(url, yes=True, backup_dir=vault)
     assert _blobs(vault) == set()
+    done = api.purge(url, yes=True, backup_dir=vault)
+    assert not done.ops and not done.kept, done.to_dict()
     assert _user(bucket) == before
 
 
@@ -363,41 +363,46 @@ def test_a_local_disk_failure_while_adding_the_blobs_leaves_the_run_as_it_was(s3
     assert _retire(url, "sweep/lr0", vault).status == Outcome.VERIFIED
 
 
-def test_a_purge_waits_for_a_retire_whose_blobs_no_manifest_names_yet(s3_bucket, sweep_logdir, tmp_path):
-    """The forget lock: a purge of a restored retirement while the same run is retired again (its
-    blobs, the same bytes, added but named by no manifest yet) waits for the retire's manifest and
-    forgets none of them; the second retirement's restore is byte for byte."""
+def test_a_restores_release_waits_for_a_retire_whose_blobs_no_manifest_names_yet(s3_bucket, sweep_logdir, tmp_path):
+    """The forget lock: a restore that releases its retirement's blobs while another run holding
+    the same bytes is retired (its blobs, the same digests, added but named by no manifest yet)
+    waits for that retire's manifest and forgets none of them; the second retirement's restore is
+    byte for byte."""
     import threading
     import time
 
     url = s3_bucket.upload(sweep_logdir, "logs")
     vault = str(tmp_path / "vault")
-    before = _user(s3_bucket)
     run = "sweep/lr0"
+    for k in _of(_user(s3_bucket), run):  # a run of the same bytes: the same blobs
+        s3_bucket.fs.pipe_file(s3_bucket.key(f"logs/twin/{k[len(run) + 1:]}"),
+                               s3_bucket.fs.cat_file(s3_bucket.key(f"logs/{k}")))
+    s3_bucket.fs.invalidate_cache()
+    before = _user(s3_bucket)
     first = _retire(url, run, vault)
     assert first.status == Outcome.VERIFIED, first.reason
-    (back,) = api.restore(url, run=run, backup_dir=vault)
-    assert back.status == Outcome.RESTORED, back.reason
-    purged = []
-    t = threading.Thread(target=lambda: purged.append(api.purge(url, yes=True, op=first.op_id, backup_dir=vault)))
+    restored = []
+    t = threading.Thread(target=lambda: restored.append(api.restore(url, run=run, backup_dir=vault)))
 
-    def at_blobs_added():  # the run's objects are blobs again (the first's), no manifest of this one yet
+    def at_blobs_added():  # twin's objects are blobs (the first's), no manifest of this one yet
         t.start()
         time.sleep(3)
-        assert not purged, "the purge forgot while a retire's add held the lock"
+        assert not restored, "the restore forgot while a retire's add held the lock"
 
     faults.arm("retire.mid_move", at_blobs_added)
     try:
-        second = _retire(url, run, vault)
+        second = _retire(url, "twin", vault)
     finally:
         faults.disarm_all()
     t.join(60)
     assert second.status == Outcome.VERIFIED, second.reason
-    assert purged and [o["op_id"] for o in purged[0].ops] == [first.op_id], purged[0].to_dict()
-    assert set(_of(before, run).values()) <= _blobs(vault)
-    (back,) = api.restore(url, run=run, backup_dir=vault)
+    [[back]] = restored
+    assert back.status == Outcome.RESTORED and "not all released" not in back.reason, back.reason
+    assert set(_of(before, "twin").values()) <= _blobs(vault)
+    (back,) = api.restore(url, run="twin", backup_dir=vault)
     assert back.status == Outcome.RESTORED, back.reason
     assert _user(s3_bucket) == before
+    assert _blobs(vault) == set()
 
 
 def test_an_object_written_during_the_restore_is_never_overwritten(bucket, sweep_logdir, tmp_path):

@@ -53,6 +53,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 from tb_footprint_plugin.codes import BlobError, Failure, Skip, StoreError
 from tb_footprint_plugin.engine import manifest
+from tb_footprint_plugin.engine.catalogue_rules import entry_released
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.journal_object import pending_objects
 from tb_footprint_plugin.engine.bucket_state import (
@@ -343,7 +344,8 @@ def _named(doc, out: Set[str]) -> bool:
     for en in runs:
         files = en.get("files") if isinstance(en, dict) else None
         for f in files if isinstance(files, list) else []:
-            if isinstance(f, dict) and is_sha256(f.get("sha256")):
+            # an entry its restore let go (a restore that left another original) names it no more
+            if isinstance(f, dict) and is_sha256(f.get("sha256")) and not entry_released(doc, f):
                 out.add(f["sha256"])
     return True
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 import contextlib
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
-from tb_footprint_plugin.codes import StoreError
+from tb_footprint_plugin.codes import Failure, StoreError
 from tb_footprint_plugin.engine import txn
-from tb_footprint_plugin.engine.bucket_blobs import is_blob_entry
+from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry
 from tb_footprint_plugin.engine.bucket_purge_journal import purge_journal_first, renew
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
@@ -79,7 +79,8 @@ def delete_copies(ostore: ObjectStore, m: dict, keep_lease: Callable[[], object]
 
 
 def release_restored(ostore: ObjectStore, vault: BucketVault, m: dict, mark: Callable[[], None],
-                     files: Optional[List[dict]] = None) -> Tuple[Optional[str], Optional[BaseException]]:
+                     files: Optional[List[dict]] = None,
+                     unnamed: Callable[[], None] = lambda: None) -> Tuple[Optional[str], Optional[BaseException]]:
     """The copies of restored operation ``m`` released as a purge releases an operation's (issue
     #26: a restore lets its backup go on every store): every copy (restored whole), or those of
     its entries ``files`` (the originals that went back, when another stayed in the vault). A
@@ -87,11 +88,14 @@ def release_restored(ostore: ObjectStore, vault: BucketVault, m: dict, mark: Cal
     ``mark()`` (``m``'s manifest written restored and purged, or each released entry marked
     ``catalogue_rules.RELEASED_BY``: from then on nothing points at those copies, and a start
     finishes a release stopped there, ``KilledBucketPurges``), then the copies deleted
-    (``delete_copies``, the lease renewed between batches). Returns the journal's path when the
-    caller is to remove it (every copy gone), and the first failure of a delete (the journal then
-    stays: the next start deletes what stayed). With no copy of its own (a vault of blobs) only
-    ``mark()``."""
-    if not copy_keys(m if files is None else dict(m, files=files)):
+    (``delete_copies``, the lease renewed between batches), or, in a vault of blobs, what nothing
+    names forgotten under its exclusive lock (``collect``, once ``unnamed()`` removed what named
+    them still: the restore's own journal). Returns the journal's path when the caller is to
+    remove it (every copy gone), and the first failure (the journal then stays: the next start
+    finishes the release)."""
+    entries = m["files"] if files is None else files
+    blobs = vault.blobs is not None and any(is_blob_entry(f) for f in entries)
+    if not (copy_keys(dict(m, files=entries)) or blobs):
         mark()
         return None, None
     release_id = new_op_id()
@@ -104,10 +108,27 @@ def release_restored(ostore: ObjectStore, vault: BucketVault, m: dict, mark: Cal
             with contextlib.suppress(BucketTxnError, *STORE_FAILURES):
                 renew(jnl)  # one lost (a start finished this release): the copies go on going all the same
 
-        failure = delete_copies(ostore, m, keep_lease, files=files)
+        failure = delete_copies(ostore, m, keep_lease, files=entries)
+        if blobs:
+            failure = failure or forget_unnamed(ostore, vault, unnamed)
         return (None if failure else jnl.path), failure
     finally:  # from here on its journal, if left, is a gone holder's: the next start finishes it
         ACTIVE_OPS.discard(release_id)
+
+
+def forget_unnamed(ostore: ObjectStore, vault: BucketVault,
+                   unnamed: Callable[[], None] = lambda: None) -> Optional[BaseException]:
+    """A vault of blobs' forget of what no manifest or journal names (``collect``, under its
+    exclusive lock: an add in flight is waited for), after ``unnamed()``; the failure, or None."""
+    try:
+        unnamed()
+        fig = collect(ostore, vault)
+    except (BucketTxnError, *STORE_FAILURES, OSError) as e:
+        return e
+    if fig.get("blocked") or fig.get("blocked_by_damaged_index"):
+        why = fig.get("blocked") or "an index object of it does not read"
+        return BucketTxnError(Failure.STORE_ERROR, f"{vault.blobs.folder if vault.blobs else vault.root}: {why}")
+    return None
 
 
 def drop_journal(ostore: ObjectStore, jpath: str) -> Optional[str]:
@@ -238,4 +259,4 @@ class ObjectPutBack(PutBackHold, txn.PutBack):
 
 
 __all__ = ["ObjectPutBack", "PutBackHold", "beside_at_free_name", "copy_keys", "delete_copies", "drop_journal",
-           "release_restored", "settle_failed_journal", "store_delete_batch"]
+           "forget_unnamed", "release_restored", "settle_failed_journal", "store_delete_batch"]

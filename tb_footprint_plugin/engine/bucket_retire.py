@@ -617,7 +617,9 @@ class BucketUnretire(one_unretire.UnretireLayout):
       ``bucket_putback.release_restored``): with every object back, all (the manifest marked
       purged ``backup_released_by_restore`` in that same write); with an original left
       (``not_restored``: its copy kept, which purge keeps), the others, each entry marked
-      ``catalogue_rules.RELEASED_BY`` in that write. A vault of blobs keeps them for its purge.
+      ``catalogue_rules.RELEASED_BY`` in that write. A vault of blobs forgets the blobs nothing
+      else names once the restore's journal is gone (``bucket_putback.forget_unnamed``, under its
+      exclusive lock, as its purge does).
 
     A failure is said as on every store (``Unretire.rollback``); an injected fault is a crash, the
     journal left as it stands."""
@@ -730,11 +732,10 @@ class BucketUnretire(one_unretire.UnretireLayout):
         after the mark), the journal removed."""
         m, st, held, conflicts = self.m, self.st, self.held, self.conflicts
         assert held is not None
-        copies = self.vault.blobs is None  # a vault of blobs keeps them for its purge (its forget's lock)
-        if copies and len(conflicts) < len(m["files"]):
-            # a copy goes only while its key still holds its original (review R7 F5): a writer that
-            # replaced or removed one since it went back (a job resumed on the restored run) leaves
-            # it not_restored, its original kept, as a disk's look before it lets go does
+        if len(conflicts) < len(m["files"]):
+            # a copy (or blob) goes only while its key still holds its original (review R7 F5): a
+            # writer that replaced or removed one since it went back (a job resumed on the restored
+            # run) leaves it not_restored, its original kept, as a disk's look before it lets go does
             now = run_listing(self.ostore, self.vault, self.out.run)
             conflicts.extend(f["path"] for f in m["files"] if f["path"] not in conflicts and (
                 now.get(f["path"]) is None or not holds_original(self.ostore, now[f["path"]], f)))
@@ -743,13 +744,13 @@ class BucketUnretire(one_unretire.UnretireLayout):
         left = set(conflicts)
         # the copies of the originals back go, the disk's rule (its restore removes the retired
         # tree, or each files/<n> but those of the paths left): all, the manifest marked purged; or
-        # each entry marked released in the same write, the others kept (purge keeps them whole)
-        back = [f for f in m["files"] if f["path"] not in left] if copies else []
+        # each entry marked released in the same write, the others kept (purge keeps them whole);
+        # a vault of blobs forgets the digests nothing else names, under its lock
+        back = [f for f in m["files"] if f["path"] not in left]
         if conflicts:
             doc["not_restored"] = sorted(left)
-            doc["files"] = [dict(f, **{RELEASED_BY: op_id}) if copies and f["path"] not in left else f
-                            for f in m["files"]]
-        elif copies:
+            doc["files"] = [dict(f, **{RELEASED_BY: op_id}) if f["path"] not in left else f for f in m["files"]]
+        else:
             doc.update(backup_purged=True, purged_at=at, backup_released_by_restore=op_id)
 
         def mark() -> None:
@@ -757,10 +758,14 @@ class BucketUnretire(one_unretire.UnretireLayout):
                       m.get("_version") or st.read(self.vault.manifest(held.held_as))[1])
             faults.hit("unretire.manifest")  # the disk's instant: the retirement marked restored
 
-        released, failure = release_restored(self.ostore, self.vault, m, mark, back) if back else (None, None)
+        def unnamed() -> None:  # a vault of blobs: the restore's journal names the digests it forgets
+            must_delete(self.ostore, [held.jpath])
+            held.jpath = None
+
+        released, failure = release_restored(self.ostore, self.vault, m, mark, back, unnamed) if back else (None, None)
         if not back:
             mark()
-        must_delete(self.ostore, [held.jpath] + ([released] if released else []))
+        must_delete(self.ostore, [p for p in (held.jpath, released) if p])
         held.jpath = None
         reason = (f"{len(m['files']) - len(left)} object(s) back byte for byte (checksums checked); the "
                   "object store keeps no modification times: restored objects are dated now")

@@ -31,6 +31,8 @@ import pytest
 from conftest import REPO, tree_hashes
 from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.storage.blobstore import BlobStore
+from tb_footprint_plugin.storage.store_posix import PosixStore
 
 #: ``s3blobs``: an S3 logdir whose backups go to a local vault of blobs (``--backup-dir <folder>``)
 STORES = ("posix", "s3", "gs", "az", "s3blobs")
@@ -218,14 +220,14 @@ _clean_vault = {}
 
 def copies_left(p, op_id):
     """The copies of retirement ``op_id``'s files still in the vault: a disk's ``retired/<op>``
-    files, a bucket's ``blobs/<op>/files/<n>`` objects (a vault of blobs keeps blobs by digest,
-    shared: not looked at here)."""
+    files, a bucket's ``blobs/<op>/files/<n>`` objects, every blob of a vault of blobs (the
+    matrix adds no other there)."""
     if p.store == "posix":
         roots = [r for r in (p.backup, os.path.join(p.url, STATE)) if r]
         return sorted(os.path.join(d, n) for r in roots for d, _dirs, files in os.walk(r) for n in files
                       if f"{os.sep}retired{os.sep}{op_id}{os.sep}" in os.path.join(d, n))
     if p.store == "s3blobs":
-        return []
+        return sorted(r.sha for r in BlobStore(PosixStore(p.backup)).refs()) if os.path.isdir(p.backup) else []
     return sorted(k for k in p.bucket.hashes(p.prefix) if k.startswith(f"{STATE}/blobs/{op_id}/"))
 
 
