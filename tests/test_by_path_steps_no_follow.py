@@ -317,3 +317,33 @@ def test_a_folders_recorded_time_is_set_on_nothing_through_a_link(tmp_path, monk
     monkeypatch.setattr(swap, "no_symlink", real)
     swap.settle_folder_times(ctx, [{"path": "exp/run", "mtime_ns": 1_000_000_000, "entries": 0}])
     assert os.stat(os.path.join(ctx.logdir, "exp", "run")).st_mtime_ns == 1_000_000_000  # its own folder's, as before
+
+
+def test_a_restored_retirement_names_a_folder_it_could_not_settle(tmp_path, monkeypatch):
+    """Review R7 F6: a retired run is back, its folders get their recorded mode and time through
+    their own descriptors; a recorded folder that is a link now (put there after the folders were
+    made) is left as it is, nothing followed. Before, the restore said only 'restored'. Now its
+    outcome names that folder, as one whose recorded mode and time were not given back."""
+    logdir = _logdir(tmp_path / "logs")
+    (logdir / "train" / "empty").mkdir(mode=0o750)
+    os.utime(logdir / "train" / "empty", (OLD, OLD))
+    os.utime(logdir / "train", (OLD, OLD))
+    rep = api.retire(str(logdir), api.retire_rule(runs=["train"]), dry_run=False, quiet_period=0)
+    assert rep.outcomes[0].status == "verified", rep.outcomes[0].reason
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    mode = os.stat(outside).st_mode
+    real = retire.make_dirs
+
+    def made(ctx, dirs):  # the folders made; then one of them becomes a link outside
+        got = real(ctx, dirs)
+        os.rmdir(logdir / "train" / "empty")
+        os.symlink(outside, logdir / "train" / "empty")
+        return got
+
+    monkeypatch.setattr(retire, "make_dirs", made)
+    [o] = api.restore(str(logdir), op=rep.outcomes[0].op_id)
+    assert o.status == Outcome.RESTORED, (o.status, o.reason)
+    assert os.stat(outside).st_mode == mode  # never followed
+    assert (logdir / "train" / "config.yaml").read_bytes() == CONFIG
+    assert "train/empty" in o.reason and "mode and time" in o.reason, o.reason

@@ -38,7 +38,7 @@ import errno
 import hashlib
 import os
 import stat
-from typing import BinaryIO, Callable, Collection, Iterable, Iterator, Optional, Tuple
+from typing import BinaryIO, Callable, Collection, Iterable, Iterator, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, StoreError
 from tb_footprint_plugin.engine.context import Context, TransactionError
@@ -237,7 +237,7 @@ def put_in_place(strategy: SwapStrategy, journal: Optional[OpJournal], rec: dict
 
 def settle_folder(ctx: Context, rel: str, mode: Optional[int], mtime_ns: Optional[int],
                   owner: Optional[Tuple[int, int]], when: Callable[[os.stat_result], bool] = lambda st: True,
-                  entries: Optional[int] = None) -> bool:
+                  entries: Optional[int] = None, unreached: Optional[List[str]] = None) -> bool:
     """The folder at the logdir path ``rel`` given ``owner`` (when root; first: a chown clears
     set-id bits), ``mode`` and ``mtime_ns`` (each None: left; its access time is kept) through its
     own descriptor, opened in its parent as the logdir store's walk reaches it, no link followed
@@ -245,15 +245,19 @@ def settle_folder(ctx: Context, rel: str, mode: Optional[int], mtime_ns: Optiona
     mode or time changed). False, nothing changed, when no folder is reached there (nothing, a
     file, a link, a link on the way), ``when`` (its stat) says no, or (``entries``) it holds
     another number of entries than that (listed through the same descriptor); the folders of a
-    restore or an unretire, once files are back."""
+    restore or an unretire, once files are back. ``unreached``: ``rel`` appended when it is left
+    because it is a link, or reached only through one (review R7 F6: the caller names it, as a
+    folder whose recorded mode and time were not given back)."""
     try:
         with ctx.store.folder(ctx.key(rel)) as (pfd, name):
             try:
                 fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
             except OSError as e:
-                if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
-                    return False
-                raise
+                if e.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                    raise
+                if unreached is not None and e.errno != errno.ENOENT and _is_link_in(pfd, name):
+                    unreached.append(rel)
+                return False
             try:
                 st = os.fstat(fd)
                 if not when(st):
@@ -272,9 +276,19 @@ def settle_folder(ctx: Context, rel: str, mode: Optional[int], mtime_ns: Optiona
             finally:
                 os.close(fd)
     except StoreFailure as e:
-        if e.code in (StoreError.NOT_FOUND, StoreError.SYMLINK, StoreError.NOT_REGULAR):
-            return False
-        raise
+        if e.code not in (StoreError.NOT_FOUND, StoreError.SYMLINK, StoreError.NOT_REGULAR):
+            raise
+        if unreached is not None and e.code == StoreError.SYMLINK:
+            unreached.append(rel)
+        return False
+
+
+def _is_link_in(dir_fd: int, name: str) -> bool:
+    """Whether ``name`` in the folder ``dir_fd`` is a symbolic link (never followed)."""
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 def copies_begun(records: Iterable[dict]) -> set:

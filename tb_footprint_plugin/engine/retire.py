@@ -91,7 +91,7 @@ from tb_footprint_plugin.engine.retire_tree import (
     write_retire_manifest,
 )
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
-from tb_footprint_plugin.engine.swap import folder_times, make_dirs, settle_folder_times
+from tb_footprint_plugin.engine.swap import folder_times, make_dirs, settle_folder_times, unsettled_note
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.plan.planner import active_reason, newest_write
@@ -478,7 +478,7 @@ def rollback_retire(ctx: Context, records: List[dict], reason: str, journal: Opt
         note = put_back(ctx, vault, op_id, i, f, begin["same_fs"], set_aside=True, journal=journal, begun=begun)
         if note:
             notes.append(note)
-    chmod_dirs(ctx, begin["dirs"])
+    notes.append(unsettled_note(chmod_dirs(ctx, begin["dirs"])))
     settle_folder_times(ctx, begin.get("dir_times"))
     missing = []
     for i, f in enumerate(begin["files"]):
@@ -499,7 +499,7 @@ def rollback_retire(ctx: Context, records: List[dict], reason: str, journal: Opt
     left = drop_retired(vault, op_id, len(begin["files"]))
     if left:
         notes.append(left)
-    detail = "; ".join(dict.fromkeys(notes))
+    detail = "; ".join(dict.fromkeys(n for n in notes if n))
     write_retire_manifest(ctx, records, Outcome.ROLLED_BACK, f"{reason}; {detail}" if detail else reason)
     return detail
 
@@ -706,12 +706,13 @@ def _journaled_retirement(ctx: Context, records: List[dict]) -> Tuple[dict, Vaul
     return begin, vault, m
 
 
-def unretire_put_back(ctx: Context, records: List[dict]) -> Optional[Tuple[dict, Vault, dict, List[str]]]:
+def unretire_put_back(ctx: Context, records: List[dict]) -> Optional[Tuple[dict, Vault, dict, List[str], List[str]]]:
     """Every file of the retirement a restore's journal names back at its path, the folders'
     modes and times after; idempotent. A path where another file stands is left as it is, its
     original in the vault (``StandsThere``). Returns (the begin record, the vault, the
-    retirement's manifest, the paths left), or None when that manifest says this restore is done
-    already."""
+    retirement's manifest, the paths left, the recorded folders left without their mode and time:
+    links, or reached only through one, ``chmod_dirs``), or None when that manifest says this
+    restore is done already."""
     begin, vault, m = _journaled_retirement(ctx, records)
     if m.get("restored_by") == begin["op_id"]:
         return None
@@ -731,12 +732,13 @@ def unretire_put_back(ctx: Context, records: List[dict]) -> Optional[Tuple[dict,
             left.append(f["path"])  # another file's path now: left as it is, the original kept
         if i == 0:
             faults.hit("unretire.mid_move")
-    chmod_dirs(ctx, m["dirs"])
+    unsettled = chmod_dirs(ctx, m["dirs"])
     settle_folder_times(ctx, m.get("dir_times"))
-    return begin, vault, m, left
+    return begin, vault, m, left, unsettled
 
 
-def unretire_commit(ctx: Context, begin: dict, vault: Vault, m: dict, left: Iterable[str] = ()) -> str:
+def unretire_commit(ctx: Context, begin: dict, vault: Vault, m: dict, left: Iterable[str] = (),
+                    unsettled: Iterable[str] = ()) -> str:
     """The run back byte for byte (every file put back re-hashed where it stands), the vault's
     copy released, the retirement marked restored, the restore's manifest and change-log line.
     ``left``: the paths another file holds (``unretire_put_back``): never read, their originals
@@ -780,7 +782,8 @@ def unretire_commit(ctx: Context, begin: dict, vault: Vault, m: dict, left: Iter
     if left:
         detail += (f"; {len(left)} path(s) hold another file now and were left as they are, e.g. {left[0]}: their "
                    "originals stay in the vault, and purge keeps them")
-    return detail
+    note = unsettled_note(list(unsettled))
+    return f"{detail}; {note}" if note else detail
 
 
 def record_unretire(ctx: Context, begin: dict, vault: Vault, m: dict, once: bool = False) -> bool:

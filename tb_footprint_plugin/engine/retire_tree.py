@@ -262,13 +262,17 @@ def sized(path: str, size: int) -> bool:
         return False
 
 
-def chmod_dirs(ctx: Context, dirs: List[dict]) -> None:
+def chmod_dirs(ctx: Context, dirs: List[dict]) -> List[str]:
     """Each directory gets its recorded mode and, where recorded, its mtime back (after every
     file is in: putting a file in changes its folder's mtime; setting a folder's own mtime
-    changes nothing above it)."""
+    changes nothing above it). Returns the folders left as they are because they are links or
+    reached only through one (review R7 F6: the caller names them)."""
+    unreached: List[str] = []
     for d in dirs:  # through its own descriptor (``placement.settle_folder``: never through a link)
         # before 1970: negative, given back exactly
-        settle_folder(ctx, d["path"], d["mode"], plausible_mtime_ns(d.get("mtime_ns")), recorded_owner(d))
+        settle_folder(ctx, d["path"], d["mode"], plausible_mtime_ns(d.get("mtime_ns")), recorded_owner(d),
+                      unreached=unreached)
+    return unreached
 
 
 def _give_back_owner(path: str, rec: dict, kind: int = 0, dir_fd: Optional[int] = None) -> None:

@@ -225,7 +225,7 @@ def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[J
         # while the staged file still tells it, a whole copy or rename undone; each in its folder
         # as the walk reaches it: a folder swapped for a link leads no unlink outside
         undo_new_name(ctx, tmp_rel, new, staged.get(tmp_rel), copying and new in begun)
-    settle_dirs(ctx, rmdirs, remade)
+    note = unsettled_note(settle_dirs(ctx, rmdirs, remade))  # named in the rollback's manifest (review R7 F6)
     settle_folder_times(ctx, records[0].get("dir_times"))
     kept = {d["path"] for d in displaced if d.get("kept_in_place")}
     for r in backups if swapped else ():
@@ -233,7 +233,7 @@ def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[J
             raise TransactionError(f"{r['path']}: could not be put back")
     begin = records[0]
     remove_scratch(vault, begin["op_id"])
-    write_manifest(ctx, records, "rolled_back", reason, displaced=displaced, code=code)
+    write_manifest(ctx, records, "rolled_back", f"{reason}; {note}" if note else reason, displaced=displaced, code=code)
     with contextlib.suppress(OSError):
         vault.done_compaction(begin["op_id"])  # noted before a swap that did not stand
     # Blobs only this operation needed are dropped: the originals are back in place. A blob
@@ -334,18 +334,30 @@ def _make_dir_in(pfd: int, name: str) -> bool:
     return True
 
 
-def settle_dirs(ctx: Context, dirs: List[dict], made) -> None:
+def settle_dirs(ctx: Context, dirs: List[dict], made) -> List[str]:
     """The recorded mode and (where recorded) mtime of each folder in ``made``, or of a recorded
     folder still 0700 as a killed earlier attempt made it (``made`` is lost when the operation
     is finished after a crash). Setting a folder's mtime does not touch its parent's; every
     file is back by now, so nothing changes them afterwards. Each through its own descriptor
-    (``placement.settle_folder``: a folder reached through a link is left as it is)."""
+    (``placement.settle_folder``: a folder reached through a link is left as it is). Returns the
+    folders so left (a link, or reached only through one), for the caller to name (review R7 F6)."""
     made = set(made)
+    unreached: List[str] = []
     for d in sorted(dirs, key=lambda d: len(d["path"]), reverse=True):
         # a folder this operation did not make (or already settled) is left as it is
         mine = d["path"] in made
         settle_folder(ctx, d["path"], d["mode"], recorded_mtime_ns(d), recorded_owner(d),
-                      when=lambda st, mine=mine: mine or (st.st_mode & 0o7777) == 0o700)
+                      when=lambda st, mine=mine: mine or (st.st_mode & 0o7777) == 0o700, unreached=unreached)
+    return unreached
+
+
+def unsettled_note(folders: List[str]) -> str:
+    """What a rollback or restore says of the recorded folders ``settle_dirs`` or
+    ``retire_tree.chmod_dirs`` left (a link, or reached only through one); '' when none."""
+    if not folders:
+        return ""
+    return (f"{len(folders)} recorded folder(s) reached only through a link kept their mode and time, e.g. "
+            f"{folders[0]}: its files are back, the folder's recorded mode and time are not")
 
 
 def kept_folders(rp: RunPlan) -> List[str]:
