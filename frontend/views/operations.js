@@ -178,6 +178,7 @@ export class HistoryView {
           text: e.outcome === 'verified' ? 'verified ✓' : e.outcome === 'restored' ? 'restored ✓'
             : (e.outcome || '—') + (e.reason ? ': ' + e.reason : '')}),
         el('td', {class: 'muted', text: [e.user, e.host].filter(Boolean).join('@')}))))));
-    if (h.total > h.entries.length) this.el.appendChild(el('p', {class: 'muted', text: 'Newest ' + h.entries.length + ' of ' + h.total + ' shown.'}));
+    // a bucket's page reads only the manifests it shows: its total is then a lower bound
+    if (h.total > h.entries.length) this.el.appendChild(el('p', {class: 'muted', text: 'Newest ' + h.entries.length + ' of ' + (h.total_exact === false ? 'at least ' : '') + h.total + ' shown.'}));
   }
 }

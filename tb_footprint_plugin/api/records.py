@@ -71,15 +71,15 @@ def history_page(logdir: str, backup_dir: Optional[str] = None, *, newest: Optio
     tab's Activity page at 100,000 runs, issue #28), and only the manifests of the entries shown
     are read; a bucket's listing of its manifests and only those that can hold the newest entries
     (their objects' dates tell: ``engine.bucket_history``), into a bounded heap of the newest, and
-    its ``total`` counts each manifest not read as one entry (its restore and purge uncounted:
-    exact when every manifest is read)."""
-    entries, total = open_engine(logdir, backup_dir, lazy=True).history_page(newest)
+    its ``total`` counts each manifest not read as one entry (its restore and purge uncounted).
+    ``total_exact``: False when ``total`` is such a lower bound (the tab then says "at least")."""
+    entries, total, exact = open_engine(logdir, backup_dir, lazy=True).history_page(newest)
     # lines and manifests are untrusted: a number that is not finite is none (``history.finite``:
     # no NaN or Infinity token a browser's JSON.parse refuses), a code a string or nothing
     entries = [finite(e) for e in entries]
     for e in entries:
         e["code"] = e.get("code") if isinstance(e.get("code"), str) else None
-    return {"entries": entries, "total": total}
+    return {"entries": entries, "total": total, "total_exact": exact}
 
 
 def bring_back(logdir: str, op_id: str, path: str, backup_dir: Optional[str] = None) -> dict:

@@ -10,7 +10,7 @@ from typing import Callable, List, Set, Tuple
 from tb_footprint_plugin.engine.bucket_catalogue import (entries_of, entry_when, line_entry, manifest_listing, op_of,
                                                          read_listed)
 from tb_footprint_plugin.engine.bucket_state import BucketState, BucketVault
-from tb_footprint_plugin.engine.history import bucket_log
+from tb_footprint_plugin.engine.history import HistoryPage, bucket_log
 from tb_footprint_plugin.storage.remote import READ_WORKERS
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
@@ -31,10 +31,11 @@ def _newest_possible(info) -> float:
 
 
 def history_page(ostore: ObjectStore, vault: BucketVault, newest: int,
-                 held: Callable[[], Set[str]]) -> Tuple[List[dict], int]:
+                 held: Callable[[], Set[str]]) -> HistoryPage:
     """The newest ``newest`` entries of ``bucket_catalogue.history`` less those of the operations ``held()`` names
     (asked after the listing of the manifests and before they are read: a manifest is written
-    after its journal), in its order, and about how many such entries there are in all (issue #28).
+    after its journal), in its order, and how many such entries there are in all, or at least
+    (``exact`` False) when some manifest was not read (issue #28).
     Reads only what the page shows (r26): the manifests in the order of their objects' dates in
     the listing, newest first, a few at once, until every one not read can hold no entry newer
     than the ``newest`` kept (``_newest_possible``: its date plus ``SKEW``), so the requests are
@@ -92,10 +93,11 @@ def history_page(ostore: ObjectStore, vault: BucketVault, newest: int,
         for m in read_listed(ostore, vault, wave):
             for j, e in enumerate(entries_of(m)):
                 offer((entry_when(e), 1, -(m.get("started_at") or 0), m["_path"], j), e)
-    # not read: one entry each, but an operation held (its key names it, as its journal does)
-    total += sum(1 for _b, key, _i in order[pos:] if _listed_op(key) not in skip)
+    # not read: one entry each, but an operation held (its key names it, as its journal does);
+    # its restore and purge lines are not known, so the total is then a lower bound
+    unread = sum(1 for _b, key, _i in order[pos:] if _listed_op(key) not in skip)
     kept.sort(key=lambda item: item[0])
-    return [e for _k, e in kept], total
+    return HistoryPage([e for _k, e in kept], total + unread, exact=unread == 0)
 
 
 def _listed_op(key: str) -> str:

@@ -13,6 +13,7 @@ from typing import Callable, Collection, List, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Recovery, Skip
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError
+from tb_footprint_plugin.engine.history import HistoryPage
 from tb_footprint_plugin.engine.purge import PurgeReport
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.scan.model import LogdirFootprint
@@ -101,10 +102,10 @@ class Engine(ABC):
         """The change log, oldest first (the entries ``api.history`` documents)."""
 
     @abstractmethod
-    def history_page(self, newest: Optional[int] = None) -> Tuple[List[dict], int]:
-        """``history``'s entries (all, or the newest ``newest``, oldest first) and how many there
-        are in all (what ``api.history_page`` returns; a bucket's page counts a manifest it did not
-        read as one entry)."""
+    def history_page(self, newest: Optional[int] = None) -> HistoryPage:
+        """``history``'s entries (all, or the newest ``newest``, oldest first), how many there
+        are in all and whether that count is exact (what ``api.history_page`` returns; a bucket's
+        page counts a manifest it did not read as one entry, a lower bound)."""
 
     # -- backups -----------------------------------------------------------------------------
     @abstractmethod

@@ -17,6 +17,7 @@ from tb_footprint_plugin.engine.bucket_objects import BucketState
 from tb_footprint_plugin.engine.catalogue_rules import backup_kept, is_kept, summarize_operations
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError
 from tb_footprint_plugin.engine.front_base import DEFAULT_BACKENDS, Engine, Progress, refused_rows
+from tb_footprint_plugin.engine.history import HistoryPage
 from tb_footprint_plugin.engine.ledger import with_restores
 from tb_footprint_plugin.engine.plan_notes import bucket_cost, bucket_traces
 from tb_footprint_plugin.engine.purge import PurgeReport
@@ -218,17 +219,17 @@ class BucketEngine(Engine):
         # a change log's lines are untrusted: an op id that is no string names no operation held
         return [e for e in found if not (isinstance(e.get("op_id"), str) and e["op_id"] in held)]
 
-    def history_page(self, newest: Optional[int] = None) -> Tuple[List[dict], int]:
+    def history_page(self, newest: Optional[int] = None) -> HistoryPage:
         """Differs: read from the change-log object's lines and only the manifests that can hold
         the newest entries, newest written first, into a bounded heap (``bucket_history.
         history_page``: the listing and about ``newest`` reads, whatever the vault holds); the
-        total counts each manifest not read as one entry (exact when all are read); ``newest``
-        None: ``history`` whole."""
+        total counts each manifest not read as one entry (a lower bound, ``exact`` False, unless
+        all are read); ``newest`` None: ``history`` whole."""
         from tb_footprint_plugin.engine.bucket_history import history_page
 
         if newest is None:
             entries = self.history()
-            return entries, len(entries)
+            return HistoryPage(entries, len(entries))
         return history_page(self.ostore, self.vault, newest, self._unreduced)
 
     # -- backups -----------------------------------------------------------------------------

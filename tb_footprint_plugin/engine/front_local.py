@@ -21,6 +21,7 @@ from tb_footprint_plugin.engine.checks import recheck
 from tb_footprint_plugin.engine.compactor import BatchCompactor, compact_committed
 from tb_footprint_plugin.engine.context import CancelToken, Context, RunOutcome, TransactionError
 from tb_footprint_plugin.engine.front_base import already_restored, DEFAULT_BACKENDS, Engine, Progress, refused_rows
+from tb_footprint_plugin.engine.history import HistoryPage
 from tb_footprint_plugin.engine.interrupted import interrupted_rows, journal_records, rolled_back_rows, same_file
 from tb_footprint_plugin.engine.journal import pending_journals, RunLocked
 from tb_footprint_plugin.engine.run_lock import folder_lock, run_lock
@@ -262,10 +263,11 @@ class LocalEngine(Engine):
         ``unknown``)."""
         return history_view(self.logdir, lambda: self.ctx)[0]
 
-    def history_page(self, newest: Optional[int] = None) -> Tuple[List[dict], int]:
+    def history_page(self, newest: Optional[int] = None) -> HistoryPage:
         """The newest entries read a block at a time (``ChangeLog.newest``): a block of the log
-        and ``newest`` entries held, and only those given their backup state."""
-        return history_view(self.logdir, lambda: self.ctx, newest)
+        and ``newest`` entries held, and only those given their backup state; the total exact
+        (the log's lines are counted, every one)."""
+        return HistoryPage(*history_view(self.logdir, lambda: self.ctx, newest))
 
     # -- reduce (what ``api.reduce`` drives) -----------------------------------------------------
     @property

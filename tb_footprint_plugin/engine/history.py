@@ -54,7 +54,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
 from tb_footprint_plugin.codes import Outcome, StoreError
 from tb_footprint_plugin.engine.context import RunOutcome
@@ -779,6 +779,16 @@ def read_history(state: str) -> List[dict]:
     return read_history_page(state)[0]
 
 
+class HistoryPage(NamedTuple):
+    """A page of the change log: ``entries`` (oldest first), ``total`` (how many there are in
+    all) and ``exact``: False when ``total`` is a lower bound (a bucket's page that did not read
+    every manifest counts each one it did not read as one entry)."""
+
+    entries: List[dict]
+    total: int
+    exact: bool = True
+
+
 def read_history_page(state: str, newest: Optional[int] = None) -> Tuple[List[dict], int]:
     """``read_history``'s entries (all, or the newest ``newest``: ``ChangeLog.newest``, read a
     block at a time) and how many there are in all; raises as ``read_history`` does."""
@@ -996,4 +1006,4 @@ def _sift(buf: bytearray, ident: str, entries: List[dict]) -> None:
 
 __all__ = ["BUCKET_WORKERS", "CSV_FIELDS", "ChangeLog", "HISTORY", "HISTORY_NAME", "StateFolder", "append_history", "append_rolled_back",
            "bucket_log", "changes_since", "configure_writer", "disk_log", "finite", "history_csv", "history_damage",
-           "history_files", "history_problems", "history_path", "line_of", "logged_operations", "read_history", "read_history_page", "reduce_line", "rolled_back_line", "worker_file_name"]
+           "HistoryPage", "history_files", "history_problems", "history_path", "line_of", "logged_operations", "read_history", "read_history_page", "reduce_line", "rolled_back_line", "worker_file_name"]

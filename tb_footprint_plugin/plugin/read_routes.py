@@ -509,10 +509,11 @@ class ReadRoutes(RouteBase):
         # time holding only those 500 (issue #28: 100,000 runs' lines are not held to show 500)
         if self.p.local:
             page = (api.history_page(self.p.logdir, newest=_ACTIVITY_SHOWN) if os.path.isdir(self.p.logdir)
-                    else {"entries": [], "total": 0})
+                    else {"entries": [], "total": 0, "total_exact": True})
         else:
             page = api.history_page(self.p.logdir, backup_dir=self.p.config.backup_dir, newest=_ACTIVITY_SHOWN)
-        return self._json(request, {"entries": list(reversed(page["entries"])), "total": page["total"]})
+        return self._json(request, {"entries": list(reversed(page["entries"])), "total": page["total"],
+                                    "total_exact": page["total_exact"]})
 
     def operations(self, request):
         run = request.args.get("run")
