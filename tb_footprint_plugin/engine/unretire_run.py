@@ -18,9 +18,10 @@ written here, once (``Unretire``, a ``txn.PutBack`` run by the one driver ``engi
    **swap** (``put_back``: every file back where it was; a path another file holds now is left
    as it is, its original kept in the vault), **commit** (``settle``: the run checked,
    the retirement recorded as restored — a disk's manifest and change-log line, a bucket's
-   manifest mark; the paths left named ``not_restored``, which purge keeps; with none left the
-   vault's copies released (a disk's retired tree removed, a bucket's copies deleted as its purge
-   deletes them, ``bucket_putback.release_restored``) — the journal closed;
+   manifest mark (``unretire.manifest``); the paths left named ``not_restored``, their copies
+   kept, which purge keeps; the copies of the files back released (a disk's retired tree
+   removed, or each ``files/<n>`` but the left ones'; a bucket's copies deleted as its purge
+   deletes them, or its blobs forgotten, ``bucket_putback.release_restored``) — the journal closed;
    then the outcome: restored, with the store's words and code, ``not_restored`` on every store
    when a path was left);
 4. a failure is never undone (no rollback record: the begin record is the commit point), and
