@@ -160,6 +160,7 @@ class Finding(Code):
     PINS_UNSETTLED = "pins_unsettled"  # backups pinned by an operation with neither a journal nor a manifest: kept, named, never purged
     LEDGER_WRITE_FAILED = "ledger_write_failed"  # a batch ledger's mark was not written (the detail names the run); the run's outcome stands
     ORIGINAL_NOT_IN_PLACE = "original_not_in_place"  # a rollback found a key not holding the original its journal recorded (the reduced bytes or anything else): its backup kept, restorable
+    FOLDER_NOT_SETTLED = "folder_not_settled"  # a recorded folder reached only through a link kept its mode and time (its files are back): named, never followed
     # why a record read from the state was refused as untrusted input (``engine.trust.Untrusted``)
     BAD_RECORD = "bad_record"  # a journal or manifest record of the wrong shape or types
     BAD_OP_ID = "bad_op_id"  # an operation id that is no id (it could name a path)
