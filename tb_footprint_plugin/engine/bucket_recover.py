@@ -42,7 +42,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     vault_url,
 )
 from tb_footprint_plugin.engine.bucket_purge_journal import PURGE_KIND, KilledBucketPurges
-from tb_footprint_plugin.engine.bucket_steps import finish_op, rollback_entry
+from tb_footprint_plugin.engine.bucket_steps import copies_there, finish_op, rollback_entry, rollback_keeps
 from tb_footprint_plugin.engine.journal_object import (
     COMMITTED_STEPS,
     ObjectJournal,
@@ -116,16 +116,60 @@ def _trusted(ostore: ObjectStore, vault: BucketVault, doc: dict) -> Optional[str
     return None
 
 
-def reduce_will(journal: ObjectJournal) -> dict:
-    """What ``recover`` does with a reduce's journal object (one it trusts): ``{action, detail}``
-    (``action`` a ``codes.Recovery``), from the journal alone. ``recover`` acts on it and
-    ``status`` shows it (``unfinished``), so both say the same words, as
-    ``engine.health.recover_will`` does for a disk's journal."""
-    live = journal.live_entries()
-    if journal.step_name in COMMITTED_STEPS and all(
-            isinstance(f, dict) and f.get("backup_checksums") for en in live for f in en.get("files") or []):
-        return {"action": Recovery.COMPLETED, "detail": "backups were verified; the reduction was finished"}
-    return {"action": Recovery.ROLLED_BACK, "detail": f"stopped at step {journal.step_name}; run left as it was"}
+def reduce_will(journal: ObjectJournal, ostore: ObjectStore, vault: BucketVault) -> dict:
+    """What ``recover`` does with a reduce's journal object (one it trusts): ``{action, detail,
+    code}`` (``action`` a ``codes.Recovery``, ``code`` its outcome's), by recovery's own rules and
+    looks: a commit record whose copies are all there (``copies_missing``), else a refusal naming
+    the copy; a rollback, whose originals are in place (``bucket_steps.rollback_keeps``), else its
+    backups kept (``recovery_rules.backups_kept``). ``recover`` acts on it and ``status`` shows it
+    (``unfinished``), so both say the same words, as ``engine.health.recover_will`` does for a
+    disk's journal. The cost: one listing of each run's copies (a commit record), or one head per
+    file (a rollback); only for journals left unfinished."""
+    finish = finishes(journal)
+    if finish:
+        missing = copies_missing(ostore, vault, journal)
+        if missing:
+            return {"action": Recovery.REFUSED, "detail": missing, "code": Finding.BACKUP_DAMAGED}
+    try:
+        astray = [p for en in journal.entries() if en.get("dropped") for p in rollback_keeps(ostore, vault, en, False)]
+        if not finish:
+            astray += [p for en in journal.live_entries()
+                       for p in rollback_keeps(ostore, vault, en, journal.committed())]
+    except (BucketTxnError, *STORE_FAILURES, ValueError):
+        astray = []  # what recover meets too: it says why then (``failed``)
+    if astray:
+        o = backups_kept(str(journal.doc.get("op")), None, astray)
+        return {"action": o.action, "detail": o.detail, "code": o.code}
+    if finish:
+        return {"action": Recovery.COMPLETED, "detail": FINISHED, "code": Finding.RECOVERED}
+    return {"action": Recovery.ROLLED_BACK, "detail": left_as_it_was(journal), "code": Finding.RECOVERED}
+
+
+#: what a reduce's journal finished from its commit record says (``reduce_will`` and ``recover``)
+FINISHED = "backups were verified; the reduction was finished"
+
+
+def left_as_it_was(journal: ObjectJournal) -> str:
+    """What a reduce's journal rolled back with its originals in place says (``reduce_will``, ``recover``)."""
+    return f"stopped at step {journal.step_name}; run left as it was"
+
+
+def finishes(journal: ObjectJournal) -> bool:
+    """Whether a reduce's journal is finished rather than rolled back: past its commit step, with
+    every backup of its live runs verified (their checksums recorded)."""
+    return journal.step_name in COMMITTED_STEPS and all(
+        isinstance(f, dict) and f.get("backup_checksums") for en in journal.live_entries() for f in en.get("files") or [])
+
+
+def copies_missing(ostore: ObjectStore, vault: BucketVault, journal: ObjectJournal) -> Optional[str]:
+    """Why a reduce's journal past its commit record is not finished: the first copy of its live
+    runs not in the vault as its copy step verified it (``bucket_steps.copies_there``), or None."""
+    try:
+        for en in journal.live_entries():
+            copies_there(ostore, vault, en)
+    except BucketTxnError as e:
+        return str(e)
+    return None
 
 
 def trust_refusal(ostore: ObjectStore, vault: BucketVault, journal: ObjectJournal, url: str) -> Optional[dict]:
@@ -215,12 +259,17 @@ def recover(ostore: ObjectStore, vault: BucketVault) -> List[RecoveryOutcome]:
             # the journal may be older than the run (R7 F2): a rollback deletes no backup whose
             # original is not in place, and keeps the manifest naming it (``kept``: those keys)
             kept: Dict[str, List[str]] = {}
+            finish = finishes(journal)
+            missing = copies_missing(ostore, vault, journal) if finish else None
+            if missing:
+                # a copy lost or changed since the commit record: the originals not yet deleted are
+                # its bytes' only home; nothing is finished nor rolled back, the journal stays
+                out.append(refused(op_id, label, missing, Finding.BACKUP_DAMAGED))
+                continue
             dropped = [en for en in journal.entries() if en.get("dropped")]
             for en in dropped:  # taken out before the commit step: nothing of it was deleted
                 kept[str(en["run"])] = rollback_entry(ostore, vault, en, deleted=False, keep_manifest=True)
             live = journal.live_entries()
-            will = reduce_will(journal)
-            finish = will["action"] == Recovery.COMPLETED
             ran = [_settled_run(st, vault, en, finish) for en in live]  # sizes before rollback drops manifests
             if finish:
                 finish_op(ostore, vault, doc)
@@ -228,7 +277,8 @@ def recover(ostore: ObjectStore, vault: BucketVault) -> List[RecoveryOutcome]:
                 for en in live:
                     kept[str(en["run"])] = rollback_entry(ostore, vault, en, deleted=journal.committed(),
                                                           keep_manifest=True)
-            action, detail = will["action"], will["detail"]
+            action = Recovery.COMPLETED if finish else Recovery.ROLLED_BACK
+            detail = FINISHED if finish else left_as_it_was(journal)
             # each rolled-back run's change-log line, as a disk's recovery writes it (its manifest is
             # gone): those the batch took out and, rolled back here, the others; before the journal
             # goes (a kill in between: the next start writes them), none the log has already. A run

@@ -30,6 +30,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     must_delete_versioned,
     now_s,
     run_prefix,
+    vault_url,
 )
 from tb_footprint_plugin.engine.context import RunOutcome
 from tb_footprint_plugin.engine.journal_object import ObjectJournal, live_entries, pending_objects
@@ -99,6 +100,43 @@ def stream_digest(ostore: ObjectStore, path: str, size: int) -> str:
         h.update(data)
         pos = end
     return h.hexdigest()
+
+
+def copies_there(ostore: ObjectStore, vault: BucketVault, en: dict, what: str = "reduction") -> None:
+    """Raise ``BucketTxnError`` (``Failure.BACKUP_DAMAGED``) naming the first copy of an operation's
+    entry ``en`` that is not in the vault as its copy step verified it, before anything is finished
+    from its commit record (a copy lost or changed since, by hand or a lifecycle rule, leaves the
+    originals not yet deleted as their bytes' only home; the disk's ``swap.roll_forward`` checks every
+    blob first). One listing of ``<vault>/blobs/<op>/``, no read: each copy of its size and the
+    checksums recorded when it was made (``backup_checksums``), or, sharing no checksum kind with
+    them, of the version recorded then. A key the journal (untrusted) names outside that listing
+    counts as missing. Blob entries are ``bucket_blobs.missing_blobs``'. ``what``: the operation's
+    kind in the words (``reduction``, ``retirement``)."""
+    files = [f for f in en.get("files") or [] if not is_blob_entry(f)]
+    if not files:
+        return
+    base = f"{vault.root}/blobs/{en['op']}"
+    listed = {f"{vault.root}/{k}": o for k, o in
+              BucketState.of(ostore).listing(base, vault.root, missing_ok=True).items()}
+    for f in files:
+        if not copy_there(listed.get(f.get("backup")), f):
+            url = vault_url(ostore, str(f.get("backup")))
+            raise BucketTxnError(Failure.BACKUP_DAMAGED,
+                                 f"{url}: the vault copy of {f.get('path')} is gone or changed since the commit record; "
+                                 f"the {what} is not finished: its journal and every original left stay (nothing deleted)")
+
+
+def copy_there(info: Optional[ObjectInfo], f: dict) -> bool:
+    """Whether ``info`` (a listed or headed backup key) is the copy of ``f`` its copy step verified:
+    its size, and the checksums recorded then (``backup_checksums``, else the original's), or, when
+    the two share no checksum kind, the copy's version recorded then (``backup_version``)."""
+    if info is None or info.size != f.get("size"):
+        return False
+    want = f.get("backup_checksums") or f.get("checksums")
+    same = same_content(content_checksums(info), want) if isinstance(want, dict) else None
+    if same is not None:
+        return same
+    return bool(f.get("backup_version")) and info.version_token == f.get("backup_version")
 
 
 def journal_started(doc: dict) -> Optional[float]:
@@ -316,9 +354,51 @@ def rollback_entry(ostore: ObjectStore, vault: BucketVault, en: dict, deleted: b
     original is not in place and of which a backup may exist: their backups are kept, and with
     ``keep_manifest`` (a recovery, whose journal may be stale) the manifest and every backup of the
     run too, so the operation stays restorable (a restore leaves a key holding other bytes alone)."""
-    st = BucketState.of(ostore)
     kept: List[str] = []
     finals: List[dict] = []
+    for f, verdict, cur in _verdicts(ostore, vault, en, deleted):
+        if verdict == KEEP:
+            kept.append(f["path"])
+        elif verdict == PUT_BACK_OVER:
+            _copy_back(ostore, vault, f, ostore.path(f["path"]), if_version=cur.version_token)
+        elif verdict == PUT_BACK:
+            _copy_back(ostore, vault, f, ostore.path(f["path"]))
+        if verdict in (PUT_BACK, IN_PLACE) and renamed(f):
+            finals.append(f)
+    st = BucketState.of(ostore)
+    temps = [f["tmp"] for f in en.get("files", []) if f.get("tmp")]
+    if kept and keep_manifest:
+        # the manifest names every backup of the run: all kept with it (temporaries are reduced
+        # bytes, never an original's only copy)
+        must_delete(ostore, temps)
+        return kept
+    # Originals are all in place (or kept): the copies in the vault are redundant now (the manifest
+    # first, so no restorable operation ever points at a missing backup).
+    must_delete(ostore, [vault.manifest(en["op"])])
+    # (blobs stay: another operation may hold the same bytes; purge forgets what none names)
+    must_delete(ostore, [f["backup"] for f in en.get("files", []) if not is_blob_entry(f) and f["path"] not in kept]
+                + temps)
+    return kept
+
+
+#: what a rollback does with one file of its journal (``_verdicts``): nothing (never ours, or in
+#: place), put its original back (gone: create-only; replaced by the staged bytes: over them), or
+#: keep its backup (its key holds something else: the backup may be the original's only copy)
+SKIP, IN_PLACE, PUT_BACK, PUT_BACK_OVER, KEEP = "skip", "in_place", "put_back", "put_back_over", "keep"
+
+
+def rollback_keeps(ostore: ObjectStore, vault: BucketVault, en: dict, deleted: bool = True) -> List[str]:
+    """The keys ``rollback_entry`` would keep the backups of (their original not in place), by its
+    own looks and none of its changes: what ``status`` says a recovery will answer
+    (``recovery_rules.backups_kept``). One head per file (a read only where a key grew)."""
+    return [f["path"] for f, verdict, _ in _verdicts(ostore, vault, en, deleted) if verdict == KEEP]
+
+
+def _verdicts(ostore: ObjectStore, vault: BucketVault, en: dict, deleted: bool):
+    """``(file entry, verdict, its key's object now)`` for each file of a journal entry to roll
+    back (the one rule of ``rollback_entry`` and ``rollback_keeps``); ``BucketTxnError`` for one
+    replaced or gone with no verified backup."""
+    st = BucketState.of(ostore)
     named: List[bool] = []  # whether the run's manifest is there (looked at once, for a blob entry)
 
     def may_exist(f: dict) -> bool:
@@ -339,11 +419,15 @@ def rollback_entry(ostore: ObjectStore, vault: BucketVault, en: dict, deleted: b
             try:
                 orig = ostore.path(f["path"])
             except ValueError:
+                yield f, SKIP, None
                 continue
+            cur = None
+            verdict = SKIP
             if may_exist(f):
                 cur = st.head(orig)
                 if not _is_original(cur, f) and not _grown_from(ostore, orig, cur, f):
-                    kept.append(f["path"])
+                    verdict = KEEP
+            yield f, verdict, cur
             continue
         orig = ostore.path(f["path"])
         cur = st.head(orig)
@@ -352,42 +436,24 @@ def rollback_entry(ostore: ObjectStore, vault: BucketVault, en: dict, deleted: b
             if cur is not None and cur.version_token != f["version"] and staged_match(cur, f):
                 if not f.get("backup_checksums"):
                     raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: replaced and no verified backup of it")
-                _copy_back(ostore, vault, f, orig, if_version=cur.version_token)
+                yield f, PUT_BACK_OVER, cur
             elif not _is_original(cur, f) and (f.get("backup_checksums") or may_exist(f)) and \
                     not _grown_from(ostore, orig, cur, f):
-                kept.append(f["path"])
+                yield f, KEEP, cur
+            else:
+                yield f, SKIP, cur
             continue
         if cur is None:
             if not f.get("backup_checksums") and not deleted:
-                continue  # never copied, never deleted by us: someone else removed it (nothing of ours)
+                yield f, SKIP, cur  # never copied, never deleted by us: someone else removed it (nothing of ours)
+                continue
             if not f.get("backup_checksums"):
                 raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: gone and no verified backup of it")
-            _copy_back(ostore, vault, f, orig)
+            yield f, PUT_BACK, cur
         elif not _is_original(cur, f) and not _grown_from(ostore, orig, cur, f):
-            kept.append(f["path"])  # another object under its key: the backup holds the only original
-            continue
-        if renamed(f):
-            finals.append(f)
-    for f in finals:
-        # the original is back: the compressed (or slimmed) copy made by this operation goes (only if it
-        # still holds the staged bytes: anything else there is someone's new file)
-        final = ostore.path(f["final"])
-        cur = st.head(final)
-        if staged_match(cur, f):
-            must_delete_versioned(ostore, final, cur.version_token)
-    temps = [f["tmp"] for f in en.get("files", []) if f.get("tmp")]
-    if kept and keep_manifest:
-        # the manifest names every backup of the run: all kept with it (temporaries are reduced
-        # bytes, never an original's only copy)
-        must_delete(ostore, temps)
-        return kept
-    # Originals are all in place (or kept): the copies in the vault are redundant now (the manifest
-    # first, so no restorable operation ever points at a missing backup).
-    must_delete(ostore, [vault.manifest(en["op"])])
-    # (blobs stay: another operation may hold the same bytes; purge forgets what none names)
-    must_delete(ostore, [f["backup"] for f in en.get("files", []) if not is_blob_entry(f) and f["path"] not in kept]
-                + temps)
-    return kept
+            yield f, KEEP, cur  # another object under its key: the backup holds the only original
+        else:
+            yield f, IN_PLACE, cur
 
 
 def _is_original(cur: Optional[ObjectInfo], f: dict) -> bool:

@@ -10,7 +10,9 @@ bucket's journal does not record its plan's size), judged by recovery's own rule
 ``bucket_recover.reduce_will``: what it will do with a reduce it acts on). A journal that does not read as one, or a key no store call can
 address, is a problem named by its URL with its code, as ``status`` names it, never an operation;
 so is a damaged run lock (``bucket_recover.damaged_locks``). The cost: one listing of the
-journals and one of the locks, and one read of each object found there (usually none). The
+journals and one of the locks, and one read of each object found there (usually none); for each
+reduce journal, recovery's looks (``reduce_will``: a listing of its copies past its commit record,
+else a head per file). The
 manifests are not read here (one read each): their damage is named by ``status``, ``verify`` and
 ``restore``.
 """
@@ -62,7 +64,7 @@ def journal_rows(ostore: ObjectStore, vault: BucketVault) -> tuple:
                              "op_id": op, "run": None, "detail": refused["detail"]})
             continue
         # what recover will do, by its own rule (None for the kinds it does not forecast, as on a disk)
-        will = reduce_will(j) if j.kind is None else None
+        will = reduce_will(j, ostore, vault) if j.kind is None else None
         for en in j.live_entries() or [{}]:
             ops.append({"op_id": en.get("op") if is_op_id(en.get("op")) else op,
                         "run": en.get("run") if isinstance(en.get("run"), str) else None,
