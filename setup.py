@@ -98,7 +98,7 @@ setup(
             "footprint = tb_footprint_plugin.loader:FootprintLoader",
         ],
         "console_scripts": [
-            "tb-footprint = tb_footprint_plugin.cli:main",
+            "tb-footprint = tb_footprint_plugin.cli:console",
         ],
     },
     classifiers=[

@@ -2125,5 +2125,23 @@ def _main(argv: Optional[List[str]]) -> int:
         return EXIT_INTERRUPTED
 
 
+def console() -> int:
+    """``tb-footprint`` as a program (setup.py's console script, ``python -m``): ``main``, then
+    everything still alive set aside from the cyclic collector (``gc.freeze``) for the
+    interpreter's exit.
+
+    Why: a reduce imports ~480 modules (~60,000 tracked objects: the package, gRPC, TensorBoard's
+    app) that the interpreter's last collections at exit walk once more, 10-20% of a fresh 20 MB
+    reduce's CPU (issue #28 item 3; ``bench/scale.py``'s whole-process line). Only here, in a
+    process about to end: a library caller's objects (a training job's callback, a notebook, a
+    sweep loop calling the API) are never frozen, where a cycle that became garbage later would
+    never be freed (review R8 F4 on 4f58641, which froze them inside the verification)."""
+    import gc
+
+    rc = main()
+    gc.freeze()
+    return rc
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console())

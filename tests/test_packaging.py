@@ -88,7 +88,7 @@ def test_wheel_contents(dist):
     assert any(n.startswith("tb_footprint_plugin/frontend/views/") for n in names)
     ep = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "[tensorboard_plugins]" in ep and "footprint = tb_footprint_plugin.loader:FootprintLoader" in ep
-    assert "tb-footprint = tb_footprint_plugin.cli:main" in ep
+    assert "tb-footprint = tb_footprint_plugin.cli:console" in ep
     meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
     for field in ("Name: tb-footprint-plugin", "License: Apache-2.0", "Classifier: Framework :: TensorBoard",
                   "Requires-Dist: tensorboard", "Requires-Dist: google-crc32c", "Project-URL: "):

@@ -30,7 +30,6 @@ between them.
 from __future__ import annotations
 
 import concurrent.futures
-import gc
 import hashlib
 import json
 import logging
@@ -146,21 +145,14 @@ def prewarm() -> None:
     (``views.import_tensorboard_io``: its S3 and fsspec clients deferred to their first use,
     which it can only arrange while no other thread runs): were the app's imports the first of
     TensorBoard's in the process, its gfile would import boto3 and fsspec itself on the
-    prewarm's thread, 0.13-0.19 s of a core for paths the verification never reads.
-
-    In a process that imports TensorBoard's app here for the first time (a CLI's or a
-    script's reduce, not the tab's TensorBoard) what is imported is set aside from the cyclic
-    collector (``keep_out_of_collections``), before the app's imports and after them."""
+    prewarm's thread, 0.13-0.19 s of a core for paths the verification never reads."""
     global _PREWARM
     with _PREWARM_LOCK:
         if _PREWARM is not None:
             return
         from tb_footprint_plugin.formats import views
 
-        fresh = _APP_MODULE not in sys.modules
         views.import_tensorboard_io()
-        if fresh:
-            keep_out_of_collections()
 
         def build() -> None:
             try:
@@ -168,34 +160,9 @@ def prewarm() -> None:
                                       None))
             except Exception:  # noqa: BLE001 - the real build raises it where it is reported
                 pass
-            if fresh:
-                keep_out_of_collections()
 
         _PREWARM = threading.Thread(target=build, name="footprint-tb-imports", daemon=True)
         _PREWARM.start()
-
-
-#: TensorBoard's app module: imported already, the process is TensorBoard's (the tab's) or
-#: has built the app before, and ``prewarm`` leaves its collector alone
-_APP_MODULE = "tensorboard.backend.application"
-
-
-def keep_out_of_collections() -> None:
-    """Collect this process's cyclic garbage, then move every object left (modules, classes,
-    functions: what imports made) out of the cyclic collector's sight (``gc.freeze``, its
-    documented use for long-lived objects), unless the host turned the collector off.
-
-    Why: a fresh reduce imports ~480 modules (~60,000 tracked objects: the package, gRPC,
-    TensorBoard's app), which every full pass of the collector walks again and the interpreter's
-    last collection at exit walks once more: a fresh 20 MB reduce's whole process spends 10-20%
-    less CPU without them (``bench/scale.py``'s "whole fresh process" line). Collecting first
-    leaves no garbage frozen: an object frozen here is still freed when its last reference goes
-    (reference counting is untouched); only a cycle among objects alive now that becomes garbage
-    later is not (``prewarm`` calls this twice, both in a process's first build of TensorBoard's
-    app: a bounded, one-time amount)."""
-    if gc.isenabled():
-        gc.collect()
-        gc.freeze()
 
 
 #: Seconds ``make_app`` callers of this process spent waiting for the prewarm's thread
