@@ -175,8 +175,8 @@ def check_logdir(logdir: str, backup_dir: Optional[str] = None,
 def shard_sizes(logdirs: Sequence[str], backup_dir: Optional[str] = None) -> Dict[str, int]:
     """The partition's input over ``logdirs`` sharded together: ``plan.shard.key(logdir, run)`` ->
     the run's original bytes (its size before any reduction the change log records), a run a
-    reduction left with nothing the scan counts included while its folder stays (``plan.shard.Sizes``:
-    its ``absent``, which no shard plans)."""
+    standing reduction left with nothing the scan counts included (on a disk while its folder
+    stays; ``plan.shard.Sizes``: its ``absent``, which no shard plans)."""
     return scan_shard_sizes(logdirs, backup_dir, {}, write_cache=False)
 
 
@@ -191,9 +191,11 @@ def scan_shard_sizes(logdirs: Sequence[str], backup_dir: Optional[str], scans: D
         cur = {r.name: r.total_bytes for r in fp.runs if r.name != UNATTRIBUTED}
         # a run another worker is reducing right now may have been scanned half-swapped: its
         # journal says the size it had. Read before the change log, which a finished operation
-        # writes before it drops its journal, so one of the two always has it.
-        for run, b in sharding.original_sizes(cur, _in_flight(ld) + history(ld, backup_dir),
-                                              still_there=_run_folder_there(ld)).items():
+        # writes before it drops its journal, so one of the two always has it; given after it,
+        # as what happens now (its size is a first reduction's only where the log has none)
+        flying = _in_flight(ld)
+        for run, b in sharding.original_sizes(cur, history(ld, backup_dir) + flying,
+                                              still_there=_still_there(ld), listed_at=fp.scanned_at).items():
             k = sharding.key(partition_name(ld), run)
             out[k] = b
             if run not in cur:
@@ -201,13 +203,16 @@ def scan_shard_sizes(logdirs: Sequence[str], backup_dir: Optional[str], scans: D
     return out
 
 
-def _run_folder_there(logdir: str) -> Optional[Callable[[str], bool]]:
-    """Whether a run the scan did not find still has its folder (an ``lstat`` a folder on the way,
-    no link followed; names from the change log are untrusted: one leading out of the logdir is
-    none). A bucket has no folder without objects: a run a reduction emptied there is gone as a
-    removed one is (None: only the scan's runs count)."""
+def _still_there(logdir: str) -> Callable[[str], bool]:
+    """Whether a run the scan did not find, which a standing reduction emptied, still weighs in
+    the partition. On a disk, while its folder is there (an ``lstat`` a folder on the way, no
+    link followed; names from the change log are untrusted: one leading out of the logdir is
+    none): a run its owner removed is gone for every worker. A bucket keeps no folder without
+    objects, so the change log alone says: a run emptied there weighs until a restore gives it
+    back, also once its owner removed what it had left (every worker reads the same log, so the
+    partition still agrees; only the shards' balance counts bytes that went)."""
     if is_remote(logdir):
-        return None
+        return lambda run: True
 
     def there(run: str) -> bool:
         try:

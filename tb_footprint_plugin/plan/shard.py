@@ -15,8 +15,9 @@ The trade-off, and the choice made here:
 
 ``partition`` bin-packs over inputs chosen to stay put: each run's weight is its **original**
 size (for a run some worker already reduced, the size before that reduction, from the change
-log, also for one it left with nothing the scan counts while its folder stays — so a reduction
-never moves runs for the workers that scan after it), rounded down to
+log, also for one it left with nothing the scan counts while that reduction stands, on a disk
+while its folder stays — so a reduction never moves runs for the workers that scan after it),
+rounded down to
 four significant bits (1/8 of an octave, so records appended to a run rarely change its
 weight), and ties are broken by a hash of the run's key, never by listing order. Bound: with
 ``N`` shards, every shard holds at most ``9/8 · (total/N + largest run)`` bytes (list scheduling
@@ -143,31 +144,59 @@ def select(sizes: Mapping[str, int], shard: Shard) -> List[str]:
     return sorted(k for k, s in partition(sizes, n).items() if s == i)
 
 
+#: how far a restore line's time may be from the clock of the worker reading it (seconds): a
+#: bucket refuses a request signed 15 minutes off (as ``engine.bucket_history.SKEW``); a disk
+#: shared by hosts keeps them closer
+CLOCK_SKEW = 15 * 60 + 1
+
+
 def original_sizes(current: Mapping[str, int], history: Iterable[dict],
-                   still_there: Optional[Callable[[str], bool]] = None) -> Dict[str, int]:
+                   still_there: Optional[Callable[[str], bool]] = None,
+                   listed_at: Optional[float] = None) -> Dict[str, int]:
     """Each run's size before any reduction: its current size, or the ``before`` of its first
-    verified reduction still standing in the change log. A run the scan no longer finds counts
-    too, with that size, where ``still_there(run)`` says its folder is there: a reduction left it
-    nothing the scan counts (a run of profile data only), and a worker that scanned before that
-    counted it. Entries of other runs are ignored (a run removed since is gone for every worker)."""
+    verified reduction in the change log (oldest first; an in-flight journal's entry last).
+
+    A run the scan no longer finds counts too, with that size, while a reduction of it stands
+    (no restore line names it since: ``of_op``) and ``still_there(run)`` says so: a reduction
+    left it nothing the scan counts (a run of profile data only), and a worker that scanned before
+    that counted it. The store says what ``still_there`` looks at (a disk: the run's folder; a
+    bucket, which keeps no empty folder: nothing). A restore dated after ``listed_at`` (when the
+    scan's walk or listing began) less ``CLOCK_SKEW`` may have put the run back after the scan
+    passed it: it takes nothing out, so such a run weighs what a worker that lists it back counts.
+    Entries of other runs are ignored."""
     first: Dict[str, int] = {}
-    for e in history:
-        if not isinstance(e, dict) or e.get("kind") != "reduce" or e.get("outcome") != Outcome.VERIFIED:
+    reduced: Dict[str, set] = {}  # run -> its reductions standing (an op id, or the entry's place)
+    restored = set()
+    for n, e in enumerate(history):
+        if not isinstance(e, dict) or not isinstance(e.get("run"), str):
             continue
-        run, before = e.get("run"), e.get("before")
-        if isinstance(run, str) and (run in current or still_there is not None) and isinstance(before, int) \
+        run, op = e["run"], e.get("op_id") if isinstance(e.get("op_id"), str) else n
+        if e.get("kind") == "restore":
+            when = e.get("time")
+            if e.get("outcome") == Outcome.RESTORED and isinstance(e.get("of_op"), str) and (
+                    listed_at is None or (isinstance(when, (int, float)) and not isinstance(when, bool)
+                                          and when <= listed_at - CLOCK_SKEW)):
+                restored.add((run, e["of_op"]))
+            continue
+        if e.get("kind") != "reduce" or e.get("outcome") != Outcome.VERIFIED:
+            continue
+        before = e.get("before")
+        if (run in current or still_there is not None) and isinstance(before, int) \
                 and not isinstance(before, bool) and before >= 0:
             first.setdefault(run, before)
+            reduced.setdefault(run, set()).add(op)
     out = {r: max(b, first.get(r, 0)) for r, b in current.items()}
     if still_there is not None:
-        out.update((r, b) for r, b in first.items() if r not in current and still_there(r))
+        # a line is untrusted: one naming another run's reduction restores nothing here
+        out.update((r, b) for r, b in first.items()
+                   if r not in current and any((r, op) not in restored for op in reduced[r]) and still_there(r))
     return out
 
 
 class Sizes(dict):
     """The partition's input (``key(logdir, run)`` -> the run's original bytes) and ``absent``:
-    the keys of runs the scan did not find (``original_sizes``' ``still_there``: emptied by a
-    reduction, their folder there). They weigh in the partition as for a worker that scanned
+    the keys of runs the scan did not find (``original_sizes``: emptied by a reduction that
+    stands, on a disk their folder there). They weigh in the partition as for a worker that scanned
     before; no shard takes them (nothing is left there to reduce)."""
 
     def __init__(self, *args, absent: Iterable[str] = (), **kwargs):
@@ -184,5 +213,5 @@ def label(shard: Optional[Shard]) -> Optional[str]:
     return None if shard is None else f"{shard[0]}/{shard[1]}"
 
 
-__all__ = ["Shard", "ShardError", "Sizes", "parse_shard", "check_shard", "shard_from_env", "partition", "select",
-           "original_sizes", "weight", "key", "label"]
+__all__ = ["CLOCK_SKEW", "Shard", "ShardError", "Sizes", "parse_shard", "check_shard", "shard_from_env", "partition",
+           "select", "original_sizes", "weight", "key", "label"]
