@@ -13,7 +13,8 @@ found the two copies).
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
+import contextvars
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, StoreError
 from tb_footprint_plugin.engine import txn
@@ -100,6 +101,7 @@ def release_restored(ostore: ObjectStore, vault: BucketVault, m: dict, mark: Cal
         return None, None
     release_id = new_op_id()
     ACTIVE_OPS.add(release_id)  # a start of this process leaves it alone while it runs
+    late = _LATE.get()
     try:
         jnl = new_journal(BucketState.of(ostore), release_id, purge_journal_first(ostore, vault, release_id, [m]))
         mark()
@@ -109,11 +111,71 @@ def release_restored(ostore: ObjectStore, vault: BucketVault, m: dict, mark: Cal
                 renew(jnl)  # one lost (a start finished this release): the copies go on going all the same
 
         failure = delete_copies(ostore, m, keep_lease, files=entries)
+        if blobs and late is not None and failure is None:
+            # a restore of many runs: this one's names gone, its purge journal left for the one
+            # forget at the restore's end (``forgets_at_end``), or for the next start
+            try:
+                unnamed()
+            except (BucketTxnError, *STORE_FAILURES, OSError) as e:
+                return None, e
+            late.journals.append((jnl.path, release_id, str(m.get("run"))))
+            return None, None
         if blobs:
             failure = failure or forget_unnamed(ostore, vault, unnamed)
         return (None if failure else jnl.path), failure
     finally:  # from here on its journal, if left, is a gone holder's: the next start finishes it
-        ACTIVE_OPS.discard(release_id)
+        if late is None or not late.journals or late.journals[-1][1] != release_id:
+            ACTIVE_OPS.discard(release_id)
+
+
+class LateForgets:
+    """The forgets of a vault of blobs a restore of many runs puts off to its end: each retired
+    run's release journal (path, its id, the run) left standing, and the end's failure."""
+
+    def __init__(self) -> None:
+        self.journals: List[Tuple[str, str, str]] = []
+        self.failure: Optional[BaseException] = None
+
+    def runs(self) -> List[str]:
+        return [run for _p, _i, run in self.journals]
+
+
+#: the ``LateForgets`` of the restore under way in this context, if it puts its forgets off
+_LATE: contextvars.ContextVar[Optional[LateForgets]] = contextvars.ContextVar("bucket_late_forgets", default=None)
+
+
+@contextlib.contextmanager
+def forgets_at_end(ostore: ObjectStore, vault: BucketVault) -> Iterator[LateForgets]:
+    """Within it, a restored retirement's blobs are not forgotten at its restore but once at the
+    end, for every run it restored (``forget_unnamed``: its 2 listings and a read per manifest and
+    journal in the bucket, paid once instead of once a run), then their release journals removed.
+    Each run's mark and release journal are written at its restore as before, so a stop in between
+    (an exception out of the block: nothing forgotten here) leaves journals the next start
+    finishes (``KilledBucketPurges``). ``failure`` says an end's forget that did not happen."""
+    late = LateForgets()
+    token = _LATE.set(late)
+    ended = False
+    try:
+        yield late
+        ended = True
+    finally:
+        _LATE.reset(token)
+        try:
+            if ended and late.journals:
+                late.failure = forget_unnamed(ostore, vault)
+                if late.failure is None:
+                    try:
+                        must_delete(ostore, [p for p, _i, _r in late.journals])
+                    except (BucketTxnError, *STORE_FAILURES) as e:
+                        late.failure = e  # the forget is done: the next start only removes them
+        finally:
+            for _p, release_id, _r in late.journals:
+                ACTIVE_OPS.discard(release_id)
+
+
+def release_note(failure: BaseException) -> str:
+    """What a restore's outcome says of a release that did not finish."""
+    return f"; the vault's copies were not all released ({failure}): the next start releases the rest"
 
 
 def forget_unnamed(ostore: ObjectStore, vault: BucketVault,
@@ -259,4 +321,4 @@ class ObjectPutBack(PutBackHold, txn.PutBack):
 
 
 __all__ = ["ObjectPutBack", "PutBackHold", "beside_at_free_name", "copy_keys", "delete_copies", "drop_journal",
-           "forget_unnamed", "release_restored", "settle_failed_journal", "store_delete_batch"]
+           "forget_unnamed", "forgets_at_end", "LateForgets", "release_note", "release_restored", "settle_failed_journal", "store_delete_batch"]

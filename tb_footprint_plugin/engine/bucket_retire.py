@@ -79,7 +79,8 @@ from tb_footprint_plugin.engine.bucket_state import (
     vault_url,
     written_recently,
 )
-from tb_footprint_plugin.engine.bucket_putback import PutBackHold, beside_at_free_name, drop_journal, release_restored
+from tb_footprint_plugin.engine.bucket_putback import (PutBackHold, beside_at_free_name, drop_journal, release_note,
+                                                       release_restored)
 from tb_footprint_plugin.engine.bucket_restore import holds_original, restore_journal, start_journal
 from tb_footprint_plugin.engine.catalogue_rules import RELEASED_BY
 from tb_footprint_plugin.engine.bucket_steps import backup_object, copy_matches, finish_op, journal_started, stream_digest
@@ -777,8 +778,7 @@ class BucketUnretire(one_unretire.UnretireLayout):
         reason = (f"{len(m['files']) - len(left)} object(s) back byte for byte (checksums checked); the "
                   "object store keeps no modification times: restored objects are dated now")
         if failure is not None:
-            reason += (f"; the vault's copies were not all released ({failure}): the next start releases the "
-                       "rest")
+            reason += release_note(failure)
         if conflicts:
             reason += (f"; {len(left)} key(s) hold another object now and were left as they are, e.g. "
                        f"{sorted(left)[0]}: their originals stay in the vault, and purge keeps them")

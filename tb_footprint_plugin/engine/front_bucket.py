@@ -274,16 +274,25 @@ class BucketEngine(Engine):
             # damage that may hide its backup is a refusal programs can tell (a code), as on a disk
             raise TransactionError(f"nothing to restore for {op or run!r} in {self.logdir}"
                                    + "".join(f"; {w}" for w in damage), Failure.RESTORE_BLOCKED if damage else Failure.NOT_FOUND)
+        from tb_footprint_plugin.engine.bucket_putback import forgets_at_end, release_note
+
         outcomes = []
-        for m in todo:
-            if cancel is not None and cancel.cancelled:
-                outcomes.append(RunOutcome(run=m["run"], status=Outcome.SKIPPED, code=Skip.CANCELLED, reason="cancelled",
-                                           op_id=m.get("op_id"), bytes_before=m.get("bytes_after", 0),
-                                           bytes_after=m.get("bytes_after", 0)))
-            else:
-                outcomes.append(bk.restore_op(ostore, vault, m, cancel=cancel, progress=progress, catalogue=found))
-            if on_outcome is not None:
-                on_outcome(outcomes[-1])
+        # a vault of blobs forgets what the restored retirements let go once, at the end: its
+        # forget reads every manifest and journal in the bucket, so K runs paid it K times
+        with forgets_at_end(ostore, vault) as late:
+            for m in todo:
+                if cancel is not None and cancel.cancelled:
+                    outcomes.append(RunOutcome(run=m["run"], status=Outcome.SKIPPED, code=Skip.CANCELLED,
+                                               reason="cancelled", op_id=m.get("op_id"),
+                                               bytes_before=m.get("bytes_after", 0), bytes_after=m.get("bytes_after", 0)))
+                else:
+                    outcomes.append(bk.restore_op(ostore, vault, m, cancel=cancel, progress=progress, catalogue=found))
+                if on_outcome is not None:
+                    on_outcome(outcomes[-1])
+        if late.failure is not None:  # said on each run's outcome, as a release stopped at its restore is
+            for o in outcomes:
+                if o.run in late.runs():
+                    o.reason += release_note(late.failure)
         return outcomes + [
             RunOutcome(run="", status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, reason=w) for w in damage]
 
