@@ -639,6 +639,21 @@ def _batch_head(logdirs: List[str], logdir: str, shard, report) -> None:
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 
 
+#: the SIGINT handler a verb's ``_interruptible`` replaced, kept while Ctrl-C stays ignored from
+#: the instant its ``with`` ends by an interrupt until ``_interrupted`` has settled (a second Ctrl-C
+#: in between escaped the verb's own settling: review R8 F2); put back by ``_interrupted``, else
+#: by ``main`` on its way out
+_SIGINT_AFTER_SETTLING: List = []
+
+
+def _sigint_back() -> None:
+    """Put back the SIGINT handler an interrupted verb's settling kept ignored, if any."""
+    import signal
+
+    if _SIGINT_AFTER_SETTLING:
+        signal.signal(signal.SIGINT, _SIGINT_AFTER_SETTLING.pop())
+
+
 class _interruptible:
     """While a verb changes things, Ctrl-C cancels the batch (a run on another thread stops at its
     next step and rolls back) and interrupts this thread (its run is settled by ``_interrupted``)."""
@@ -663,10 +678,17 @@ class _interruptible:
             self.before = signal.signal(signal.SIGINT, self._handler)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
         import signal
 
-        if self.before is not None:
+        if self.before is None:
+            return
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            # straight from this handler (which no longer raises: cancelled) to ignored, so a
+            # second Ctrl-C before ``_interrupted`` cannot cut the settling short
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            _SIGINT_AFTER_SETTLING[:] = [self.before]
+        else:
             signal.signal(signal.SIGINT, self.before)
 
 
@@ -684,8 +706,10 @@ def _interrupted(args, verb: str, logdirs: List[str], shard, current: List[str],
     import signal
     import threading
 
-    before = signal.signal(signal.SIGINT, signal.SIG_IGN) \
-        if threading.current_thread() is threading.main_thread() else None
+    before = None
+    if threading.current_thread() is threading.main_thread():
+        ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        before = _SIGINT_AFTER_SETTLING.pop() if _SIGINT_AFTER_SETTLING else ignored
     try:
         return _settle_interrupted(args, verb, logdirs, shard, current, settled_already, since, landed)
     finally:
@@ -2074,6 +2098,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.stdout, sys.stderr = streams
         if before is not None:
             signal.signal(signal.SIGTERM, before)
+            _sigint_back()
     if _TERMINATED and rc == EXIT_INTERRUPTED:
         return EXIT_TERMINATED
     # a closed pipe says itself only where nothing else went wrong: a failure's own code stays
@@ -2116,7 +2141,7 @@ def _main(argv: Optional[List[str]]) -> int:
     except KeyboardInterrupt:
         # a verb that changes things settles its own interrupt; this one read only, or had not begun
         ld = _quote(str(getattr(args, "logdir", None) or "LOGDIR"))
-        if args.command in ("restore", "purge", "recover", "demo"):
+        if args.command in ("reduce", "retire", "restore", "purge", "recover", "demo"):
             said = (f"an operation it began is settled by the next start or `tb-footprint recover {ld}`; "
                     f"`tb-footprint status {ld}` shows the logdir")
         else:
