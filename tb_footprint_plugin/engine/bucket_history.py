@@ -12,12 +12,11 @@ from tb_footprint_plugin.engine.bucket_catalogue import (entries_of, entry_when,
 from tb_footprint_plugin.engine.bucket_state import BucketState, BucketVault
 from tb_footprint_plugin.engine.history import HistoryPage, bucket_log
 from tb_footprint_plugin.storage.remote import READ_WORKERS
+from tb_footprint_plugin.storage.store import CLOCK_SKEW
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
-#: how far the times a manifest says may run ahead of its object's date in a listing: a writer's
-#: clock (S3, GCS and Azure refuse a request signed more than 15 minutes off their own) and the
-#: whole seconds a date is listed in
-SKEW = 15 * 60 + 1
+#: how far the times a manifest says may run ahead of its object's date in a listing
+SKEW = CLOCK_SKEW
 
 
 def _newest_possible(info) -> float:

@@ -36,6 +36,9 @@ import re
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Outcome
+# how far a restore line's time may be from the clock of the worker reading it: a bucket refuses
+# a request signed further off; a disk shared by hosts keeps them closer
+from tb_footprint_plugin.storage.store import CLOCK_SKEW
 
 Shard = Tuple[int, int]  # (index, count), 0 <= index < count
 
@@ -142,12 +145,6 @@ def select(sizes: Mapping[str, int], shard: Shard) -> List[str]:
     """The keys shard ``shard`` takes, sorted."""
     i, n = check_shard(*shard)
     return sorted(k for k, s in partition(sizes, n).items() if s == i)
-
-
-#: how far a restore line's time may be from the clock of the worker reading it (seconds): a
-#: bucket refuses a request signed 15 minutes off (as ``engine.bucket_history.SKEW``); a disk
-#: shared by hosts keeps them closer
-CLOCK_SKEW = 15 * 60 + 1
 
 
 def original_sizes(current: Mapping[str, int], history: Iterable[dict],

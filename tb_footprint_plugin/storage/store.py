@@ -45,6 +45,12 @@ TMP_PREFIX = ".footprint-tmp-"
 #: the part size of streaming uploads to buckets (memory of a put stays about one part)
 STREAM_PART = 5 << 20
 
+#: how far a writer's clock may be from a store's, in seconds: S3, GCS and Azure refuse a request
+#: signed more than 15 minutes off their own clock, and listings give dates in whole seconds. A
+#: time a writer recorded may run that far ahead of (or behind) the date a store gives its object:
+#: the bucket Activity page's stopping rule and the shard partition's recent restores use it
+CLOCK_SKEW = 15 * 60 + 1
+
 
 class StoreFailure(OSError):
     """A store operation failed; ``code`` (``codes.StoreError``) says why, ``key`` names what."""
@@ -604,6 +610,6 @@ class ThrottledStore(Wrapper):
                 self.bucket.take(n)
 
 
-__all__ = ["Capabilities", "Copied", "CountingStore", "DeleteResult", "Entry", "RangeReader", "READ_ALL_LIMIT", "ReplaceResult",
+__all__ = ["CLOCK_SKEW", "Capabilities", "Copied", "CountingStore", "DeleteResult", "Entry", "RangeReader", "READ_ALL_LIMIT", "ReplaceResult",
            "STREAM_PART", "Store", "StoreFailure", "StoreStats", "ThrottledStore", "TMP_PREFIX", "VERBS", "Wrapper", "unwrapped",
            "check_key"]
