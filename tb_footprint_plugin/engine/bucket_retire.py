@@ -83,7 +83,8 @@ from tb_footprint_plugin.engine.bucket_putback import (PutBackHold, beside_at_fr
                                                        release_restored)
 from tb_footprint_plugin.engine.bucket_restore import holds_original, restore_journal, start_journal
 from tb_footprint_plugin.engine.catalogue_rules import RELEASED_BY
-from tb_footprint_plugin.engine.bucket_steps import backup_object, copy_matches, finish_op, journal_started, stream_digest
+from tb_footprint_plugin.engine.bucket_steps import (backup_object, copies_there, copy_matches, finish_op, journal_started,
+                                                      stream_digest)
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id
 from tb_footprint_plugin.engine.history import append_rolled_back
 from tb_footprint_plugin.engine.journal import Rec
@@ -544,9 +545,9 @@ def settle(ostore: ObjectStore, vault: BucketVault, journal: ObjectJournal) -> T
     """Settle an unfinished retirement from its journal (``engine.bucket_recover``); returns
     (``codes.Recovery`` value, detail). From the commit record on (every copy verified) the
     originals left are deleted at their version, once every copy is seen there still as verified
-    (``copies_there``, else ``BucketTxnError``: nothing deleted, the journal kept); a run that holds
-    anything else by then (a writer's object, an original rewritten since its copy) is put back
-    instead, as before it."""
+    (``bucket_steps.copies_there``, else ``BucketTxnError``: nothing deleted, the journal kept);
+    a run that holds anything else by then (a writer's object, an original rewritten since its
+    copy) is put back instead, as before it."""
     doc = journal.doc
     en = doc["runs"][0]
     finish = journal.step_name in (Rec.SWAPPING, Rec.DONE) and all(f.get("backup_checksums") for f in en["files"])
@@ -554,7 +555,7 @@ def settle(ostore: ObjectStore, vault: BucketVault, journal: ObjectJournal) -> T
         # a copy lost or changed since the commit record (a lifecycle rule, by hand): the originals
         # left are its bytes' only home; nothing is deleted, the journal stays (the disk's
         # roll_forward checks every blob first). Raises, so the next start looks again
-        copies_there(ostore, vault, en)
+        copies_there(ostore, vault, en, what="retirement")
     if finish and vault.blobs is not None:
         try:  # a blob forgotten since the commit record (by hand): keep what is left in the logdir
             missing_blobs(vault, en["files"])
@@ -804,31 +805,12 @@ class BucketUnretire(one_unretire.UnretireLayout):
             self.held.let_go()
 
 
-def copies_there(ostore: ObjectStore, vault: BucketVault, en: dict) -> None:
-    """Raise ``BucketTxnError(BACKUP_DAMAGED)`` naming the first numbered copy of a retirement's
-    entry ``en`` that is not in the vault with the bytes it was verified with (``_copy_ok``: its
-    size and recorded checksums): one listing of the operation's copies, no read. A key the journal
-    (untrusted) names outside that listing counts as missing. Blob entries are ``missing_blobs``'."""
-    files = [f for f in en["files"] if not is_blob_entry(f)]
-    if not files:
-        return
-    listed = {f"{vault.root}/{k}": o for k, o in BucketState.of(ostore).listing(
-        vault.blob(en["op"], "files"), vault.root, missing_ok=True).items()}
-    for f in files:
-        if not _copy_ok(ostore, vault, f, listed):
-            raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{vault_url(ostore, f['backup'])}: the vault copy of "
-                                 f"{f['path']} is gone or changed since the commit record; the retirement is not "
-                                 "finished: the journal and every original left stay (nothing deleted)")
-
-
-def _copy_ok(ostore: ObjectStore, vault: BucketVault, f: dict,
-             listed: Optional[Mapping[str, ObjectInfo]] = None) -> bool:
+def _copy_ok(ostore: ObjectStore, vault: BucketVault, f: dict) -> bool:
     """Whether ``f``'s backup is there with its bytes: a blob added by this logdir that reads back
-    to its sha256, or a copy of its size and checksums (looked up in ``listed``, store path to
-    listing entry, when given; else one head)."""
+    to its sha256, or a copy of its size and checksums."""
     if is_blob_entry(f):
         return check_entry(vault, f)
-    info = BucketState.of(ostore).head(f["backup"]) if listed is None else listed.get(f["backup"])
+    info = BucketState.of(ostore).head(f["backup"])
     if info is None or info.size != f["size"]:
         return False
     want = f.get("backup_checksums") or f.get("checksums") or {}
@@ -842,5 +824,5 @@ def retirements(manifests: List[dict]) -> List[dict]:
     return restorable_retirements(manifests)
 
 
-__all__ = ["retire_run", "BucketRetire", "unretire", "BucketUnretire", "settle", "rollback", "copies_there", "retirements", "is_retire_journal", "journal_runs",
+__all__ = ["retire_run", "BucketRetire", "unretire", "BucketUnretire", "settle", "rollback", "retirements", "is_retire_journal", "journal_runs",
            "stored_key", "manifest_doc", "rolled_back_line", "RETIRE_STEPS", "UNRETIRE_STEPS", "UNRETIRE_KIND", "RESTORE_OP"]
