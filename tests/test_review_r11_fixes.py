@@ -162,7 +162,7 @@ def test_folders_a_restore_remakes_are_fsynced_in_their_parents(tmp_path, monkey
     ctx = Context(str(tmp_path / "logdir"))
     os.makedirs(ctx.logdir)
     synced = []
-    real = swap.fsync_dir
+    real = retire.fsync_dir  # the folder fsync by path (the reduce's swap fsyncs through the walk's descriptor)
 
     def spy(path):
         synced.append(os.path.relpath(path, ctx.logdir))

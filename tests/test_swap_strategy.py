@@ -84,8 +84,9 @@ def _spy_local(monkeypatch, caps=None):
     monkeypatch.setattr(placement, "copy_over", lambda tmp, final, *a, **kw: (seen["copied"].append(final),
                                                                               real_copy(tmp, final, *a, **kw))[1])
     real_replace = swap.fsops.replace
-    monkeypatch.setattr(swap.fsops, "replace", lambda src, dst: (seen["renamed"].append(dst),
-                                                                 real_replace(src, dst))[1])
+    # the swap renames in the folders its walk reached (``src_dir_fd``, ``dst_dir_fd``), passed on
+    monkeypatch.setattr(swap.fsops, "replace", lambda src, dst, **kw: (seen["renamed"].append(dst),
+                                                                       real_replace(src, dst, **kw))[1])
     real_store = vault_mod.Vault.store
     monkeypatch.setattr(vault_mod.Vault, "store", lambda self, *a, **kw: (seen["link"].append(kw.get("link", True)),
                                                                           real_store(self, *a, **kw))[1])

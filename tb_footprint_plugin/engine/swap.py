@@ -26,14 +26,14 @@ from tb_footprint_plugin.engine.journal import Journal
 from tb_footprint_plugin.engine.putback import holds_original
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.placement import (IN_PLACE, copies_begun, folder_at, partial_copy, partial_put_back,
-                                                  put_in_place, resume_at, settle_folder, stands_at, starts_with,
-                                                  undo_new_name, version_at, version_in)
+                                                  put_in_place, resume_at, resume_copy, settle_folder, stands_at,
+                                                  starts_with, undo_new_name, version_at, version_in)
 from tb_footprint_plugin.engine.salvage import keep_late_records
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path
 from tb_footprint_plugin.plan.model import Action, RunPlan
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
-from tb_footprint_plugin.storage.files import fsync_dir, recorded_owner, sha256_stream
+from tb_footprint_plugin.storage.files import recorded_owner, sha256_stream
 from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256, plausible_mtime_ns
@@ -82,14 +82,17 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
     ``begun_at``: the new names its ``copying`` records name (``copies_begun``). Each staged file
     takes its path through ``placement.put_in_place`` (a new name's copy journaled once, an
     original's named by the ``swap`` record), a copy a killed attempt began there settled first
-    (``placement.resume_copy``)."""
+    (``placement.resume_copy``). Every placement, unlink, rmdir and folder fsync is made in the
+    folder the logdir store's walk reaches after the look (``placement.folder_at``), never by path:
+    a folder on the way swapped for a link since the look is refused, ``TransactionError`` coded
+    ``StoreError.SYMLINK`` naming the path, nothing outside the logdir changed (invariant 4); the
+    driver's rollback (or recovery, for ``roll_forward``) takes it from there."""
     strategy = strategy or swap_strategy(folder_capabilities())
     copying = resuming and not strategy.renames
     # the new names a copy was begun at (their ``copying`` records): only there can a partial copy
     # be the swap's own; anything else at a new name is someone else's (review R17 F2)
     begun = copies_begun(journal.written) | set(begun_at or ())
     recorded = _recorded_dirs(rp, recorded_dirs)
-    dirs = set()
     for path, rec in backups.items():
         # only the bytes that were backed up may be replaced or removed
         no_symlink(ctx, path)
@@ -110,61 +113,97 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
     # an original's name is named by the ``swap`` record (after it the path holds the original, the
     # staged bytes or their beginning): its copy journals no ``copying`` record of its own
     named = begun | set(backups)
+    dirs = set()  # logdir-relative: each fsynced as the walk reaches it
     for s in staged:
         no_symlink(ctx, s["final"])
         tmp, final = ctx.abs(s["tmp"]), ctx.abs(s["final"])
-        if os.path.exists(tmp):
-            new_name = s["final"] not in backups
-            # a copy a killed attempt began here (a new name its ``copying`` record names, an
-            # original's when resuming on a copying folder): finished, or emptied and made again
-            # (in its folder as the walk reaches it: a link on the way refused, nothing changed)
-            resumed = resume_at(ctx, s["final"], s, lambda q, d: partial_copy(q, tmp, s, dir_fd=d), _made_as(tmp)) \
-                if (s["final"] in begun if new_name else copying) else None
-            if new_name and resumed is None and stands_at(ctx, s["final"]) \
-                    and not holds_original(ctx.store, ctx.key(s["final"]), s):
-                raise TransactionError(f"{s['final']}: appeared meanwhile; it would be overwritten")
-            put_in_place(strategy, journal, {"path": s["final"], "sha256": s["sha256"], "size": s["size"]},
-                         begun=named, sparse=False)(tmp, final)
-        dirs.add(os.path.dirname(final))
+        # every change below is made in the folders the logdir store's walk reaches after the look,
+        # never by a path: a folder on the way swapped for a link to an outside folder since the
+        # look is refused (coded, naming it), nothing placed or unlinked out there (invariant 4)
+        with _staged_folders(ctx, s) as (dfd, tfd):
+            if tfd is not None and _lexists_in(tfd, os.path.basename(tmp)):
+                new_name = s["final"] not in backups
+                # a copy a killed attempt began here (a new name its ``copying`` record names, an
+                # original's when resuming on a copying folder): finished, or emptied and made again
+                resumed = resume_copy(final, s, lambda q: partial_copy(q, tmp, s, dir_fd=dfd), _made_as(tmp, tfd),
+                                      dir_fd=dfd) if (s["final"] in begun if new_name else copying) else None
+                if new_name and resumed is None and stands_at(ctx, s["final"]) \
+                        and not holds_original(ctx.store, ctx.key(s["final"]), s):
+                    raise TransactionError(f"{s['final']}: appeared meanwhile; it would be overwritten")
+                put_in_place(strategy, journal, {"path": s["final"], "sha256": s["sha256"], "size": s["size"]},
+                             begun=named, sparse=False)(tmp, final, src_dir_fd=tfd, dst_dir_fd=dfd)
+        dirs.add(os.path.dirname(s["final"]))
         faults.hit("reduce.mid_swap")
     finals = {s["final"] for s in staged}
+    removed: set = set()  # the folders this call removed: nothing of them to fsync (their parents are)
     for path in backups:
         if path in finals:
             continue  # replaced in place by its rewrite
-        p = ctx.abs(path)
-        with contextlib.suppress(FileNotFoundError):
-            fsops.unlink(p)
-        dirs.add(os.path.dirname(p))
+        with folder_at(ctx, path) as at:  # in its folder as the walk reaches it (a link: refused, coded)
+            if at is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    fsops.unlink(ctx.abs(path), dir_fd=at[0])  # the whole path names it; its name is looked up in at[0]
+        dirs.add(os.path.dirname(path))
     for a in rp.actions:
         if a.kind != "remove_dir":
             continue
-        p = ctx.abs(a.path)
-        try:
-            st = os.lstat(p)
-        except FileNotFoundError:
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            continue  # a symlink or a file now: not ours to remove
-        r = recorded.get(a.path)
-        owner = recorded_owner(r) or (st.st_uid, st.st_gid)
-        journal.append({"type": "rmdir", "path": a.path, "mode": r["mode"] & 0o7777 if r else st.st_mode & 0o7777,
-                        "mtime_ns": r["mtime_ns"] if r else dir_mtimes.get(a.path, st.st_mtime_ns),
-                        "uid": owner[0], "gid": owner[1]})
-        try:
-            fsops.rmdir(p)
-            dirs.add(os.path.dirname(p))
-        except OSError as e:
-            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR, errno.EBUSY):
-                raise
-    for d in dirs if strategy.fsync else ():
-        if os.path.isdir(d):
-            fsync_dir(d)
+        with folder_at(ctx, a.path) as at:
+            st = _lstat_in(at[0], at[1]) if at is not None else None
+            if st is None or not stat.S_ISDIR(st.st_mode):
+                continue  # gone, or a symlink or a file now: not ours to remove
+            r = recorded.get(a.path)
+            owner = recorded_owner(r) or (st.st_uid, st.st_gid)
+            journal.append({"type": "rmdir", "path": a.path,
+                            "mode": r["mode"] & 0o7777 if r else st.st_mode & 0o7777,
+                            "mtime_ns": r["mtime_ns"] if r else dir_mtimes.get(a.path, st.st_mtime_ns),
+                            "uid": owner[0], "gid": owner[1]})
+            try:
+                fsops.op()
+                os.rmdir(at[1], dir_fd=at[0])
+                dirs.add(os.path.dirname(a.path))
+                removed.add(a.path)
+            except OSError as e:
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR, errno.EBUSY):
+                    raise
+    for d in sorted(dirs - removed) if strategy.fsync else ():
+        with folder_at(ctx, os.path.join(d, "x")) as at:  # the folder ``d`` itself, as the walk reaches it
+            if at is not None:
+                os.fsync(at[0])
 
 
-def _made_as(tmp: str) -> dict:
+@contextlib.contextmanager
+def _staged_folders(ctx: Context, s: dict) -> Iterator[Tuple[Optional[int], Optional[int]]]:
+    """Descriptors of the folders of a staged file's ``final`` and its ``tmp`` (one, when they
+    share it: the stage puts it beside its original), each as ``placement.folder_at`` reaches it
+    (a link on the way: its ``TransactionError`` coded ``StoreError.SYMLINK``, naming the path);
+    None for a folder missing. A ``tmp`` standing where no folder of ``final`` does cannot take
+    its place: refused, naming it."""
+    with contextlib.ExitStack() as held:
+        at = held.enter_context(folder_at(ctx, s["final"]))
+        dfd = at[0] if at is not None else None
+        if os.path.dirname(ctx.key(s["tmp"])) == os.path.dirname(ctx.key(s["final"])):
+            tfd = dfd
+        else:
+            tat = held.enter_context(folder_at(ctx, s["tmp"]))
+            tfd = tat[0] if tat is not None else None
+        if dfd is None and tfd is not None and _lexists_in(tfd, os.path.basename(s["tmp"])):
+            raise TransactionError(f"{s['final']}: its folder is gone; the staged file is not put in place")
+        yield dfd, tfd
+
+
+def _lstat_in(dir_fd: int, name: str) -> Optional[os.stat_result]:
+    """What stands at ``name`` in the folder ``dir_fd`` (never followed), None when nothing does."""
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _made_as(tmp: str, dir_fd: Optional[int] = None) -> dict:
     """The mode, mtime and owner a copy of the staged file ``tmp`` gets (``copy_over`` takes
-    them from it, as a rename would leave them): what a resumed copy finishes with."""
-    st = os.lstat(tmp)
+    them from it, as a rename would leave them): what a resumed copy finishes with. ``dir_fd``:
+    its folder (``throttle.name_in``), never followed."""
+    st = os.stat(fsops.name_in(tmp, dir_fd), dir_fd=dir_fd, follow_symlinks=False)
     return {"mode": stat.S_IMODE(st.st_mode), "mtime_ns": st.st_mtime_ns, "owner": (st.st_uid, st.st_gid)}
 
 
