@@ -49,7 +49,7 @@ from tb_footprint_plugin.engine.putback import (backups_refusal, holds_original,
 from tb_footprint_plugin.engine.journal import Journal, RunLocked
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
 from tb_footprint_plugin.engine.swap import (copies_begun, folder_times, make_dirs, put_back, put_back_token,
-                                             settle_dirs, settle_folder_times)
+                                             settle_dirs, settle_folder_times, unsettled_note)
 from tb_footprint_plugin.engine.retire_rules import KIND as RETIRE_KIND
 from tb_footprint_plugin.engine.retire_tree import stored_file
 from tb_footprint_plugin.engine.restore_staged import (Prepared, PreparedVault, checked_in_place, prepare_streamed,
@@ -245,6 +245,7 @@ class LocalRestore(txn.PutBack):
         self.checking = False  # in the check of the streamed backups
         self.swapping = False  # the put-back began: from here the restore is finished, never undone
         self.detail = ""
+        self.unsettled: List[str] = []  # recorded folders left without their mode and time (``finish_restore``)
         self.error: Optional[BaseException] = None
 
     def failpoint(self, step: str) -> Optional[str]:
@@ -354,7 +355,7 @@ class LocalRestore(txn.PutBack):
         self.swapping = True
         report("restore", 0.5)  # past the commit point: a front end stops offering a cancel
         self.detail = finish_restore(self.ctx, self.jnl.records(), self.memo, self.prepared, self.releases,
-                                     journal=self.jnl)
+                                     journal=self.jnl, unsettled=self.unsettled)
 
     def commit(self, report: txn.Report) -> None:
         """The temporaries no put-back took removed (the original stood there already), while
@@ -365,7 +366,10 @@ class LocalRestore(txn.PutBack):
         out.status, out.code = Outcome.RESTORED, None
         out.reason = self.detail
         try:  # said with a code too when newer bytes were found in an original's place
-            out.code = restore_code(self.vault.read_manifest(out.op_id).get("displaced", []))
+            # a recorded folder left without its mode and time (a link) is said with its own code,
+            # after what was found in an original's place (bytes first)
+            out.code = restore_code(self.vault.read_manifest(out.op_id).get("displaced", []),
+                                    Finding.FOLDER_NOT_SETTLED if self.unsettled else None)
         except (OSError, ValueError):
             pass
         out.bytes_after = manifest.get("bytes_before", 0)
@@ -436,7 +440,8 @@ def restore_abandoned(records: List[dict]) -> bool:
 
 def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMemo] = None,
                    prepared: Optional["Prepared"] = None, releases: Optional["Releases"] = None,
-                   journal: Optional[Journal] = None) -> str:
+                   journal: Optional[Journal] = None,
+                   unsettled: Optional[List[str]] = None) -> str:
     """Do (or finish) the restore described by its journal records; idempotent. ``memo``: see
     ``restore_op``. ``prepared``: the temporaries this process's check streamed its big remote
     backups into (``prepare_streamed``), renamed into place instead of downloading them again.
@@ -445,7 +450,9 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
     times given back), nothing else. ``releases``: see ``restore_op``. ``journal``: the
     restore's, where a put-back that copies (the folder's swap strategy, ``placement.put_in_place``)
     records each copy before it begins; a partial copy an earlier attempt so recorded left is
-    its own (``placement.partial_put_back``)."""
+    its own (``placement.partial_put_back``). ``unsettled``: the recorded folders left without their
+    mode and time (a link, or reached only through one: ``swap.settle_dirs``) appended to it, for
+    the caller's code (``Finding.FOLDER_NOT_SETTLED``); the detail names them too (review R7 F6)."""
     begin = records[0]
     vault = PreparedVault(begin["vault"], prepared) if prepared is not None and prepared.temps else Vault(begin["vault"])
     manifest = vault.read_manifest(begin["of_op"])
@@ -493,7 +500,9 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
             os.unlink(p)
         elif os.path.exists(p):
             kept_changed.append(c["path"])
-    settle_dirs(ctx, manifest.get("removed_dirs", []), remade)
+    left_unsettled = settle_dirs(ctx, manifest.get("removed_dirs", []), remade)
+    if unsettled is not None:
+        unsettled.extend(left_unsettled)
     settle_folder_times(ctx, manifest.get("dir_times"))
     bad = [f["path"] for f in manifest["files"] if not holds_original(ctx.store, ctx.key(f["path"]), f)]
     if bad:
@@ -536,7 +545,8 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
     detail += late_records_said(displaced)
     detail += kept_said(len([d for d in displaced if d.get("sha256")]), "file",
                         f"restore {begin['op_id']}; `tb-footprint status` shows how to bring them back")
-    return detail
+    note = unsettled_note(left_unsettled)
+    return f"{detail}; {note}" if note else detail
 
 
 def _kept_view(vault: Vault, d: dict) -> dict:

@@ -644,7 +644,10 @@ class DiskUnretire(one_unretire.UnretireLayout):
         back = [f for f in m["tree"] if f["path"] not in left]
         out.bytes_after = m.get("bytes_before", 0) if not left else sum(f["size"] for f in back)
         out.created_files = [f["path"] for f in back]
-        return detail, (Finding.NOT_RESTORED if left else None)
+        # an original not back is said first; a recorded folder left without its mode and time (a
+        # link, ``chmod_dirs``) has its own code, the detail naming it (review R7 F6)
+        unsettled = self.put[4] if self.put else ()
+        return detail, (Finding.NOT_RESTORED if left else Finding.FOLDER_NOT_SETTLED if unsettled else None)
 
     def journaled(self) -> bool:
         return self.jnl is not None
