@@ -122,5 +122,8 @@ def test_a_run_failing_the_last_look_is_taken_out_alone_and_the_others_are_reduc
     assert [s for k, s in log if k == "journal"] == ["swapping"]
     assert not [s for k, s in log if k == "step" and s in ("record:rollback", "rollback")]
     ops = {m["run"] for m in api.operations(url) if m["kind"] == "reduce"}
-    assert ops == {second.run}  # the run taken out has no manifest left
+    # the run taken out keeps the manifest naming its victim's backup, that original's only copy
+    # (review R8 F3: status shows it, restore and purge reach it); its reason says so
+    assert ops == {first.run, second.run}
+    assert victim.split("/", 1)[-1] in by[first.run].reason and "backups are kept" in by[first.run].reason
     assert _keys(url, f"{STATE}/journal/") == [] and _keys(url, f"{STATE}/locks/") == []

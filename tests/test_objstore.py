@@ -418,7 +418,8 @@ def test_object_changed_after_backup_is_never_deleted(bucket, demo_logdir):
     """An object rewritten between its backup and the delete step: the run is rolled back (its
     new bytes kept, the backups of the originals in place dropped) with the code
     ``changed_since_backup``, other runs proceed. The rewritten object's backup is its original's
-    only copy: kept (R7 F2's rule, rollback_entry), the manifest dropped."""
+    only copy: kept (R7 F2's rule, rollback_entry), with the manifest naming it and the run's other
+    backups (R8 F3: named, so status shows it and purge frees it)."""
     from tb_footprint_plugin.engine import faults
 
     url = bucket.upload(demo_logdir, "logs")
@@ -448,7 +449,9 @@ def test_object_changed_after_backup_is_never_deleted(bucket, demo_logdir):
             assert now[a.path] == before[a.path]
     assert any(x.status == "verified" for x in rep.outcomes)  # the other runs were reduced
     leftovers = [k for k in RemoteFS(url).list_tree() if f"/{o.op_id}/" in k or k.endswith(f"{o.op_id}.json")]
-    assert leftovers == [f".tb-footprint/blobs/{o.op_id}/{victim}"]  # only the rewritten one's original kept
+    assert f".tb-footprint/blobs/{o.op_id}/{victim}" in leftovers  # the rewritten one's original kept
+    assert f".tb-footprint/manifests/{o.op_id}.json" in leftovers  # and named
+    assert not [k for k in leftovers if "/tmp/" in k or "/journal/" in k]
 
 
 def test_failure_codes_are_the_local_engines():

@@ -43,18 +43,10 @@ from tb_footprint_plugin.engine.bucket_state import (
     unlock_all,
     written_recently,
 )
-from tb_footprint_plugin.engine.bucket_steps import (
-    backup_object,
-    file_entry,
-    finish_op,
-    manifest_doc,
-    rollback_entry,
-    rollback_incomplete,
-    rolled_back,
-    verify_batch,
-)
+from tb_footprint_plugin.engine.bucket_steps import (backup_object, file_entry, finish_op, manifest_doc, rollback_entry,
+                                                     rollback_incomplete, rolled_back, verify_batch)
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id
-from tb_footprint_plugin.engine.recovery_rules import CANCELLED_REASON
+from tb_footprint_plugin.engine.recovery_rules import CANCELLED_REASON, kept_words
 from tb_footprint_plugin.engine.journal import Rec
 from tb_footprint_plugin.engine.lease import RunLease
 from tb_footprint_plugin.storage.remote import ObjectInfo
@@ -389,9 +381,11 @@ class ObjectBatchReduce(txn.Txn):
             o = self.outs[en["run"]]
             o.reason = str(self.error)
             try:
-                rollback_entry(self.ostore, self.vault, en)
+                kept = rollback_entry(self.ostore, self.vault, en)
                 o.status, o.code = Outcome.ROLLED_BACK, code
-                self._record(en)
+                o.reason += f"; {kept_words(kept)}" if kept else ""
+                if not kept:  # a kept manifest names its backups: not "as it was", no rolled-back line
+                    self._record(en)
             except (BucketTxnError, *STORE_FAILURES, OSError) as e2:
                 rollback_incomplete(o, e2)
         if _incomplete(self.entries, self.outs):
@@ -447,8 +441,8 @@ class ObjectBatchReduce(txn.Txn):
     def _drop(self, en: dict, e: BaseException) -> None:
         """Take ``en`` out of the batch, rolled back alone (``_drop_run``)."""
         self.live = [x for x in self.live if x is not en]
-        _drop_run(self.ostore, self.vault, en, self.outs[en["run"]], e)
-        if self.outs[en["run"]].code != Failure.ROLLBACK_INCOMPLETE:
+        if not _drop_run(self.ostore, self.vault, en, self.outs[en["run"]], e) and \
+                self.outs[en["run"]].code != Failure.ROLLBACK_INCOMPLETE:  # kept: its manifest names it
             self._record(en)
 
     def _record(self, en: dict) -> None:
@@ -475,20 +469,21 @@ def _among(en: dict, ens: List[dict]) -> bool:
     return any(x is en for x in ens)
 
 
-def _drop_run(ostore: ObjectStore, vault: BucketVault, en: dict, out: RunOutcome, e: BaseException) -> None:
-    """Take one run out of a batch before its destructive step: its originals are untouched,
-    its backups and manifest go. The batch journal still names the run: a crash from here on
-    makes recovery roll it back too, which finds nothing left to undo."""
-    code = failure_code(e)
+def _drop_run(ostore: ObjectStore, vault: BucketVault, en: dict, out: RunOutcome, e: BaseException) -> List[str]:
+    """Take one run out of a batch before its destructive step: its originals untouched, its backups
+    and manifest gone (kept where one is not in place: their keys returned, ``rollback_entry``)."""
+    code, kept = failure_code(e), []
     out.reason = str(e)
     try:
-        rollback_entry(ostore, vault, en, deleted=False)
+        kept = rollback_entry(ostore, vault, en, deleted=False)
         rolled_back(out, code)
+        out.reason += f"; {kept_words(kept)}" if kept else ""
     except (BucketTxnError, *STORE_FAILURES, OSError) as e2:
         rollback_incomplete(out, e2)
     en["dropped"] = True
     # what its change-log line says, for a recovery that finds it taken out and its line not written
     en["rolled_back"] = {"code": str(code), "reason": str(e)[:MAX_REASON], "before": out.bytes_before}
+    return kept
 
 
 def _incomplete(entries: List[dict], outs: Dict[str, RunOutcome]) -> bool:

@@ -268,15 +268,14 @@ def recover(ostore: ObjectStore, vault: BucketVault) -> List[RecoveryOutcome]:
                 continue
             dropped = [en for en in journal.entries() if en.get("dropped")]
             for en in dropped:  # taken out before the commit step: nothing of it was deleted
-                kept[str(en["run"])] = rollback_entry(ostore, vault, en, deleted=False, keep_manifest=True)
+                kept[str(en["run"])] = rollback_entry(ostore, vault, en, deleted=False)
             live = journal.live_entries()
             ran = [_settled_run(st, vault, en, finish) for en in live]  # sizes before rollback drops manifests
             if finish:
                 finish_op(ostore, vault, doc)
             else:
                 for en in live:
-                    kept[str(en["run"])] = rollback_entry(ostore, vault, en, deleted=journal.committed(),
-                                                          keep_manifest=True)
+                    kept[str(en["run"])] = rollback_entry(ostore, vault, en, deleted=journal.committed())
             action = Recovery.COMPLETED if finish else Recovery.ROLLED_BACK
             detail = FINISHED if finish else left_as_it_was(journal)
             # each rolled-back run's change-log line, as a disk's recovery writes it (its manifest is

@@ -93,7 +93,7 @@ from tb_footprint_plugin.engine.bucket_steps import (
 )
 from tb_footprint_plugin.engine.checks import compare_views
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError, new_op_id, reason_of
-from tb_footprint_plugin.engine.recovery_rules import CANCELLED_REASON
+from tb_footprint_plugin.engine.recovery_rules import CANCELLED_REASON, kept_words
 from tb_footprint_plugin.engine.journal import Rec
 from tb_footprint_plugin.engine.swap_strategy import COPY_DELETE, refusal, swap_strategy
 from tb_footprint_plugin.engine.verification import stage_file, stage_line, stop_of
@@ -400,12 +400,15 @@ class ObjectReduce(txn.Txn):
         (``engine.history``), the journal closed, the lock object deleted at its version."""
         journaled = self.jnl is not None
         if journaled:
-            rollback_entry(self.ostore, self.vault, self.en, deleted=committed)
+            kept = rollback_entry(self.ostore, self.vault, self.en, deleted=committed)
             rolled_back(self.out, self.code)
-            # its manifest is gone with its backups: the change log says it was rolled back, before
-            # the journal goes (a kill in between: recovery writes it, never twice)
-            append_rolled_back(BucketState.of(self.ostore).logdir_store(),
-                               [rolled_back_line(self.out, self.op_id, self.policy)], [self.out])
+            if kept:  # its manifest names the kept backups (``rollback_entry``): no rolled-back line
+                self.out.reason = f"{self.out.reason}; {kept_words(kept)}"
+            else:
+                # its manifest is gone with its backups: the change log says it was rolled back, before
+                # the journal goes (a kill in between: recovery writes it, never twice)
+                append_rolled_back(BucketState.of(self.ostore).logdir_store(),
+                                   [rolled_back_line(self.out, self.op_id, self.policy)], [self.out])
             must_close(self.jnl)
         ours = unlock_versions(self.lock)
         if ours:

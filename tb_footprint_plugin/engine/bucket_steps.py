@@ -337,8 +337,7 @@ def planned_objects(listing: Dict[str, ObjectInfo], runs: List[str]) -> Dict[str
     return out
 
 
-def rollback_entry(ostore: ObjectStore, vault: BucketVault, en: dict, deleted: bool = True,
-                   keep_manifest: bool = False) -> List[str]:
+def rollback_entry(ostore: ObjectStore, vault: BucketVault, en: dict, deleted: bool = True) -> List[str]:
     """Undo one run of an operation that did not commit: put back any removed original from its
     verified backup, then drop the manifest, the backup copies and the temporary keys.
     ``deleted``: whether the operation may have deleted originals (its commit record was written);
@@ -351,9 +350,11 @@ def rollback_entry(ostore: ObjectStore, vault: BucketVault, en: dict, deleted: b
     writer (its bytes still the object's beginning, read to tell): a journal older than
     the run (read before its owner went on, R7 F2) or a writer may have left the reduced bytes, or
     anything else, there, and the copy is then the only one of the original. Returns the keys whose
-    original is not in place and of which a backup may exist: their backups are kept, and with
-    ``keep_manifest`` (a recovery, whose journal may be stale) the manifest and every backup of the
-    run too, so the operation stays restorable (a restore leaves a key holding other bytes alone)."""
+    original is not in place and of which a backup may exist: their backups are kept, with the
+    manifest and every backup of the run, for every caller (a recovery, whose journal may be stale;
+    a reduction's own rollback, a writer's new bytes at a key): the manifest names the kept copies,
+    so ``status`` shows the operation, ``restore`` gives the originals back (leaving a key that holds
+    other bytes alone) and ``purge`` frees them by its one rule (review R8 F3)."""
     kept: List[str] = []
     finals: List[dict] = []
     for f, verdict, cur in _verdicts(ostore, vault, en, deleted):
@@ -367,7 +368,7 @@ def rollback_entry(ostore: ObjectStore, vault: BucketVault, en: dict, deleted: b
             finals.append(f)
     st = BucketState.of(ostore)
     temps = [f["tmp"] for f in en.get("files", []) if f.get("tmp")]
-    if kept and keep_manifest:
+    if kept:
         # the manifest names every backup of the run: all kept with it (temporaries are reduced
         # bytes, never an original's only copy)
         must_delete(ostore, temps)

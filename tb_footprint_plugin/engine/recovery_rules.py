@@ -105,12 +105,17 @@ def backups_kept(op_id: str, run: Optional[str], kept: List[str]) -> RecoveryOut
     a writer came): nothing of the operation's copies deleted, its manifest kept, so a restore
     gives back the originals wherever the run still holds what the operation left. Not "as it
     was": the run is as it stands."""
+    return RecoveryOutcome(op_id, run, Recovery.BACKUPS_KEPT, kept_words(kept), Finding.ORIGINAL_NOT_IN_PLACE,
+                           kind=REDUCE)
+
+
+def kept_words(kept: List[str]) -> str:
+    """What a rollback that kept the backups of ``kept`` (keys not holding the original its journal
+    recorded) says, a recovery's (``backups_kept``) and a reduction's own (its outcome's reason) alike."""
     more = f" and {len(kept) - 1} more" if len(kept) > 1 else ""
-    return RecoveryOutcome(op_id, run, Recovery.BACKUPS_KEPT,
-                           f"{kept[0]}{more}: not the original its journal recorded (reduced, or written since); "
-                           "its backups are kept, and its manifest where one was written (`tb-footprint restore` "
-                           "gives the originals back)",
-                           Finding.ORIGINAL_NOT_IN_PLACE, kind=REDUCE)
+    return (f"{kept[0]}{more}: not the original its journal recorded (reduced, or written since); "
+            "its backups are kept, and its manifest where one was written (`tb-footprint restore` "
+            "gives the originals back)")
 
 
 def settled_run(run: str, op_id: str, before: Optional[int], after: Optional[int], completed: bool) -> dict:
@@ -119,5 +124,5 @@ def settled_run(run: str, op_id: str, before: Optional[int], after: Optional[int
     return {"run": run, "op_id": op_id, "bytes_before": before, "bytes_after": after if completed else before}
 
 
-__all__ = ["backups_kept", "INTERRUPTED_REASON", "CANCELLED_REASON", "NOT_REPLAYED", "damaged_journal", "damaged_line", "no_begin_record", "REDUCE", "RecoveryOutcome", "failed", "refused", "settled", "settled_run",
+__all__ = ["backups_kept", "kept_words", "INTERRUPTED_REASON", "CANCELLED_REASON", "NOT_REPLAYED", "damaged_journal", "damaged_line", "no_begin_record", "REDUCE", "RecoveryOutcome", "failed", "refused", "settled", "settled_run",
            "skipped_live"]

@@ -253,6 +253,11 @@ class DiskNumbers:
             return None if self._value is None else dict(self._value)
 
 
+#: the codes of a journal recovery leaves in place because finishing or rolling it back could lose
+#: an original's only copy (not because the journal is planted, copied or damaged)
+_NOT_FINISHED = (Finding.ORIGINAL_NOT_IN_PLACE, Finding.BACKUP_DAMAGED)
+
+
 class Recovery:
     """Crash recovery of unfinished operations, run once in the background at load."""
 
@@ -302,7 +307,11 @@ class Recovery:
             salvaged = [o for o in outs if o.action in (RecoveryAction.SALVAGED, RecoveryAction.KEPT)]
             repaired = [o for o in outs if o.action == RecoveryAction.REPAIRED]
             live = [o for o in outs if o.action == RecoveryAction.SKIPPED_LIVE]
-            refused = [o for o in outs if o.action == RecoveryAction.REFUSED]
+            # a reduction whose original was not where its journal said, or whose copies were gone
+            # past its commit point: nothing deleted, said apart from planted or copied state
+            kept = [o for o in outs if o.action == RecoveryAction.BACKUPS_KEPT]
+            astray = [o for o in outs if o.action == RecoveryAction.REFUSED and o.code in _NOT_FINISHED]
+            refused = [o for o in outs if o.action == RecoveryAction.REFUSED and o.code not in _NOT_FINISHED]
             failed = [o for o in outs if o.action == RecoveryAction.FAILED]
             parts = []
             if settled:
@@ -315,6 +324,12 @@ class Recovery:
                              "made copies of their own (a write through that file can no longer change them)")
             if live:
                 parts.append(f"{len(live)} left alone (another process is working on it)")
+            if kept:
+                parts.append(f"{len(kept)} reduction(s) found a file not as their journal recorded it (reduced, or "
+                             "written since): their backups are kept and `tb-footprint restore` gives the originals back")
+            if astray:
+                parts.append(f"{len(astray)} journal(s) left as they are, nothing deleted: an original not in place, "
+                             "or a backup gone since the commit point (each named among the outcomes)")
             if refused:
                 parts.append(f"{len(refused)} journal(s) refused and left as they are (malformed, or written for "
                              "another logdir: planted or copied state is never replayed)")
