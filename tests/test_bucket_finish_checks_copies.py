@@ -5,12 +5,17 @@ Before, ``recover`` finished it from the journal's ``backup_checksums`` alone: t
 (by hand, a lifecycle rule) or replaced since, it deleted the originals, whose bytes were then
 nowhere. Now one listing of ``blobs/<op>/``, each copy checked by its size and recorded checksums
 (``bucket_steps.copies_there``): one missing or different -> refused, ``backup_damaged``, naming the
-copy; nothing deleted, the journal kept; ``status`` says so beforehand in the same words."""
+copy; nothing deleted, the journal kept; ``status`` says so beforehand in the same words. A local
+blob folder's blobs no longer claimed there are refused alike (``bucket_blobs.missing_blobs``)."""
+import os
+
 import pytest
 
-from test_bucket_status_judges_journals import _killed_at, _logdir
+from helpers_crash import Killed, kill
+from test_bucket_status_judges_journals import RUN, _killed_at, _logdir
 from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Finding, Recovery
+from tb_footprint_plugin.engine import faults
 
 STATE = ".tb-footprint/"
 
@@ -59,3 +64,27 @@ def test_finish_goes_on_when_every_copy_is_there(bucket, tmp_path):
     out = [r for r in api.recover_logdir(url) if r.run == op["run"]]
     assert [(r.action, r.detail) for r in out] == [(Recovery.COMPLETED, op["recover_will"]["detail"])]
     assert api.unfinished(url)["unfinished_operations"] == []
+
+
+def test_finish_refused_when_a_blob_is_gone_from_the_local_folder(s3_bucket, tmp_path):
+    """The same with the backups kept as blobs in a local ``--backup-dir`` folder: the folder's
+    blobs lost past the commit record (the folder emptied) -> refused, nothing deleted."""
+    import shutil
+
+    folder = str(tmp_path / "vault")
+    url = s3_bucket.upload(_logdir(tmp_path / "src"), "logs-blobs")
+    before = _user(s3_bucket.hashes("logs-blobs"))
+    faults.arm("reduce.swap_record", kill)
+    try:
+        with pytest.raises(Killed):
+            api.reduce_logdir(url, backup_dir=folder, policy="archive", dry_run=False, runs=[RUN], quiet_period=0)
+    finally:
+        faults.disarm_all()
+    shutil.rmtree(folder)
+    os.makedirs(folder)
+    [op] = api.unfinished(url, folder)["unfinished_operations"]
+    will = op["recover_will"]
+    assert will["action"] == Recovery.REFUSED and will["code"] == Finding.BACKUP_DAMAGED, will
+    out = [r for r in api.recover_logdir(url, folder) if r.run == op["run"]]
+    assert [(r.action, r.code, r.detail) for r in out] == [(Recovery.REFUSED, Finding.BACKUP_DAMAGED, will["detail"])]
+    assert _user(s3_bucket.hashes("logs-blobs")) == before  # every original still in the run

@@ -19,7 +19,7 @@ from typing import Dict, List, Optional
 
 from tb_footprint_plugin.codes import Code, Failure, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import faults, lease, manifest
-from tb_footprint_plugin.engine.bucket_blobs import KEPT_IN, is_blob_entry, put_back
+from tb_footprint_plugin.engine.bucket_blobs import KEPT_IN, is_blob_entry, missing_blobs, put_back
 from tb_footprint_plugin.engine.bucket_state import (
     BucketState,
     BucketTxnError,
@@ -110,8 +110,10 @@ def copies_there(ostore: ObjectStore, vault: BucketVault, en: dict, what: str = 
     blob first). One listing of ``<vault>/blobs/<op>/``, no read: each copy of its size and the
     checksums recorded when it was made (``backup_checksums``), or, sharing no checksum kind with
     them, of the version recorded then. A key the journal (untrusted) names outside that listing
-    counts as missing. Blob entries are ``bucket_blobs.missing_blobs``'. ``what``: the operation's
+    counts as missing. Blob entries (a local blob vault): each still claimed by this logdir there
+    (``bucket_blobs.missing_blobs``: its index read again, no blob read). ``what``: the operation's
     kind in the words (``reduction``, ``retirement``)."""
+    missing_blobs(vault, en.get("files") or [])
     files = [f for f in en.get("files") or [] if not is_blob_entry(f)]
     if not files:
         return
