@@ -421,7 +421,7 @@ def test_plan_all_and_one(app):
 
 
 def test_empty_history_operations_jobs(app, logdir):
-    assert app.get("/history").get_json() == {"entries": [], "total": 0}
+    assert app.get("/history").get_json() == {"entries": [], "total": 0, "total_exact": True}
     # Operations also lists what a restore kept in a file's place (api.status): none yet, and
     # asking writes no state into the logdir
     assert app.get("/operations").get_json() == {"operations": [], "kept_blobs": []}

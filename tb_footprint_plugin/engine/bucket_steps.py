@@ -20,18 +20,8 @@ from typing import Dict, List, Optional
 from tb_footprint_plugin.codes import Code, Failure, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import faults, lease, manifest
 from tb_footprint_plugin.engine.bucket_blobs import KEPT_IN, is_blob_entry, missing_blobs, put_back
-from tb_footprint_plugin.engine.bucket_state import (
-    BucketState,
-    BucketTxnError,
-    BucketVault,
-    delete_all,
-    listing_of_runs,
-    must_delete,
-    must_delete_versioned,
-    now_s,
-    run_prefix,
-    vault_url,
-)
+from tb_footprint_plugin.engine.bucket_state import (BucketState, BucketTxnError, BucketVault, delete_all, listing_of_runs,
+                                                     must_delete, must_delete_versioned, now_s, run_prefix, vault_url)
 from tb_footprint_plugin.engine.context import RunOutcome
 from tb_footprint_plugin.engine.journal_object import ObjectJournal, live_entries, pending_objects
 from tb_footprint_plugin.engine.manifest import renamed  # noqa: F401  (re-exported: the bucket modules' name)
@@ -369,6 +359,10 @@ def rollback_entry(ostore: ObjectStore, vault: BucketVault, en: dict, deleted: b
         if verdict in (PUT_BACK, IN_PLACE) and renamed(f):
             finals.append(f)
     st = BucketState.of(ostore)
+    for f in finals:  # its original back: the copy made under a new name goes while it holds the staged bytes
+        cur = st.head(ostore.path(f["final"]))
+        if staged_match(cur, f):
+            must_delete_versioned(ostore, ostore.path(f["final"]), cur.version_token)
     temps = [f["tmp"] for f in en.get("files", []) if f.get("tmp")]
     if kept:
         # the manifest names every backup of the run: all kept with it (temporaries are reduced
