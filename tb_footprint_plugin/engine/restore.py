@@ -50,6 +50,7 @@ from tb_footprint_plugin.engine.journal import Journal, RunLocked
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
 from tb_footprint_plugin.engine.swap import (copies_begun, folder_times, make_dirs, put_back, put_back_token,
                                              settle_dirs, settle_folder_times, unsettled_note)
+from tb_footprint_plugin.engine.placement import folder_at, holds_whole
 from tb_footprint_plugin.engine.retire_rules import KIND as RETIRE_KIND
 from tb_footprint_plugin.engine.retire_tree import stored_file
 from tb_footprint_plugin.engine.restore_staged import (Prepared, PreparedVault, checked_in_place, prepare_streamed,
@@ -58,6 +59,7 @@ from tb_footprint_plugin.engine.vault_reads import blob_unreadable, read_roots, 
 from tb_footprint_plugin.engine.vault import EveryBlob, ManifestMemo, Vault, VaultError, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
+from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.blobstore import BlobFailure
 from tb_footprint_plugin.storage.access import access_refusal, is_permission_error
 from tb_footprint_plugin.storage.paths import is_within, real_within
@@ -495,11 +497,16 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
         if c["path"] in originals:
             continue  # an in-place rewrite: the original now stands at that name again
         no_symlink(ctx, c["path"])
-        p = ctx.abs(c["path"])
-        if holds_original(ctx.store, ctx.key(c["path"]), c):  # still the reduction's bytes
-            os.unlink(p)
-        elif os.path.exists(p):
-            kept_changed.append(c["path"])
+        if not holds_original(ctx.store, ctx.key(c["path"]), c):  # not the reduction's bytes (or gone)
+            if os.path.lexists(ctx.abs(c["path"])):
+                kept_changed.append(c["path"])
+            continue
+        # removed in its folder as the walk reaches it, its bytes asked again there: a folder on
+        # the way swapped for a link since the look is refused (coded), nothing outside removed
+        # (review R8 F7; the journal stays and the next start finishes once the folder is back)
+        with folder_at(ctx, c["path"]) as at:
+            if at is not None and holds_whole(at[1], c, dir_fd=at[0]):
+                fsops.unlink(at[1], dir_fd=at[0])
     left_unsettled = settle_dirs(ctx, manifest.get("removed_dirs", []), remade)
     if unsettled is not None:
         unsettled.extend(left_unsettled)
