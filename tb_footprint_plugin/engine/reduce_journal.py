@@ -15,6 +15,7 @@ from tb_footprint_plugin.codes import Failure, Outcome
 from tb_footprint_plugin.engine.context import (Context, NoSpace, RunOutcome, TransactionError, no_symlink, reason_of,
                                                 writing)
 from tb_footprint_plugin.engine.journal import Journal, JournalGone, StateMoved
+from tb_footprint_plugin.engine.placement import folder_at
 from tb_footprint_plugin.engine.recovery_rules import rollback_incomplete_reason
 from tb_footprint_plugin.engine.swap import rollback
 from tb_footprint_plugin.storage import throttle as fsops
@@ -65,7 +66,9 @@ def journal_gone(ctx: Context, journal: Journal, gone: JournalGone, reason: str,
                 continue
             try:
                 no_symlink(ctx, r["tmp"])
-                fsops.unlink(ctx.abs(r["tmp"]))
+                with folder_at(ctx, r["tmp"]) as at:  # as the walk reaches it: a link since the look refused
+                    if at is not None:
+                        fsops.unlink(at[1], dir_fd=at[0])
             except FileNotFoundError:
                 pass
             except (OSError, TransactionError):
