@@ -381,7 +381,7 @@ class ObjectBatchReduce(txn.Txn):
             o = self.outs[en["run"]]
             o.reason = str(self.error)
             try:
-                kept = rollback_entry(self.ostore, self.vault, en)
+                kept = rollback_entry(self.ostore, self.vault, en, code=code)
                 o.status, o.code = Outcome.ROLLED_BACK, code
                 o.reason += f"; {kept_words(kept)}" if kept else ""
                 if not kept:  # a kept manifest names its backups: not "as it was", no rolled-back line
@@ -475,7 +475,7 @@ def _drop_run(ostore: ObjectStore, vault: BucketVault, en: dict, out: RunOutcome
     code, kept = failure_code(e), []
     out.reason = str(e)
     try:
-        kept = rollback_entry(ostore, vault, en, deleted=False)
+        kept = rollback_entry(ostore, vault, en, deleted=False, code=code)
         rolled_back(out, code)
         out.reason += f"; {kept_words(kept)}" if kept else ""
     except (BucketTxnError, *STORE_FAILURES, OSError) as e2:

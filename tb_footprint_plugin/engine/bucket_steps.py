@@ -22,16 +22,14 @@ from tb_footprint_plugin.engine import faults, lease, manifest
 from tb_footprint_plugin.engine.bucket_blobs import KEPT_IN, is_blob_entry, missing_blobs, put_back
 from tb_footprint_plugin.engine.bucket_state import (BucketState, BucketTxnError, BucketVault, delete_all, listing_of_runs,
                                                      must_delete, must_delete_versioned, now_s, run_prefix, vault_url)
+from tb_footprint_plugin.engine.catalogue_rules import is_rolled_back_keeping, rolled_back_keeping
 from tb_footprint_plugin.engine.context import RunOutcome
 from tb_footprint_plugin.engine.journal_object import ObjectJournal, live_entries, pending_objects
 from tb_footprint_plugin.engine.manifest import renamed  # noqa: F401  (re-exported: the bucket modules' name)
 from tb_footprint_plugin.engine.recovery_rules import rollback_incomplete_reason
+from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.vault import who
-from tb_footprint_plugin.storage.remote import (
-    ObjectInfo,
-    content_checksums,
-    same_content,
-)
+from tb_footprint_plugin.storage.remote import (ObjectInfo, content_checksums, same_content)
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
@@ -329,29 +327,29 @@ def planned_objects(listing: Dict[str, ObjectInfo], runs: List[str]) -> Dict[str
     return out
 
 
-def rollback_entry(ostore: ObjectStore, vault: BucketVault, en: dict, deleted: bool = True) -> List[str]:
+def rollback_entry(ostore: ObjectStore, vault: BucketVault, en: dict, deleted: bool = True,
+                   code: Optional[Code] = None) -> List[str]:
     """Undo one run of an operation that did not commit: put back any removed original from its
-    verified backup, then drop the manifest, the backup copies and the temporary keys.
-    ``deleted``: whether the operation may have deleted originals (its commit record was written);
-    before that, an original without a verified backup that is gone was removed by someone else
-    (e.g. another worker reduced the run since the plan): nothing of ours to put back. One with a
-    verified backup is put back either way (its bytes may exist nowhere else).
+    verified backup, then drop the manifest, the backup copies and the temporary keys. ``deleted``:
+    whether it may have deleted originals (its commit record was written); before that, one gone
+    without a verified backup was removed by someone else; one with one is put back either way.
 
     A backup copy is deleted only while its original stands at its key as the journal recorded it
     before the reduction (its version, or its size and the store's checksum), or grown from it by a
-    writer (its bytes still the object's beginning, read to tell): a journal older than
-    the run (read before its owner went on, R7 F2) or a writer may have left the reduced bytes, or
-    anything else, there, and the copy is then the only one of the original. Returns the keys whose
+    writer (its bytes still the object's beginning): a stale journal (R7 F2) or a writer may have
+    left other bytes there, the copy then the original's only one. Returns the keys whose
     original is not in place and of which a backup may exist: their backups are kept, with the
     manifest and every backup of the run, for every caller (a recovery, whose journal may be stale;
-    a reduction's own rollback, a writer's new bytes at a key): the manifest names the kept copies,
-    so ``status`` shows the operation, ``restore`` gives the originals back (leaving a key that holds
-    other bytes alone) and ``purge`` frees them by its one rule (review R8 F3)."""
+    a reduction's own rollback, a writer's new bytes at a key; review R8 F3). Unless a kept key shows
+    the swap (gone, or the staged bytes its manifest records: a stale journal, the manifest true), the
+    manifest is rewritten as what happened (R8 F6, ``catalogue_rules.rolled_back_keeping``)."""
     kept: List[str] = []
     finals: List[dict] = []
+    now: Dict[str, Optional[ObjectInfo]] = {}  # a kept key's object: what tells the swap
     for f, verdict, cur in _verdicts(ostore, vault, en, deleted):
         if verdict == KEEP:
             kept.append(f["path"])
+            now[f["path"]] = cur
         elif verdict == PUT_BACK_OVER:
             _copy_back(ostore, vault, f, ostore.path(f["path"]), if_version=cur.version_token)
         elif verdict == PUT_BACK:
@@ -365,8 +363,16 @@ def rollback_entry(ostore: ObjectStore, vault: BucketVault, en: dict, deleted: b
             must_delete_versioned(ostore, ostore.path(f["final"]), cur.version_token)
     temps = [f["tmp"] for f in en.get("files", []) if f.get("tmp")]
     if kept:
-        # the manifest names every backup of the run: all kept with it (temporaries are reduced
-        # bytes, never an original's only copy)
+        path = vault.manifest(en["op"])
+        doc, version = st.read(path)
+        try:
+            m = manifest.read(doc, vault_url(ostore, path)) if doc is not None else None
+        except Untrusted:
+            m = None  # not ours to rewrite: status names it as it is
+        shown = {g.get("path"): g for g in (m or {}).get("files") or [] if isinstance(g, dict)}
+        if m is not None and not any(now[p] is None or staged_match(now[p], shown.get(p) or {}) for p in kept) \
+                and not (is_rolled_back_keeping(m) and m["not_restored"] == kept):
+            st.update(path, manifest.bucket_form(rolled_back_keeping(m, kept, code)), version)
         must_delete(ostore, temps)
         return kept
     # Originals are all in place (or kept): the copies in the vault are redundant now (the manifest

@@ -18,6 +18,21 @@ from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.storage.paths import is_op_id
 
 
+def rolled_back_keeping(m: dict, kept: List[str], code: Optional[str] = None) -> dict:
+    """Reduction ``m``'s manifest as what its rollback did when it kept backups (review R8 F6):
+    rolled back (``code``: the cause's), nothing saved (``bytes_after`` = ``bytes_before``), the
+    ``kept`` paths' originals left in the vault (``not_restored``, read as a restore's: status
+    lists them with their bring-back command, purge keeps their copies, ``vault_keeps`` counts
+    them). Not purged: every backup stays named (a blob folder forgets none of them)."""
+    out = dict(m, outcome=str(Outcome.ROLLED_BACK), bytes_after=m.get("bytes_before"), not_restored=list(kept))
+    return dict(out, code=str(code)) if code else out
+
+
+def is_rolled_back_keeping(m: dict) -> bool:
+    """A reduction whose rollback left originals in the vault (``rolled_back_keeping``)."""
+    return m.get("kind") == "reduce" and m.get("outcome") == Outcome.ROLLED_BACK and bool(m.get("not_restored"))
+
+
 def is_verified_reduction(m: dict) -> bool:
     """A reduction that verified (whatever became of its backup since)."""
     return m.get("kind") == "reduce" and m.get("outcome") == Outcome.VERIFIED
@@ -146,7 +161,11 @@ def vault_keeps(m: dict) -> int:
     of blobs keeps them all until a purge) and every original its restore left in the vault
     (``not_restored``: a disk's ``files/<n>`` of those paths alone, the others went back), each
     path once."""
-    if m.get("outcome") != Outcome.VERIFIED or m.get("backup_purged"):
+    if m.get("backup_purged"):
+        return 0
+    if is_rolled_back_keeping(m):  # every backup of the run stays with the kept ones
+        return sum(_size(f) for f in m.get("files") or [])
+    if m.get("outcome") != Outcome.VERIFIED:
         return 0
     if m.get("kind") == retire_rules.KIND:
         if not m.get("restored_by"):
@@ -167,7 +186,7 @@ def left_in_vault(m: dict, entries: Mapping[str, object]) -> List[str]:
     untrusted: only a path that is a string and one of the operation's own ``entries`` (its
     tree's, its files') is named."""
     held = m.get("not_restored")
-    if not m.get("restored_by") or not isinstance(held, list):
+    if not (m.get("restored_by") or is_rolled_back_keeping(m)) or not isinstance(held, list):
         return []
     return list(dict.fromkeys(h for h in held if isinstance(h, str) and h in entries))
 
@@ -181,10 +200,11 @@ def left_row(m: dict, path: str, size: Optional[int], sha256: Optional[str], blo
     return {"op_id": restore_op if is_op_id(restore_op) else m["op_id"], "kind": "restore", "of_op": m["op_id"],
             "run": m.get("run"), "path": path, "sha256": sha256, "size": size, "blob": blob, "present": present,
             "code": Finding.NOT_RESTORED, "late_records": 0, "late_records_file": None,
-            "holds": f"{path}'s original, not put back by its restore: another file stood there"
+            "holds": f"{path}'s original, not put back by its "
+                     + ("rollback" if is_rolled_back_keeping(m) else "restore") + ": another file stood there"
                      + (f" ({human_bytes(size)})" if size is not None else ""),
             "bring_back": bring_back}
 
 
-__all__ = ["RELEASED_BY", "backup_kept", "entry_released", "is_kept", "is_verified_reduction", "operation_summary", "removed_bytes",
+__all__ = ["RELEASED_BY", "backup_kept", "entry_released", "is_kept", "is_rolled_back_keeping", "rolled_back_keeping", "is_verified_reduction", "operation_summary", "removed_bytes",
            "summarize_operations", "left_in_vault", "left_row", "vault_keeps"]

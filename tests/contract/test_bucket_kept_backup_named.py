@@ -71,9 +71,10 @@ def test_a_reductions_own_rollback_keeps_its_kept_backup_named(buckets, demo_log
     assert victim in o.reason and "backups are kept" in o.reason, o.reason
     left = [k for k in RemoteFS(url).list_tree() if f"/{o.op_id}/" in k]
     assert any(k.endswith(victim) for k in left), left
-    assert o.op_id in [m["op_id"] for m in api.operations(url)]  # named: status, restore and purge see it
-    api.purge(url, yes=True)
-    assert [k for k in RemoteFS(url).list_tree() if f"/{o.op_id}/" in k] == []  # freed by purge's one rule
+    [m] = [m for m in api.operations(url) if m["op_id"] == o.op_id]  # named, as what happened (R8 F6)
+    assert (m["outcome"], m["bytes_after"]) == ("rolled_back", m["bytes_before"]), m
+    api.purge(url, yes=True)  # the vault holds the original's only copy: kept, as a restore's not_restored
+    assert [k for k in RemoteFS(url).list_tree() if f"/{o.op_id}/" in k] == left
 
 
 def test_a_rewrites_own_rollback_keeps_its_kept_backup_named(buckets, tmp_path, logdir_on):  # noqa: F811
