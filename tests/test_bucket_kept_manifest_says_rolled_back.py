@@ -34,3 +34,7 @@ def test_a_kept_unswapped_reduction_is_not_listed_as_verified(s3_bucket, tmp_pat
     rows = [k for k in api.status(url)["kept_blobs"] if k["code"] == Finding.NOT_RESTORED and k["of_op"] == op["op_id"]]
     assert [(k["path"], k["present"]) for k in rows] == [(victim, True)], rows
     assert "rollback" in rows[0]["holds"] and rows[0]["bring_back"], rows[0]
+    # and the history says it as a rollback: nothing saved or removed, never 'verified'
+    [line] = [e for e in api.history(url) if e.get("op_id") == op["op_id"] and e.get("kind") == "reduce"]
+    assert (line["outcome"], line["verified"], line["before"] == line["after"]) == ("rolled_back", False, True), line
+    assert (line["removed_from_logdir_bytes"], line["freed_now_bytes"], line["freed_after_purge_bytes"]) == (0, 0, 0), line

@@ -21,7 +21,8 @@ from tb_footprint_plugin.engine.bucket_state import (
     vault_url,
 )
 from tb_footprint_plugin.engine.bucket_steps import copy_matches, in_place, staged_match
-from tb_footprint_plugin.engine.catalogue_rules import backup_kept, left_in_vault, left_row, removed_bytes
+from tb_footprint_plugin.engine.catalogue_rules import (backup_kept, is_rolled_back_keeping, left_in_vault, left_row,
+                                                        removed_bytes)
 from tb_footprint_plugin.engine.retire_rules import KIND, retire_line, unretire_line
 from tb_footprint_plugin.engine.checks import unchecked
 from tb_footprint_plugin.engine.context import CancelToken
@@ -236,14 +237,18 @@ def entries_of(m: dict) -> List[dict]:
         out.append(dict(retire_line(m, Outcome.VERIFIED, kept=kept, tool_version=tool),
                         time=m["finished_at"], shard=shard))
     else:
+        # a rollback that kept backups (``catalogue_rules.rolled_back_keeping``) is said as one:
+        # nothing saved, nothing removed, its cause's code (review R8 F6's history line)
+        rolled = is_rolled_back_keeping(m)
         out.append({"time": m["finished_at"], "op_id": m["op_id"], "kind": m["kind"], "run": m["run"],
-                    "before": m.get("bytes_before"), "after": m.get("bytes_after"), "verified": True,
-                    "outcome": Outcome.VERIFIED, "backup_kept": kept, "policy": m.get("policy"),
-                    "user": m.get("user"), "host": m.get("host"), "shard": shard})
+                    "before": m.get("bytes_before"), "after": m.get("bytes_after"), "verified": not rolled,
+                    "outcome": Outcome.ROLLED_BACK if rolled else Outcome.VERIFIED, "backup_kept": kept,
+                    "policy": m.get("policy"), "user": m.get("user"), "host": m.get("host"), "shard": shard,
+                    **({"code": m.get("code") if isinstance(m.get("code"), str) else None} if rolled else {})})
     if m["kind"] == "reduce":  # the columns a local history has (``local_views.history_view``)
         e = out[-1]
-        e["removed_from_logdir_bytes"] = removed_bytes(m)
-        e["freed_now_bytes"], e["freed_after_purge_bytes"] = usage.bucket_freed_by_op(
+        e["removed_from_logdir_bytes"] = 0 if rolled else removed_bytes(m)
+        e["freed_now_bytes"], e["freed_after_purge_bytes"] = (0, 0) if rolled else usage.bucket_freed_by_op(
             m, e["removed_from_logdir_bytes"])
         e["backup"] = "purged" if m["backup_purged"] else "kept"  # a restore keeps the copies: purge frees them
     if m["restored_at"] and m["kind"] == KIND:  # the restore's own op id, as a disk's line
