@@ -321,18 +321,17 @@ def missing_blobs(vault: BucketVault, files: List[dict], reread: bool = True) ->
     todo = [f for f in files if is_blob_entry(f)]
     if not todo:
         return
-    bv = vault.blobs
+    bv = blobs_of(vault, todo[0])  # no folder given is not a forgotten blob (review R8 F8): said as such
     try:
-        if reread and bv is not None and os.path.isdir(bv.folder):
+        if reread and os.path.isdir(bv.folder):
             bv.store.reload()
     except BlobFailure as e:
         raise BucketTxnError(Failure.STORE_ERROR, f"{bv.folder}: the blob vault's index does not read ({e}); "
                              "run left as it was") from None
     for f in todo:
-        if bv is None or not is_sha256(f.get("sha256")) or not os.path.isdir(bv.folder) or \
+        if not is_sha256(f.get("sha256")) or not os.path.isdir(bv.folder) or \
                 bv.store.owner not in bv.store.owners(f["sha256"]) or not bv.store.candidates(f["sha256"]):
-            folder = bv.folder if bv is not None else "the blob vault"
-            raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: its backup is no longer in {folder} "
+            raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: its backup is no longer in {bv.folder} "
                                  "(forgotten since it was added); run left as it was")
 
 

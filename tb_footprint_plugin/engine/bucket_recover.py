@@ -15,7 +15,7 @@ settled runs, the reason of a rollback) is ``engine.recovery_rules``', as a disk
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Recovery, Skip
 from tb_footprint_plugin.engine import manifest, purge_run, trust
@@ -129,7 +129,7 @@ def reduce_will(journal: ObjectJournal, ostore: ObjectStore, vault: BucketVault)
     if finish:
         missing = copies_missing(ostore, vault, journal)
         if missing:
-            return {"action": Recovery.REFUSED, "detail": missing, "code": Finding.BACKUP_DAMAGED}
+            return {"action": Recovery.REFUSED, "detail": missing[0], "code": missing[1]}
     try:
         astray = [p for en in journal.entries() if en.get("dropped") for p in rollback_keeps(ostore, vault, en, False)]
         if not finish:
@@ -161,14 +161,16 @@ def finishes(journal: ObjectJournal) -> bool:
         isinstance(f, dict) and f.get("backup_checksums") for en in journal.live_entries() for f in en.get("files") or [])
 
 
-def copies_missing(ostore: ObjectStore, vault: BucketVault, journal: ObjectJournal) -> Optional[str]:
-    """Why a reduce's journal past its commit record is not finished: the first copy of its live
-    runs not in the vault as its copy step verified it (``bucket_steps.copies_there``), or None."""
+def copies_missing(ostore: ObjectStore, vault: BucketVault, journal: ObjectJournal) -> Optional[Tuple[str, Code]]:
+    """Why a reduce's journal past its commit record is not finished, and its code: the first copy
+    of its live runs not in the vault as its copy step verified it (``bucket_steps.copies_there``:
+    ``backup_damaged``), or a local blob folder not given to this command (``restore_blocked``:
+    nothing is lost, the folder is named by ``--backup-dir``); None when every copy is there."""
     try:
         for en in journal.live_entries():
             copies_there(ostore, vault, en)
     except BucketTxnError as e:
-        return str(e)
+        return str(e), (Finding.BACKUP_DAMAGED if e.code == Failure.BACKUP_DAMAGED else e.code)
     return None
 
 
@@ -264,7 +266,7 @@ def recover(ostore: ObjectStore, vault: BucketVault) -> List[RecoveryOutcome]:
             if missing:
                 # a copy lost or changed since the commit record: the originals not yet deleted are
                 # its bytes' only home; nothing is finished nor rolled back, the journal stays
-                out.append(refused(op_id, label, missing, Finding.BACKUP_DAMAGED))
+                out.append(refused(op_id, label, *missing))
                 continue
             dropped = [en for en in journal.entries() if en.get("dropped")]
             for en in dropped:  # taken out before the commit step: nothing of it was deleted
