@@ -150,7 +150,7 @@ def bucket(n: int) -> bool:
         for label, fn in (("anchor: whole history, cut (the page before r23)", whole_cut),
                           (f"history_page(newest={NEWEST})", lambda eng: eng.history_page(NEWEST))):
             eng = BucketEngine(url)
-            (entries, total), secs, _reads, peak = measured(lambda: fn(eng))
+            (entries, total, *_exact), secs, _reads, peak = measured(lambda: fn(eng))  # a page: (entries, total, exact)
             c = eng.request_counts()
             seen.append((entries, c))
             print(f"bucket, {label}: {len(entries)} of {total} entries, {secs:.2f} s, {c['requests']} requests "
