@@ -35,7 +35,6 @@ import json
 import logging
 import os
 import queue
-import sys
 import threading
 import time
 import urllib.parse
