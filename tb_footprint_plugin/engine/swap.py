@@ -121,7 +121,7 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
         # never by a path: a folder on the way swapped for a link to an outside folder since the
         # look is refused (coded, naming it), nothing placed or unlinked out there (invariant 4)
         with _staged_folders(ctx, s) as (dfd, tfd):
-            if tfd is not None and _lexists_in(tfd, os.path.basename(tmp)):
+            if tfd is not None and _lstat_in(tfd, os.path.basename(tmp)) is not None:
                 new_name = s["final"] not in backups
                 # a copy a killed attempt began here (a new name its ``copying`` record names, an
                 # original's when resuming on a copying folder): finished, or emptied and made again
@@ -186,7 +186,7 @@ def _staged_folders(ctx: Context, s: dict) -> Iterator[Tuple[Optional[int], Opti
         else:
             tat = held.enter_context(folder_at(ctx, s["tmp"]))
             tfd = tat[0] if tat is not None else None
-        if dfd is None and tfd is not None and _lexists_in(tfd, os.path.basename(s["tmp"])):
+        if dfd is None and tfd is not None and _lstat_in(tfd, os.path.basename(s["tmp"])) is not None:
             raise TransactionError(f"{s['final']}: its folder is gone; the staged file is not put in place")
         yield dfd, tfd
 
@@ -495,19 +495,10 @@ def put_back_names_free(ctx: Context, recs: Iterable[dict], token: Optional[str]
         d = os.path.dirname(f["path"])
         try:
             with folder_at(ctx, os.path.join(d, "x")) as at:  # looked at in the folder the walk reaches
-                if at is not None and any(_lexists_in(at[0], n) for n in _temp_names(f["sha256"], token)):
+                if at is not None and any(_lstat_in(at[0], n) is not None for n in _temp_names(f["sha256"], token)):
                     return False
         except (TransactionError, ValueError):
             continue
-    return True
-
-
-def _lexists_in(dir_fd: int, name: str) -> bool:
-    """Whether anything (a link too, never followed) stands at ``name`` in the folder ``dir_fd``."""
-    try:
-        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return False
     return True
 
 
