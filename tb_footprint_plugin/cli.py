@@ -14,7 +14,7 @@ import re  # argparse imports it anyway
 import sys
 import time
 import urllib.parse
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery, Skip, StoreError
 from tb_footprint_plugin.fmt import bar, human_bytes, parse_duration, parse_size, share, shown
@@ -363,13 +363,26 @@ def cmd_policies(args) -> int:
 def _outcome_line(o) -> str:
     if o.status == Outcome.VERIFIED:
         return (f"✓ {shown(o.run)}: verified, {human_bytes(o.bytes_before)} → {human_bytes(o.bytes_after)}"
-                f" (saved {human_bytes(o.saved_bytes)}, op {o.op_id})")
+                f" (saved {human_bytes(o.saved_bytes)}, op {o.op_id})") + _findings_said(o)
     if o.status == Outcome.RESTORED:
-        return f"✓ {shown(o.run)}: restored ({o.reason}; op {o.op_id})"
+        return f"✓ {shown(o.run)}: restored ({o.reason}; op {o.op_id})" + _findings_said(o)
     mark = "·" if o.status in (Outcome.SKIPPED, Outcome.DRY_RUN) else "✗"
     code = f" [{o.code}]" if o.code else ""
     who = shown(o.run) if o.run else "(the logdir's state)"  # damage of the state is no run's
-    return f"{mark} {who}: {o.status}{code}" + (f" — {o.reason}" if o.reason else "")
+    return f"{mark} {who}: {o.status}{code}" + (f" — {o.reason}" if o.reason else "") + _findings_said(o)
+
+
+def _findings_said(o, most: int = 3) -> str:
+    """An outcome's findings (``RunOutcome.findings``, its codes besides ``code``) on a line of
+    their own under it: each code once, with the paths it names (the first ``most``)."""
+    by: Dict[str, List[str]] = {}
+    for f in getattr(o, "findings", None) or []:
+        by.setdefault(f["code"], [])
+        if f.get("path"):
+            by[f["code"]].append(shown(f["path"]))
+    said = [f"[{c}]" + (f" {', '.join(ps[:most])}" + (f" (+{len(ps) - most} more)" if len(ps) > most else "")
+                        if ps else "") for c, ps in by.items()]
+    return ("\n    also: " + "; ".join(said)) if said else ""
 
 
 class _Progress:
@@ -959,6 +972,7 @@ def cmd_restore(args) -> int:
             print("nothing to restore")
     # restored with an original left in the vault (another file stood at its path): not back either
     return EXIT_OK if all(o.status == Outcome.RESTORED and o.code != Finding.NOT_RESTORED
+                          and all(f["code"] != Finding.NOT_RESTORED for f in getattr(o, "findings", ()))
                           or o.code == Skip.ALREADY_RESTORED for o in outs) else EXIT_FAILED
 
 

@@ -155,7 +155,7 @@ def reduce_summary(report: ReduceReport, runs: Optional[Sequence[str]] = None,
         if n not in seen:
             d["outcomes"].append({
                 "run": n, "status": Outcome.SKIPPED, "code": Skip.NOT_IN_PLAN, "bytes_before": 0, "bytes_after": 0,
-                "saved_bytes": 0, "reason": "not in the plan any more (the run changed since the scan); "
+                "saved_bytes": 0, "findings": [], "reason": "not in the plan any more (the run changed since the scan); "
                                             "rescan and look again"})
     d["committed_any"] = any(o["status"] == Outcome.VERIFIED for o in d["outcomes"])
     d["dashboards"] = dashboards_summary(

@@ -323,6 +323,7 @@ class BucketRetire(one_retirement.RetireLayout):
         # the line says what was set aside, as a disk's rolled-back manifest does
         said = "; ".join(x for x in [self.out.reason, *notes] if x) or self.out.reason
         append_rolled_back(self.st.logdir_store(), [rolled_back_line(self.jnl.doc, said)], [self.out])
+        self.out.found(Finding.NOT_RESTORED, held)  # its code is the cause: each kept original a second code (#26)
         if held:
             notes.append(f"{len(held)} object(s) at their key were written again meanwhile and left as they are, e.g. "
                          f"{held[0]}: their originals stay in the vault")
@@ -781,6 +782,7 @@ class BucketUnretire(one_unretire.UnretireLayout):
         if failure is not None:
             reason += release_note(failure)
         if conflicts:
+            self.out.found(Finding.NOT_RESTORED, sorted(left))
             reason += (f"; {len(left)} key(s) hold another object now and were left as they are, e.g. "
                        f"{sorted(left)[0]}: their originals stay in the vault, and purge keeps them")
             return reason, Finding.NOT_RESTORED  # the code every store says a path left with

@@ -14,7 +14,7 @@ import shutil
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, Iterator, List, Optional
+from typing import Callable, Dict, Iterable, Iterator, List, Optional
 
 from tb_footprint_plugin.codes import Code, Failure, Outcome
 from tb_footprint_plugin.fmt import human_bytes
@@ -80,6 +80,18 @@ class RunOutcome:
     verification: Optional[dict] = None
     duration_s: float = 0.0
     holder: Optional[str] = None  # ``Skip.LOCKED``: who holds the run, where known ("HOST pid PID ...")
+    #: what the operation found besides its ``code`` (issue #26: a second code, never prose only):
+    #: each ``{"code": a codes.Finding, "path": str|None}``, once, in the order found; ``reason``
+    #: says them for people. A rollback's ``code`` is its cause; a folder it left without its
+    #: recorded mode and time is a finding (``folder_not_settled``), and so is each on a restore
+    findings: List[dict] = field(default_factory=list)
+
+    def found(self, code: Code, paths: Iterable[Optional[str]] = (None,)) -> None:
+        """Note finding ``code`` for each of ``paths`` (None: the run as a whole), each once."""
+        for path in paths:
+            f = {"code": str(code), "path": path}
+            if f not in self.findings:
+                self.findings.append(f)
 
     @property
     def saved_bytes(self) -> int:

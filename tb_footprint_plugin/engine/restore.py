@@ -374,6 +374,7 @@ class LocalRestore(txn.PutBack):
                                     Finding.FOLDER_NOT_SETTLED if self.unsettled else None)
         except (OSError, ValueError):
             pass
+        out.found(Finding.FOLDER_NOT_SETTLED, self.unsettled)  # each one, whatever the code says first
         out.bytes_after = manifest.get("bytes_before", 0)
         out.created_files = [f["path"] for f in manifest.get("files", [])]
         out.removed_files = [c["path"] for c in manifest.get("created", [])

@@ -415,7 +415,10 @@ class DiskRetire(one_retirement.RetireLayout):
     def put_back(self, reason: str, committed: bool) -> str:
         """Every file back at its path (``rollback_retire``), whether the delete record was
         written or not: the vault holds each file that left the logdir."""
-        return rollback_retire(self.ctx, self.jnl.records(), reason, self.jnl)
+        unsettled: List[str] = []
+        noted = rollback_retire(self.ctx, self.jnl.records(), reason, self.jnl, unsettled=unsettled)
+        self.out.found(Finding.FOLDER_NOT_SETTLED, unsettled)  # its code is the cause: a second code (#26)
+        return noted
 
     def close(self) -> None:
         journal, self.jnl = self.jnl, None
@@ -447,7 +450,8 @@ def _check_space(path: str, need: int) -> None:
                                f"has {human_bytes(free)}; nothing was changed", Failure.REFUSED)
 
 
-def rollback_retire(ctx: Context, records: List[dict], reason: str, journal: Optional[OpJournal] = None) -> str:
+def rollback_retire(ctx: Context, records: List[dict], reason: str, journal: Optional[OpJournal] = None,
+                    unsettled: Optional[List[str]] = None) -> str:
     """Put every file of an uncommitted retirement back at its path; idempotent. Returns what
     it noticed on the way (late records kept, files set aside), '' when nothing.
 
@@ -460,7 +464,9 @@ def rollback_retire(ctx: Context, records: List[dict], reason: str, journal: Opt
     Each put-back (and setting aside) follows the folder's swap strategy (``retire_tree.put_back``):
     where it does not rename, each copy is journaled first (``copying``, to ``journal``: the
     operation's own, or its file opened by path when recovery calls without one), and a copy an
-    earlier, killed attempt so recorded is recognised as its own."""
+    earlier, killed attempt so recorded is recognised as its own. ``unsettled``: the recorded
+    folders left without their mode and time (``chmod_dirs``: a link) appended to it, for the
+    caller's finding; the notes name them too."""
     begin = records[0]
     check_record(ctx, begin)
     vault = Vault(begin["vault"])
@@ -478,7 +484,10 @@ def rollback_retire(ctx: Context, records: List[dict], reason: str, journal: Opt
         note = put_back(ctx, vault, op_id, i, f, begin["same_fs"], set_aside=True, journal=journal, begun=begun)
         if note:
             notes.append(note)
-    notes.append(unsettled_note(chmod_dirs(ctx, begin["dirs"])))
+    left_unsettled = chmod_dirs(ctx, begin["dirs"])
+    if unsettled is not None:  # the caller's finding (``Finding.FOLDER_NOT_SETTLED``), the notes say them
+        unsettled.extend(left_unsettled)
+    notes.append(unsettled_note(left_unsettled))
     settle_folder_times(ctx, begin.get("dir_times"))
     missing = []
     for i, f in enumerate(begin["files"]):
@@ -647,6 +656,8 @@ class DiskUnretire(one_unretire.UnretireLayout):
         # an original not back is said first; a recorded folder left without its mode and time (a
         # link, ``chmod_dirs``) has its own code, the detail naming it (review R7 F6)
         unsettled = self.put[4] if self.put else ()
+        out.found(Finding.NOT_RESTORED, sorted(left))
+        out.found(Finding.FOLDER_NOT_SETTLED, unsettled)
         return detail, (Finding.NOT_RESTORED if left else Finding.FOLDER_NOT_SETTLED if unsettled else None)
 
     def journaled(self) -> bool:
