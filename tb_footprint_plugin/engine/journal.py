@@ -280,10 +280,10 @@ class Journal(OpJournal):
 
     def append(self, record: dict, sync: bool = True) -> None:
         """Append one record and fsync it before returning (to this journal's own file only).
-        ``sync=False``: a marker no destructive step waits on (``backed_up``, ``staged``,
-        ``verified``, ``swapped``, ``commit``), made durable by the next record's fsync (the
-        ``swap`` record's); lost to a power cut, recovery decides as without it, the safe
-        direction (e.g. no ``verified`` before a ``swap`` rolls the run back)."""
+        ``sync=False``: a marker no destructive step waits on (``backed_up``, ``staged``, ``verified``,
+        ``swapped``, ``commit``; a batch's records but its last, synced before any of its steps:
+        ``swap._journal_rmdirs``), made durable by the next record's fsync; lost to a power cut,
+        recovery decides as without it, the safe direction (no ``verified`` before a ``swap`` rolls back)."""
         self.check_state()
         record = dict(record, t=time.time())
         line = json.dumps(record, sort_keys=True) + "\n"

@@ -144,24 +144,17 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
                 with contextlib.suppress(FileNotFoundError):
                     fsops.unlink(ctx.abs(path), dir_fd=at[0])  # the whole path names it; its name is looked up in at[0]
         dirs.add(os.path.dirname(path))
-    for a in rp.actions:
-        if a.kind != "remove_dir":
-            continue
-        with folder_at(ctx, a.path) as at:
-            st = _lstat_in(at[0], at[1]) if at is not None else None
-            if st is None or not stat.S_ISDIR(st.st_mode):
-                continue  # gone, or a symlink or a file now: not ours to remove
-            r = recorded.get(a.path)
-            owner = recorded_owner(r) or (st.st_uid, st.st_gid)
-            journal.append({"type": "rmdir", "path": a.path,
-                            "mode": r["mode"] & 0o7777 if r else st.st_mode & 0o7777,
-                            "mtime_ns": r["mtime_ns"] if r else dir_mtimes.get(a.path, st.st_mtime_ns),
-                            "uid": owner[0], "gid": owner[1]})
+    going = _journal_rmdirs(ctx, rp, journal, recorded, dir_mtimes)
+    for path in going:  # in the plan's order (a folder before its parent)
+        with folder_at(ctx, path) as at:
+            if at is None:
+                continue
             try:
                 fsops.op()
+                # a link or a file standing there now is refused by rmdir itself (ENOTDIR)
                 os.rmdir(at[1], dir_fd=at[0])
-                dirs.add(os.path.dirname(a.path))
-                removed.add(a.path)
+                dirs.add(os.path.dirname(path))
+                removed.add(path)
             except OSError as e:
                 if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR, errno.EBUSY):
                     raise
@@ -169,6 +162,34 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
         with folder_at(ctx, os.path.join(d, "x")) as at:  # the folder ``d`` itself, as the walk reaches it
             if at is not None:
                 os.fsync(at[0])
+
+
+def _journal_rmdirs(ctx: Context, rp: RunPlan, journal: Journal, recorded: Dict[str, dict],
+                    dir_mtimes: Dict[str, int]) -> List[str]:
+    """Journal an ``rmdir`` record (mode, mtime, owner: what a rollback or restore makes it again
+    with) for each folder the plan removes that stands as a folder now, and return their paths.
+    One fsync for them all, before any is removed: each record but the last is appended unsynced,
+    the last synced (an fsync makes every earlier append of the file durable too), so a run whose
+    reduction empties a thousand folders pays one fsync, not a thousand (#28), and every removal
+    still follows its durable record. The records are the ones each folder had its own fsync for
+    before: rollback, recovery and the manifest read old and new journals alike."""
+    going: List[Tuple[str, dict]] = []
+    for a in rp.actions:
+        if a.kind != "remove_dir":
+            continue
+        with folder_at(ctx, a.path) as at:
+            st = _lstat_in(at[0], at[1]) if at is not None else None
+        if st is None or not stat.S_ISDIR(st.st_mode):
+            continue  # gone, or a symlink or a file now: not ours to remove
+        r = recorded.get(a.path)
+        owner = recorded_owner(r) or (st.st_uid, st.st_gid)
+        going.append((a.path, {"type": "rmdir", "path": a.path,
+                               "mode": r["mode"] & 0o7777 if r else st.st_mode & 0o7777,
+                               "mtime_ns": r["mtime_ns"] if r else dir_mtimes.get(a.path, st.st_mtime_ns),
+                               "uid": owner[0], "gid": owner[1]}))
+    for i, (_path, rec) in enumerate(going):
+        journal.append(rec, sync=i == len(going) - 1)
+    return [path for path, _rec in going]
 
 
 @contextlib.contextmanager
@@ -408,18 +429,23 @@ def kept_folders(rp: RunPlan) -> List[str]:
 def folder_times(ctx: Context, folders: List[str]) -> List[dict]:
     """The mtime and entry count of each of ``folders`` (logdir-relative, '' the logdir), taken
     before an operation changes them: a restore or a rollback gives each its mtime back, so
-    ``ls -l`` shows the run as it was. One record per folder, not per file."""
+    ``ls -l`` shows the run as it was. One record per folder, not per file. Each is read through
+    its own descriptor, opened in its parent as the logdir store's walk reaches it
+    (``placement.folder_at``), never by path: a folder that is, or is reached through, a link
+    (swapped in after any look) is not recorded, and no outside folder's time is (invariant 4)."""
     out = []
     for d in folders:
         try:
-            if d:
-                no_symlink(ctx, d)
-            p = ctx.abs(d) if d else ctx.logdir
-            st = os.lstat(p)
-            if not stat.S_ISDIR(st.st_mode):
-                continue
-            with os.scandir(p) as it:
-                n = sum(1 for _ in it)
+            with folder_at(ctx, d) if d else contextlib.nullcontext((None, ctx.logdir)) as at:
+                if at is None:
+                    continue
+                fd = os.open(at[1], os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=at[0])
+            try:
+                st = os.fstat(fd)
+                with os.scandir(fd) as it:
+                    n = sum(1 for _ in it)
+            finally:
+                os.close(fd)
         except (OSError, ValueError, TransactionError):
             continue
         out.append({"path": d, "mtime_ns": st.st_mtime_ns, "entries": n})
