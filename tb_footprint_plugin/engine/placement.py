@@ -309,14 +309,37 @@ def _shorter_file(path: str, size: int, dir_fd: Optional[int] = None) -> Optiona
         return None
 
 
-def partial_copy(path: str, tmp: str, s: dict, dir_fd: Optional[int] = None) -> bool:
+def partial_copy(path: str, tmp: str, s: dict, dir_fd: Optional[int] = None,
+                 src_dir_fd: Optional[int] = None) -> bool:
     """Whether ``path`` is what a copy + delete killed within its copy of the temporary ``tmp``
     (``s``: its ``sha256`` and ``size``) left: a regular file shorter than those bytes holding
     their beginning, while ``tmp`` still holds them whole (so every byte of it exists there).
     Asked only of a path a ``copying`` record names: a rename leaves no partial file. ``dir_fd``:
-    ``path``'s folder (``throttle.name_in``)."""
+    ``path``'s folder, ``src_dir_fd``: ``tmp``'s (``throttle.name_in``), each opened by a walk
+    that follows no link (``folder_at``): a folder on the way swapped for a link since then has
+    no file outside the logdir read as the copy's source (invariant 4). ``tmp`` is read once,
+    through one descriptor that follows no link at its name; None: by its path (a vault's file,
+    ours)."""
     got = _shorter_file(path, s["size"], dir_fd)
-    return got is not None and matches(tmp, s["sha256"], s["size"]) and starts_with(tmp, got[1], got[0])
+    if got is None:
+        return False
+    try:
+        with _open_in(tmp, src_dir_fd) as f:
+            if os.fstat(f.fileno()).st_size != s["size"] or prefix_sha256(f, got[1]) != got[0]:
+                return False
+            f.seek(0)
+            return sha256_stream(f) == s["sha256"]
+    except OSError:
+        return False
+
+
+def partial_copy_at(ctx: Context, rel: str, tmp_rel: str, s: dict) -> bool:
+    """``partial_copy`` of the logdir paths ``rel`` and ``tmp_rel``, each read in its folder as
+    ``folder_at`` reaches it (a link on the way: its ``TransactionError`` coded
+    ``StoreError.SYMLINK``, nothing read through it); False when a folder is missing."""
+    with folder_at(ctx, rel) as at, folder_at(ctx, tmp_rel) as src:
+        return (at is not None and src is not None
+                and partial_copy(at[1], src[1], s, dir_fd=at[0], src_dir_fd=src[0]))
 
 
 def partial_put_back(vault, path: str, rec: dict, dir_fd: Optional[int] = None) -> bool:
@@ -387,8 +410,12 @@ def undo_new_name(ctx: Context, tmp: Optional[str], final: Optional[str], s: Opt
     that is a link is refused (``TransactionError`` coded ``StoreError.SYMLINK``, naming it) and
     nothing outside the logdir is removed; a folder missing holds nothing to undo."""
     if resume and tmp and final and s:
-        src = ctx.abs(tmp)
-        resume_at(ctx, final, s, lambda q, d: partial_copy(q, src, s, dir_fd=d), {})
+        def beginning(q: str, d: int) -> bool:
+            # the temporary read in its folder as the walk reaches it now, never by its path: a folder
+            # swapped for a link since ``final``'s look has no outside file vouch for ``final``'s bytes
+            with folder_at(ctx, tmp) as src:
+                return src is not None and partial_copy(q, src[1], s, dir_fd=d, src_dir_fd=src[0])
+        resume_at(ctx, final, s, beginning, {})
     if tmp:
         with folder_at(ctx, tmp) as at:
             if at is not None:
@@ -426,7 +453,8 @@ def place_at_free_name(ctx: Context, name_of: Callable[[int], str], source: str,
         p = ctx.abs(name)
         if s is not None and name in begun:
             # in ``dir_fd``, where given (the placement's own folder), never by a path a link leads
-            got = resume_copy(p, s, lambda q: partial_copy(q, source, s, dir_fd=dir_fd), meta, dir_fd=dir_fd)
+            got = resume_copy(p, s, lambda q: partial_copy(q, source, s, dir_fd=dir_fd, src_dir_fd=dir_fd), meta,
+                              dir_fd=dir_fd)
             if got == IN_PLACE:
                 resumed.add(name)
                 return False
@@ -455,5 +483,5 @@ def place_at_free_name(ctx: Context, name_of: Callable[[int], str], source: str,
 
 __all__ = ["version_at", "version_in", "stands_at",
            "prefix_sha256", "starts_with", "copy_over", "finish_copied", "put_in_place", "copies_begun", "partial_copy",
-           "partial_put_back", "IN_PLACE", "AGAIN", "holds_whole", "resume_copy", "resume_at", "undo_new_name", "folder_at",
+           "partial_copy_at", "partial_put_back", "IN_PLACE", "AGAIN", "holds_whole", "resume_copy", "resume_at", "undo_new_name", "folder_at",
            "place_at_free_name", "settle_folder"]

@@ -39,8 +39,8 @@ from tb_footprint_plugin.engine.context import TransactionError
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec
 from tb_footprint_plugin.engine.putback import copy_late_records
-from tb_footprint_plugin.engine.placement import (copies_begun, place_at_free_name, put_in_place, starts_with,
-                                                  undo_new_name)
+from tb_footprint_plugin.engine.placement import (copies_begun, folder_at, place_at_free_name, put_in_place,
+                                                  starts_with, undo_new_name)
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.storage.regular import open_regular, open_regular_at
@@ -259,13 +259,28 @@ def _compacted(vault: Vault, sha: str) -> bool:
 
 
 def _salvage_name(ctx, m: dict, path: str) -> str:
+    """The first ``salvage_name`` beside ``path`` that no salvage of ``m`` used and nothing stands
+    at (a file, a folder, a link: never followed), looked up in ``path``'s folder as the logdir
+    store's walk reaches it, never by path (invariant 4): a folder on the way that is a link is
+    refused, ``TransactionError`` coded ``StoreError.SYMLINK`` naming ``path``, before anything
+    is journaled or written; no outside folder's names are read. A missing folder holds none."""
     used = {s.get("file") for s in m.get("salvaged", [])}
     k = 1 + sum(1 for s in m.get("salvaged", []) if s.get("path") == path)
-    while True:
-        name = salvage_name(path, k)
-        if name not in used and not os.path.lexists(ctx.abs(name)):
-            return name
-        k += 1
+    with folder_at(ctx, path) as at:
+        while True:
+            name = salvage_name(path, k)
+            if name not in used and (at is None or not _stands_in(at[0], os.path.basename(name))):
+                return name
+            k += 1
+
+
+def _stands_in(dir_fd: int, name: str) -> bool:
+    """Whether anything (a link never followed) stands at ``name`` in the folder ``dir_fd``."""
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def salvage_one(ctx, m: dict, f: dict, new_op_id) -> SalvageOutcome:
