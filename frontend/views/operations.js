@@ -166,6 +166,15 @@ export class HistoryView {
       this.el.appendChild(el('div', {class: 'empty', text: 'Nothing has been changed in this logdir yet.'}));
       return;
     }
+    // how many there are, above the newest rows (at the foot of 500 rows it was read last, if ever);
+    // a bucket's page reads only the manifests it shows: its total is then a lower bound
+    if (h.total > h.entries.length) {
+      const atLeast = h.total_exact === false;
+      this.el.appendChild(el('p', {class: 'muted history-total', 'data-exact': String(!atLeast),
+        title: atLeast ? 'The older operations of this bucket were counted without being read: each counts once, '
+          + 'its restore and purge not counted, so the change log holds at least this many entries.' : undefined,
+        text: 'Newest ' + h.entries.length + ' of ' + (atLeast ? 'at least ' : '') + h.total + ' shown.'}));
+    }
     this.el.appendChild(el('table', {class: 'table history'},
       el('thead', {}, el('tr', {}, ['When', 'What', 'Run', 'Policy', 'Before → after', 'Outcome', 'Who'].map((t) => el('th', {text: t})))),
       el('tbody', {}, h.entries.map((e) => el('tr', {},
@@ -178,7 +187,5 @@ export class HistoryView {
           text: e.outcome === 'verified' ? 'verified ✓' : e.outcome === 'restored' ? 'restored ✓'
             : (e.outcome || '—') + (e.reason ? ': ' + e.reason : '')}),
         el('td', {class: 'muted', text: [e.user, e.host].filter(Boolean).join('@')}))))));
-    // a bucket's page reads only the manifests it shows: its total is then a lower bound
-    if (h.total > h.entries.length) this.el.appendChild(el('p', {class: 'muted', text: 'Newest ' + h.entries.length + ' of ' + (h.total_exact === false ? 'at least ' : '') + h.total + ' shown.'}));
   }
 }
