@@ -59,7 +59,7 @@ from tb_footprint_plugin.engine import faults, lease, manifest, txn
 from tb_footprint_plugin.engine import retire_run as one_retirement
 from tb_footprint_plugin.engine import unretire_run as one_unretire
 from tb_footprint_plugin.engine.bucket_blobs import (KEPT_IN, adding, backup_entries, blobs_of, check_entry,
-                                                      entry_ok, is_blob_entry, missing_blobs, put_back)
+                                                      entry_ok, is_blob_entry, put_back)
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
     BucketState,
@@ -268,7 +268,9 @@ class BucketRetire(one_retirement.RetireLayout):
 
     def last_look(self) -> None:
         """A writer's object (new, or an original rewritten since its copy) keeps the run in the
-        logdir; so does a lock taken over or a blob forgotten since its add."""
+        logdir; so does a lock taken over, or a copy gone or changed in the vault since it was made
+        (a blob forgotten since its add, a server-side copy deleted: ``copies_there``, the one rule
+        a settle past the commit record follows too), coded ``backup_damaged``."""
         run, files = self.run, self.entry["files"]
         now_objs = self.now_objs = run_listing(self.ostore, self.vault, run)
         new = sorted(set(now_objs) - set(self.listing))
@@ -282,7 +284,8 @@ class BucketRetire(one_retirement.RetireLayout):
             raise BucketTxnError(Skip.ACTIVE, active)
         if not all(lock.still_held() for lock in self.locks):
             raise BucketTxnError(Skip.LOCKED, f"run {run}: its lock was taken over; left as it was")
-        missing_blobs(self.vault, files)  # a blob forgotten since its add: the delete would lose its bytes
+        # every copy as it was verified, on every vault: else the delete would lose the bytes
+        copies_there(self.ostore, self.vault, self.entry, what="retirement")
 
     def commit_record(self) -> None:
         """``swapping``: every copy verified, from here on recovery finishes the retirement."""
@@ -553,15 +556,11 @@ def settle(ostore: ObjectStore, vault: BucketVault, journal: ObjectJournal) -> T
     en = doc["runs"][0]
     finish = journal.step_name in (Rec.SWAPPING, Rec.DONE) and all(f.get("backup_checksums") for f in en["files"])
     if finish:
-        # a copy lost or changed since the commit record (a lifecycle rule, by hand): the originals
-        # left are its bytes' only home; nothing is deleted, the journal stays (the disk's
-        # roll_forward checks every blob first). Raises, so the next start looks again
+        # a copy lost or changed since the commit record (a lifecycle rule, by hand; a blob
+        # forgotten from a local folder): the originals left are its bytes' only home; nothing is
+        # deleted, the journal stays, on every vault (the disk's roll_forward checks every blob
+        # first). Raises, so the next start looks again
         copies_there(ostore, vault, en, what="retirement")
-    if finish and vault.blobs is not None:
-        try:  # a blob forgotten since the commit record (by hand): keep what is left in the logdir
-            missing_blobs(vault, en["files"])
-        except BucketTxnError:
-            finish = False
     if finish:
         try:
             finish_op(ostore, vault, doc)

@@ -323,10 +323,18 @@ class DiskRetire(one_retirement.RetireLayout):
 
     def check(self, report: txn.Report) -> None:
         """Every stored file is the one hashed: the renames and copies were checked as they were
-        made (inode; sha256), and each one still has its size."""
+        made (inode; sha256), and each one still has its size. One gone or resized (by hand) is
+        ``backup_damaged``, every vault's code for it: before the commit record the run is put
+        back (a bucket's ``copies_there`` in its last look)."""
         for i, f in enumerate(self.begin_rec["files"]):
-            if os.lstat(os.path.join(self.dest_dir, str(i))).st_size != f["size"]:
-                raise TransactionError(f"{f['path']}: size changed in the vault")
+            stored = os.path.join(self.dest_dir, str(i))
+            try:
+                size: Optional[int] = os.lstat(stored).st_size
+            except FileNotFoundError:
+                size = None
+            if size != f["size"]:
+                raise TransactionError(f"{f['path']}: its copy in the vault ({stored}) is gone or changed since it was "
+                                       "made", Failure.BACKUP_DAMAGED)
 
     def last_look(self) -> None:
         """The originals a copy leaves behind are still the files hashed (an appending writer
