@@ -25,11 +25,13 @@ from pathlib import Path
 
 import pytest
 
+from test_put_back_strategy import NO_RENAME
 from test_restore_temp_no_follow import _swap, _tree, _unswap
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.engine import placement, salvage, swap
 from tb_footprint_plugin.engine.context import Context, TransactionError
-from tb_footprint_plugin.engine.journal import Rec
+from tb_footprint_plugin.engine.journal import Journal, Rec
+from tb_footprint_plugin.engine.swap_strategy import swap_strategy
 
 pytestmark = pytest.mark.usefixtures("disarm_faults")
 
@@ -87,6 +89,40 @@ def test_a_killed_copys_beginning_is_never_vouched_for_by_an_outside_file(tmp_pa
     assert _tree(outside) == was_outside, "a file outside the logdir was changed"
     assert _tree(aside) == was_run, "the run's beginning of the copy was removed on an outside file's word"
     assert e.value.code == StoreError.SYMLINK and "run/" in str(e.value)
+
+
+def test_a_resumed_salvage_copy_reads_its_source_in_the_placements_folder(tmp_path):
+    """A salvage file is placed in the folder its walk reached (``place_at_free_name``'s
+    ``dir_fd``); on a folder that copies, a name a killed attempt's ``copying`` record names holds
+    the beginning of the records, removed and copied again once the source proves it. The run's
+    folder is swapped for a link after that walk, to an outside folder holding another file of
+    the source's name. Before: that outside file was read as the source, the beginning not
+    proven, and the walk went on to names only the link answered (it never found one: bounded
+    here). Now the source is read in the placement's folder: the beginning is emptied and the
+    records copied there, in the run's own folder; nothing outside is read or changed."""
+    logdir = tmp_path / "logs"
+    ctx = Context(str(logdir))
+    (logdir / "run").mkdir(parents=True)
+    (logdir / "run" / TMP).write_bytes(STAGED)
+    (logdir / FINAL).write_bytes(STAGED[:100])  # a killed copy's beginning
+    outside, aside = tmp_path / "outside", tmp_path / "aside"
+    outside.mkdir()
+    (outside / TMP).write_bytes(STAGED[:-1] + b"?")  # another file of the source's name
+    was_outside = _tree(outside)
+    s = {"sha256": _sha(STAGED), "size": len(STAGED)}
+    journal = Journal.create(ctx.journal_dir, "20261206T010000-abcdef", {"type": Rec.BEGIN, "kind": "salvage"})
+
+    def name_of(k: int) -> str:
+        assert k <= 3, "the walk over names went on past the name the killed copy began"
+        return salvage.salvage_name("run/events.out.tfevents.1", k)
+
+    with placement.folder_at(ctx, FINAL) as (dfd, _name):
+        _swap(logdir, "run", outside, aside)  # after the caller's walk, before the placement
+        got = placement.place_at_free_name(ctx, name_of, str(logdir / "run" / TMP), s, swap_strategy(NO_RENAME),
+                                           journal, {FINAL}, {}, reuse=True, dir_fd=dfd)
+    assert got == (FINAL, True)
+    assert _tree(outside) == was_outside, "a file outside the logdir was changed"
+    assert (aside / os.path.basename(FINAL)).read_bytes() == STAGED and not (aside / TMP).exists()
 
 
 def test_partial_copy_at_reads_the_source_in_its_walked_folder(tmp_path):
