@@ -300,9 +300,10 @@ def connect(channel, timeout_s: float) -> None:
         timeout=timeout_s, wait_for_ready=True)
 
 
-def _rust_client_imports() -> None:
+def rust_client_imports() -> None:
     """What talking to a data server needs (gRPC, TensorBoard's provider): imported while one
-    starts (``DataServer.start``)."""
+    starts (``DataServer.start``), and by a caller that must have them before it starts other
+    imports (``OriginalRun.load_now``)."""
     import grpc  # noqa: F401
     from tensorboard.data import grpc_provider  # noqa: F401
 
@@ -640,7 +641,7 @@ class DataServer:
         self._reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._reader.start()
         deadline = time.monotonic() + timeout_s
-        _rust_client_imports()  # while the server starts (the first time in a process: ~50 ms)
+        rust_client_imports()  # while the server starts (the first time in a process: ~50 ms)
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"data server exited with {self.proc.returncode}: {self._why()}")

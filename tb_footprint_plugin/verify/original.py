@@ -173,7 +173,8 @@ class OriginalRun:
         a plan's selection reads the default view from it, then ``park``s it for the reduce that
         may follow. The loaded ``readers.Reader`` (``view.fatal`` says a failure), or None
         without the data server binary. ``meanwhile`` is called once the load is under way,
-        before the wait (what the caller would otherwise start only after it)."""
+        before the wait (what the caller would otherwise start only after it), once this thread
+        has imported what the load needs to reach its server (``views.rust_client_imports``)."""
         from tb_footprint_plugin.formats import views
 
         if self.reader is None:
@@ -181,6 +182,15 @@ class OriginalRun:
                 return None
             self._load(timeout_s)
         if meanwhile is not None:
+            # gRPC and TensorBoard's provider first: the load needs them to reach its server,
+            # which is up 20-50 ms after its spawn. Imported beside ``meanwhile``'s imports
+            # (TensorBoard's app, ~0.2 s of a core), the two sharing the GIL, they took
+            # 0.13-0.17 s instead of ~0.05 s, and this wait took as long (issue #28 item 3).
+            # The load thread's own import of them waits for this one, and says a failure.
+            try:
+                views.rust_client_imports()
+            except Exception:  # noqa: BLE001 - the load's reader reports it (``view.fatal``)
+                pass
             meanwhile()
         self._thread.join()
         return self.reader
