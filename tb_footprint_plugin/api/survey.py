@@ -194,13 +194,22 @@ def scan_shard_sizes(logdirs: Sequence[str], backup_dir: Optional[str], scans: D
         # writes before it drops its journal, so one of the two always has it; given after it,
         # as what happens now (its size is a first reduction's only where the log has none)
         flying = _in_flight(ld)
-        for run, b in sharding.original_sizes(cur, history(ld, backup_dir) + flying,
+        for run, b in sharding.original_sizes(cur, _partition_history(ld, backup_dir) + flying,
                                               still_there=_still_there(ld), listed_at=fp.scanned_at).items():
             k = sharding.key(partition_name(ld), run)
             out[k] = b
             if run not in cur:
                 out.absent.add(k)  # weighs in the partition; no shard plans it (nothing left to reduce)
     return out
+
+
+def _partition_history(logdir: str, backup_dir: Optional[str]) -> List[dict]:
+    """The change log's entries the partition weighs runs by (``plan.shard.original_sizes``): a
+    disk's change log (``history``); a bucket's, from its vault's summary of the manifests and only
+    the manifests it does not hold (``Engine.partition_history``: not a read per manifest, #28)."""
+    if is_remote(logdir):
+        return open_engine(logdir, backup_dir, lazy=True).partition_history()
+    return history(logdir, backup_dir)
 
 
 def _still_there(logdir: str) -> Callable[[str], bool]:
