@@ -15,19 +15,22 @@ import contextlib
 import os
 import shlex
 import stat
-from typing import Collection, Dict, List, Optional, Union
+from typing import Callable, Collection, Dict, List, Optional, Union
 
 from tb_footprint_plugin.codes import BlobError, Finding, Outcome, Recovery
 from tb_footprint_plugin.engine import manifest, oplog, remote_vault, trust
 from tb_footprint_plugin.engine.catalogue import damaged_index_advice, damaged_vault_indexes
 from tb_footprint_plugin.engine.history import history_problems
 from tb_footprint_plugin.engine.journal import pending_journals, Rec
-from tb_footprint_plugin.engine.recovery_rules import damaged_line, no_begin_record
+from tb_footprint_plugin.engine.putback import begins_with, holds_original
+from tb_footprint_plugin.engine.recovery_rules import damaged_line, no_begin_record, not_in_place_words
 from tb_footprint_plugin.engine.retire_tree import retired_dir
 from tb_footprint_plugin.engine.vault import damaged_notes, ZST_SUFFIX, Vault
 from tb_footprint_plugin.engine.vault_reads import VaultRead
 from tb_footprint_plugin.scan.cache import CACHE_NAME
-from tb_footprint_plugin.storage.paths import VAULTS_NAME, is_sha256, recorded_vaults
+from tb_footprint_plugin.storage.paths import VAULTS_NAME, contained, is_sha256, recorded_vaults
+from tb_footprint_plugin.storage.store import Store
+from tb_footprint_plugin.storage.store_posix import PosixStore
 from tb_footprint_plugin.storage.private import UNTRUSTED_MARK
 
 #: the findings `tb-footprint recover` settles (settle_command is offered for these alone): an
@@ -62,6 +65,7 @@ def unfinished_ops(journal_dir: str, *, logdir: Optional[str] = None, state: Opt
     ``recover_will``: what it will do (``recover_will``)."""
     judge = logdir is not None and state is not None and vaults is not None
     identity: object = _UNREAD
+    stores: List[Store] = []  # the logdir's, made once, for the first journal that needs a look
     out = []
     for j in pending_journals(journal_dir):
         try:
@@ -79,7 +83,7 @@ def unfinished_ops(journal_dir: str, *, logdir: Optional[str] = None, state: Opt
                 identity = _identity_for_journals(logdir, state)
             op["refused"] = journal_refusal(j.path, j.op_id, log, logdir=logdir, vaults=vaults, identity=identity)
             if op["refused"] is None:
-                op["recover_will"] = recover_will(recs)
+                op["recover_will"] = recover_will(recs, _Looks(logdir, stores), j.path)
         out.append(op)
     return out
 
@@ -94,23 +98,89 @@ BEFORE_SWAP = ("stopped before its swap, so its run was never changed: recover r
 AFTER_SWAP = "originals put back byte for byte"
 
 
-def recover_will(records: List[dict]) -> Optional[dict]:
-    """What ``recover`` will do with a reduce's journal (one it replays): ``{action, detail}``
-    (``action`` a ``codes.Recovery``), by recovery's branches on the records alone; None for
-    the other kinds. A manifest of the operation saying it committed (a lost commit record)
-    makes recovery finish it instead; status does not read it here."""
+class _Looks:
+    """The logdir's store and keys for ``recover_will``'s looks, the store made at the first
+    ask only (a status with no journal to look at makes none)."""
+
+    def __init__(self, logdir: str, made: List[Store]):
+        self.logdir, self.made = logdir, made
+
+    @property
+    def store(self) -> Store:
+        if not self.made:
+            self.made.append(PosixStore(self.logdir))
+        return self.made[0]
+
+    def abs(self, rel: str) -> str:
+        return contained(self.logdir, rel)
+
+    def key(self, rel: str) -> str:
+        return os.path.relpath(self.abs(rel), self.logdir)
+
+
+def recover_will(records: List[dict], looks=None, journal: str = "") -> Optional[dict]:
+    """What ``recover`` will do with a reduce's journal (one it replays): ``{action, detail,
+    code}`` (``action`` a ``codes.Recovery``), by recovery's branches and, given ``looks`` (the
+    logdir's ``store``, ``key`` and ``abs``: a ``Context`` or ``_Looks``), its look at the
+    originals of a journal without a swap record (``not_in_place``: one stat each, a read only
+    where one differs); ``journal``: its file, named in a refusal. None for the other kinds. A
+    manifest of the operation saying it committed (a lost commit record) makes recovery finish
+    it instead; status does not read it here."""
     if not records or records[0].get("kind") != "reduce":
         return None
     types = {r.get("type") for r in records}
+    done = {"code": Finding.RECOVERED}
     if Rec.COMMIT in types:
-        return {"action": Recovery.COMPLETED, "detail": "was committed: recover only removes its journal"}
+        return {"action": Recovery.COMPLETED, "detail": "was committed: recover only removes its journal", **done}
     verified_ok = any(r.get("type") == Rec.VERIFIED and r.get("ok") for r in records)
     if Rec.SWAP in types and verified_ok and Rec.ROLLBACK not in types and Rec.DISPLACED not in types:
         return {"action": Recovery.COMPLETED, "detail": "verification had passed: recover finishes its swap, "
-                                                        "the run ends reduced and verified"}
+                                                        "the run ends reduced and verified", **done}
     if Rec.SWAP in types:
-        return {"action": Recovery.ROLLED_BACK, "detail": AFTER_SWAP}
-    return {"action": Recovery.ROLLED_BACK, "detail": BEFORE_SWAP}
+        return {"action": Recovery.ROLLED_BACK, "detail": AFTER_SWAP, **done}
+    try:
+        astray = not_in_place(looks.store, looks.key, records) if looks is not None else []
+        named = looks.abs(astray[0]) if astray else ""
+    except (OSError, ValueError):  # what recover meets too: it says why then (``failed``)
+        astray = []
+    if astray:
+        return {"action": Recovery.REFUSED, "detail": not_in_place_words(named, journal),
+                "code": Finding.ORIGINAL_NOT_IN_PLACE}
+    return {"action": Recovery.ROLLED_BACK, "detail": BEFORE_SWAP, **done}
+
+
+def not_in_place(store: Store, key_of: Callable[[str], str], records: List[dict]) -> List[str]:
+    """The backed-up originals of a journal that are not in place as its backup records say: not
+    the recorded size and time (then not the recorded bytes, read to tell), nor grown from them by
+    a writer (the recorded bytes first). What a rollback without a swap may drop blobs of only
+    when empty (review R7 F2, the disk's twin of ``bucket_steps.rollback_entry``); the one rule
+    ``recover`` refuses such a journal by and ``status`` forecasts it with (``recover_will``)."""
+    out: List[str] = []
+    for r in records:
+        if r.get("type") != Rec.BACKUP:
+            continue
+        key = key_of(r["path"])
+        try:
+            e = store.stat(key)
+        except OSError:  # a link or a special file where the original was: not it
+            e = None
+        if e is not None and e.size == r.get("size") and e.mtime == r.get("mtime"):
+            continue  # as recorded, taken without a read (a swapped-in file has its own size and time)
+        if e is not None and (holds_original(store, key, r) or _grown(store, key, e.size, r)):
+            continue
+        out.append(r["path"])
+    return out
+
+
+def _grown(store: Store, key: str, size: int, r: dict) -> bool:
+    """Whether the file at ``key`` is the recorded original with bytes a writer appended."""
+    want = r.get("size")
+    if not isinstance(want, int) or isinstance(want, bool) or not 0 <= want < size or not isinstance(r.get("sha256"), str):
+        return False
+    try:
+        return begins_with(store, key, want, r["sha256"])
+    except OSError:
+        return False
 
 
 def _identity_for_journals(logdir: str, state: str):
@@ -629,5 +699,5 @@ def _log_problems(root: str) -> List[dict]:
     return out
 
 
-__all__ = ["VaultRoots", "purged_retirement", "retired_folder_there", "retired_purge_unfinished", "settle_command", "history_findings", "unfinished_ops", "journal_refusal", "recover_will", "BEFORE_SWAP", "AFTER_SWAP", "catalogue_problems", "state_problems", "moved_state_problems",
+__all__ = ["VaultRoots", "purged_retirement", "retired_folder_there", "retired_purge_unfinished", "settle_command", "history_findings", "unfinished_ops", "journal_refusal", "recover_will", "not_in_place", "BEFORE_SWAP", "AFTER_SWAP", "catalogue_problems", "state_problems", "moved_state_problems",
            "unsettled_pins", "late_writes"]

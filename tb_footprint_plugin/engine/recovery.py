@@ -39,6 +39,7 @@ from tb_footprint_plugin.engine.recovery_rules import (
     damaged_line,
     failed,
     no_begin_record,
+    not_in_place_words,
     refused,
     settled,
     settled_run,
@@ -46,7 +47,6 @@ from tb_footprint_plugin.engine.recovery_rules import (
 )
 from tb_footprint_plugin.engine.journal import Rec, pending_journals
 from tb_footprint_plugin.engine.lease import LockRefused
-from tb_footprint_plugin.engine.putback import begins_with, holds_original
 from tb_footprint_plugin.engine.run_lock import run_lock
 from tb_footprint_plugin.engine.restore import finish_restore, restore_abandoned
 from tb_footprint_plugin.engine.retire import recover_retire
@@ -151,14 +151,13 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                 records = j.records() or records
                 write_manifest(ctx, records, "verified", None, recovered=True)
                 action, detail = Recovery.COMPLETED, "swap finished after a crash (verification had passed)"
-            elif Rec.SWAP not in types and (astray := _not_in_place(ctx, records)):
+            elif Rec.SWAP not in types and (astray := health.not_in_place(ctx.store, ctx.key, records)):
                 # no swap recorded, yet an original is not as its backup record says: the journal is
                 # older than the run (a copy put back) and the blobs may be the originals' only copies.
                 # The rollback would take the files in place for the truth and drop those blobs: the
-                # journal is left (it keeps them claimed) and named
-                outcomes.append(refused(begin["op_id"], run, f"{ctx.abs(astray[0])}: not the original its journal "
-                                        f"{j.path} recorded, though it records no swap; not replayed, left in place "
-                                        "with its backups", Finding.ORIGINAL_NOT_IN_PLACE))
+                # journal is left (it keeps them claimed) and named, in the words status forecast
+                outcomes.append(refused(begin["op_id"], run, not_in_place_words(ctx.abs(astray[0]), j.path),
+                                        Finding.ORIGINAL_NOT_IN_PLACE))
                 continue
             else:
                 reason = INTERRUPTED_REASON
@@ -230,39 +229,6 @@ def _checked(ctx: Context, j, vaults: List[str], identity: dict, read_before: Op
     except trust.Untrusted as e:
         return None, refused(j.op_id, None, str(e), e.code)
     return records, None
-
-
-def _not_in_place(ctx: Context, records: List[dict]) -> List[str]:
-    """The backed-up originals of a journal that are not in place as its backup records say: not
-    the recorded size and time (then not the recorded bytes, read to tell), nor grown from them by
-    a writer (the recorded bytes first). What a rollback without a swap may drop blobs of only
-    when empty (review R7 F2, the disk's twin of ``bucket_steps.rollback_entry``)."""
-    out: List[str] = []
-    for r in records:
-        if r.get("type") != Rec.BACKUP:
-            continue
-        key = ctx.key(r["path"])
-        try:
-            e = ctx.store.stat(key)
-        except OSError:  # a link or a special file where the original was: not it
-            e = None
-        if e is not None and e.size == r.get("size") and e.mtime == r.get("mtime"):
-            continue  # as recorded, taken without a read (a swapped-in file has its own size and time)
-        if e is not None and (holds_original(ctx.store, key, r) or _grown(ctx, key, e.size, r)):
-            continue
-        out.append(r["path"])
-    return out
-
-
-def _grown(ctx: Context, key: str, size: int, r: dict) -> bool:
-    """Whether the file at ``key`` is the recorded original with bytes a writer appended."""
-    want = r.get("size")
-    if not isinstance(want, int) or isinstance(want, bool) or not 0 <= want < size or not isinstance(r.get("sha256"), str):
-        return False
-    try:
-        return begins_with(ctx.store, key, want, r["sha256"])
-    except OSError:
-        return False
 
 
 @dataclass

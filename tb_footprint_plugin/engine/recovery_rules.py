@@ -118,11 +118,19 @@ def kept_words(kept: List[str]) -> str:
             "gives the originals back)")
 
 
+def not_in_place_words(path: str, journal: str) -> str:
+    """What a disk's journal without a swap record whose original at ``path`` is not the one it
+    recorded is refused with (``Finding.ORIGINAL_NOT_IN_PLACE``): ``recover``'s words and
+    ``status``'s forecast of them (``health.recover_will``)."""
+    return (f"{path}: not the original its journal {journal} recorded, though it records no swap; not replayed, "
+            "left in place with its backups")
+
+
 def settled_run(run: str, op_id: str, before: Optional[int], after: Optional[int], completed: bool) -> dict:
     """One run a recovery settled, as a batch ledger records it: a rolled-back run is as big as it
     was (``after`` counts only when the reduction was completed)."""
     return {"run": run, "op_id": op_id, "bytes_before": before, "bytes_after": after if completed else before}
 
 
-__all__ = ["backups_kept", "kept_words", "INTERRUPTED_REASON", "CANCELLED_REASON", "NOT_REPLAYED", "damaged_journal", "damaged_line", "no_begin_record", "REDUCE", "RecoveryOutcome", "failed", "refused", "settled", "settled_run",
+__all__ = ["backups_kept", "kept_words", "not_in_place_words", "INTERRUPTED_REASON", "CANCELLED_REASON", "NOT_REPLAYED", "damaged_journal", "damaged_line", "no_begin_record", "REDUCE", "RecoveryOutcome", "failed", "refused", "settled", "settled_run",
            "skipped_live"]
