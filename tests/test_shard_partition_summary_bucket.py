@@ -125,3 +125,34 @@ def test_a_summary_not_of_the_listed_versions_is_read_around(s3_bucket, tmp_path
     # too large for a reader's limit: read around, never written that large
     monkeypatch.setattr(bucket_history, "STATE_LIMIT", 10)
     assert _read_sizes(url, reads) == (sizes, 3)
+
+
+def test_manifests_noted_as_written_are_not_read_by_the_next_partition(s3_bucket, tmp_path, monkeypatch):
+    """What a batch's end can call (``bucket_history.note_manifests``: each manifest as put, with
+    the version its put returned): the next worker's partition reads none of them; one noted at a
+    version it no longer has is read again."""
+    url = s3_bucket.upload(_logdir(tmp_path / "logs"), "logs")
+    sizes = api.shard_sizes([url])
+    report = api.reduce_logdir(url, dry_run=False, runs=["jax1", "tb7", "tb8"], verify_backends=("python",),
+                               quiet_period=0)
+    assert [o.status for o in report.outcomes] == ["verified"] * 3
+    eng = open_engine(url)
+    store = eng.vault.store
+    written = []
+    for m in api.operations(url):
+        key = f"manifests/{m['op_id']}.json"
+        written.append((m["op_id"], store.stat(key).version, json.loads(store.read_all(key))))
+    assert not store.stat(bucket_history.SUMMARY)
+    # the version a put returns is the one a listing names (what a batch has of what it wrote)
+    assert store.put("probe.json", b"{}", if_absent=True) == store.stat("probe.json").version
+    store.delete(["probe.json"])
+    assert bucket_history.note_manifests(eng.ostore, eng.vault, written[:2])
+    assert bucket_history.note_manifests(eng.ostore, eng.vault, written[2:])  # merged with the first
+    reads = _spy(monkeypatch)
+    assert _read_sizes(url, reads) == (sizes, 0)
+    assert eng.partition_history() == _slim(eng.history())
+    # noted at a version it no longer has (a restore rewrote it since): read again
+    assert [o.status for o in api.restore(url, run="tb7")] == ["restored"]
+    assert bucket_history.note_manifests(eng.ostore, eng.vault, written)
+    assert _read_sizes(url, reads) == (sizes, 1)
+    assert eng.partition_history() == _slim(eng.history())

@@ -86,26 +86,33 @@ def read_listed(ostore: ObjectStore, vault: BucketVault, wanted: Iterable[tuple]
 
     # read a few at once: one after the other, a vault of 10,000 operations took minutes to list
     for p, doc, version in map_ordered(read, wanted):
-        if doc is None:
-            continue
-        url = vault_url(ostore, p)
-        why, code = None, None
-        try:
-            m = manifest.read(doc, url)
-            why = _entries_damage(m)
-            code = Finding.BAD_MANIFEST if why else None
-        except Untrusted as e:
-            why, code = e.detail, e.code
-        if why:
-            if problems is not None:
-                problems.append({"code": Finding.MANIFEST_DAMAGED, "why": code, "file": url, "op_id": None,
-                                 "run": None,
-                                 "detail": f"{url}: {why}; its backups are kept, and it is not restored until "
-                                           "it is mended or moved aside"})
-            continue
-        m["_version"] = version
-        m["_path"] = p
-        yield m
+        m = usable_manifest(ostore, p, doc, version, problems) if doc is not None else None
+        if m is not None:
+            yield m
+
+
+def usable_manifest(ostore: ObjectStore, p: str, doc: dict, version: Optional[str],
+                    problems: Optional[List[dict]] = None) -> Optional[dict]:
+    """The manifest object at store path ``p`` (``doc``, as read or as written, at ``version``)
+    in the one schema with ``_version``/``_path``, or None when it is no usable manifest (named in
+    ``problems``, ``Finding.MANIFEST_DAMAGED``): ``read_listed``'s rule, for every reader."""
+    url = vault_url(ostore, p)
+    why, code = None, None
+    try:
+        m = manifest.read(doc, url)
+        why = _entries_damage(m)
+        code = Finding.BAD_MANIFEST if why else None
+    except Untrusted as e:
+        why, code = e.detail, e.code
+    if why:
+        if problems is not None:
+            problems.append({"code": Finding.MANIFEST_DAMAGED, "why": code, "file": url, "op_id": None, "run": None,
+                             "detail": f"{url}: {why}; its backups are kept, and it is not restored until "
+                                       "it is mended or moved aside"})
+        return None
+    m["_version"] = version
+    m["_path"] = p
+    return m
 
 
 def own_manifests(ostore: ObjectStore, vault: BucketVault, found: List[dict], refused: List[dict]) -> List[dict]:

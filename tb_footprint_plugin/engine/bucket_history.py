@@ -10,11 +10,11 @@ from __future__ import annotations
 import heapq
 import json
 import math
-from typing import Callable, Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.engine.bucket_catalogue import (entries_of, entry_when, line_entry, manifest_listing, op_of,
-                                                         read_listed)
+                                                         read_listed, usable_manifest)
 from tb_footprint_plugin.engine.bucket_objects import STATE_LIMIT
 from tb_footprint_plugin.engine.bucket_state import BucketState, BucketVault
 from tb_footprint_plugin.engine.history import HistoryPage, bucket_log
@@ -184,10 +184,7 @@ def partition_entries(ostore: ObjectStore, vault: BucketVault, held: Callable[[]
     del summary
     prefix = f"{vault.root}/"
     for m in read_listed(ostore, vault, stale):
-        key = m["_path"][len(prefix):]
-        started = m.get("started_at")
-        now[key] = {"v": now[key]["v"], "e": [_slim(e) for e in entries_of(m)],
-                    "s": started if isinstance(started, (int, float)) and not isinstance(started, bool) else 0}
+        now[m["_path"][len(prefix):]] = _record(m)
     if stale:
         _write_summary(vault, now)
     skip = held()
@@ -199,23 +196,61 @@ def partition_entries(ostore: ObjectStore, vault: BucketVault, held: Callable[[]
     return [e for e in out if op_of(e) not in skip]
 
 
-def _write_summary(vault: BucketVault, manifests: Dict[str, dict]) -> None:
-    """The summary written again with ``manifests`` (those listed now): over the version there
-    now, or only where none is; another writer's put in between wins. Which one stands changes no
+def _record(m: dict) -> dict:
+    """A summary's record of the usable manifest ``m`` (``bucket_catalogue.usable_manifest``)."""
+    started = m.get("started_at")
+    return {"v": m["_version"], "e": [_slim(e) for e in entries_of(m)],
+            "s": started if isinstance(started, (int, float)) and not isinstance(started, bool) else 0}
+
+
+def note_manifests(ostore: ObjectStore, vault: BucketVault, written: Iterable[Tuple[str, str, dict]],
+                   tries: int = 3) -> bool:
+    """Add the manifests a worker wrote (``(op_id, version, doc)``: each as put, and the version
+    its put returned) to the vault's summary, so the next shard partition reads none of them
+    (``partition_entries``): what a batch's end can call (#28: else the first rerun of a sharded
+    batch still reads every manifest once per worker). A record is only ever a manifest at a
+    version: one rewritten or dropped since is read again or left out by its reader, whatever
+    this wrote. Requests: the summary's version and bytes, a conditional put; another worker's
+    put in between, read and merged again (``tries`` in all). True when written; never raised."""
+    recs = {}
+    for op_id, version, doc in written:
+        m = usable_manifest(ostore, vault.manifest(op_id), dict(doc), version) if version else None
+        if m is not None:
+            recs[f"manifests/{op_id}.json"] = _record(m)
+    for _ in range(tries if recs else 0):
+        try:
+            there = vault.store.stat(SUMMARY)
+            data = vault.store.read_all(SUMMARY, STATE_LIMIT) if there is not None else None
+        except StoreFailure as e:
+            if e.code not in (StoreError.NOT_FOUND, StoreError.TOO_LARGE):
+                return False
+            there, data = None, None
+        merged = dict(_summary_of(data), **recs)
+        if _write_summary(vault, merged, there.version if there is not None else None):
+            return True
+    return False
+
+
+def _write_summary(vault: BucketVault, manifests: Dict[str, dict], over: Optional[str] = "") -> bool:
+    """The summary written again with ``manifests``: over the version ``over`` (default: the one
+    there now), or only where none is (None); another writer's put in between wins. Which one stands changes no
     reader's entries (each record names its manifest's version), only how many it reads: a cache,
     never retried, never raised; too large for a reader's limit, not written."""
     data = json.dumps({"format": SUMMARY_FORMAT, "manifests": manifests}, sort_keys=True,
                       separators=(",", ":")).encode()
     if len(data) > STATE_LIMIT:
-        return
+        return False
     try:
-        there = vault.store.stat(SUMMARY)
-        if there is None:
+        if over == "":  # the version there now
+            there = vault.store.stat(SUMMARY)
+            over = there.version if there is not None else None
+        if over is None:
             vault.store.put(SUMMARY, data, if_absent=True)
         else:
-            vault.store.put(SUMMARY, data, if_version=there.version)
+            vault.store.put(SUMMARY, data, if_version=over)
     except (StoreFailure, OSError, ValueError):
-        pass
+        return False
+    return True
 
 
-__all__ = ["SKEW", "SUMMARY", "SUMMARY_FIELDS", "history_page", "partition_entries"]
+__all__ = ["SKEW", "SUMMARY", "SUMMARY_FIELDS", "history_page", "note_manifests", "partition_entries"]
