@@ -42,7 +42,7 @@ import math
 import os
 import shutil
 import time
-from typing import Iterable, Iterator, List, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine import faults, trust, txn
@@ -63,7 +63,7 @@ from tb_footprint_plugin.engine.context import (
 )
 from tb_footprint_plugin.engine.history import append_history, disk_log
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec, RunLocked
-from tb_footprint_plugin.engine.placement import copies_begun, folder_at
+from tb_footprint_plugin.engine.placement import copies_begun, folder_at, starts_with
 from tb_footprint_plugin.engine.retire_rules import (KIND, RECOVERED_REASON, refused_names, retire_line, taken_along, unnamed_runs,
                                                     unretire_line)
 from tb_footprint_plugin.engine.retire_tree import (
@@ -85,7 +85,10 @@ from tb_footprint_plugin.engine.retire_tree import (
     retirements,
     sized,
     stored_file,
-    stored_ok,
+    CHANGED,
+    GROWN,
+    RECORDED,
+    stored_as,
     tree_sha256,
     still_recorded,
     write_retire_manifest,
@@ -536,9 +539,11 @@ class DiskUnretire(one_unretire.UnretireLayout):
     - refused before anything is held: a record (run, vault) that does not check out, a symlink
       on the way, a retirement the vault does not hold, something standing at the run's path;
     - held: the lock of every run it puts back (``run_lock``);
-    - **journal**: under the locks, an unsettled operation on a run, a damaged stored file or a
-      folder this user may not write refuses it (nothing changed); then the logdir's identity
-      bound and the begin record (``unretire.journal``);
+    - **journal**: under the locks, an unsettled operation on a run, a stored file missing (or
+      every one changed) or a folder this user may not write refuses it (nothing changed); a
+      stored file grown after the retirement goes back whole, one that no longer begins with its
+      recorded bytes is left in the vault (the begin record's ``changed``, ``retire_tree.stored_as``);
+      then the logdir's identity bound and the begin record (``unretire.journal``);
     - **swap**: every file put back where nothing stands, the folders' modes and times after
       (``unretire_put_back``: ``unretire.mid_move`` after the first; ``unretire.move``); another
       file standing at a path is left as it is (``retire_tree.StandsThere``), its original in the
@@ -573,6 +578,8 @@ class DiskUnretire(one_unretire.UnretireLayout):
         self.op_id = journal.op_id if journal is not None else None
         self.put: Optional[tuple] = None
         self.put_started = self.resumed  # a folder made or a file put back, maybe
+        self.grown: Dict[int, dict] = {}  # the stored files that grew, each the entry it goes back by
+        self.changed: List[str] = []  # the paths whose stored files do not begin with their bytes
 
     def refused(self) -> None:
         ctx, m, run = self.ctx, self.m, self.out.run
@@ -614,11 +621,28 @@ class DiskUnretire(one_unretire.UnretireLayout):
         if unsettled:
             raise txn.Refused(f"unfinished operation {unsettled} on this run could not be settled yet",
                               Failure.UNSETTLED)
-        # every stored file checked before anything moves: a damaged vault changes nothing (a
-        # resumed restore's files renamed back already are at their paths, and checked there)
-        damaged = [f["path"] for i, f in enumerate(m["tree"])
-                   if not (self.resumed and not os.path.lexists(stored_file(vault, m["op_id"], i)))
-                   and not stored_ok(vault, m["op_id"], i, f)]
+        # every stored file read before anything moves (a resumed restore's files renamed back
+        # already are at their paths, and checked there): one grown after the retirement goes back
+        # whole (``stored_as``: its recorded bytes, then a writer's late records); one that does
+        # not begin with its recorded bytes stays in the vault and is named (``not_restored``),
+        # the others go back, as the restore's begin record says (a resumed restore leaves those
+        # its begin record named and refuses one damaged since: nothing more is put back); one
+        # missing, or every one changed, refuses the restore: nothing changed
+        self.grown, self.changed = {}, []
+        left = set(_left_changed(self.jnl.records()[0], m) if self.resumed and self.jnl else ())
+        damaged = []
+        for i, f in enumerate(m["tree"]):
+            if (self.resumed and not os.path.lexists(stored_file(vault, m["op_id"], i))) or f["path"] in left:
+                continue
+            state, entry = stored_as(vault, m["op_id"], i, f)
+            if state == GROWN:
+                self.grown[i] = entry
+            elif state == CHANGED and not self.resumed:
+                self.changed.append(f["path"])
+            elif state != RECORDED:
+                damaged.append(f["path"])
+        if not damaged and self.changed and len(self.changed) == len(m["tree"]):
+            damaged = self.changed  # nothing would come back: refused, as before
         if damaged:
             raise txn.Refused(f"retired files missing or damaged in {retired_dir(vault, m['op_id'])}: "
                               f"{', '.join(damaged[:5])}; nothing was changed"
@@ -638,6 +662,8 @@ class DiskUnretire(one_unretire.UnretireLayout):
             self.jnl = Journal.create(ctx.journal_dir, op_id, {
                 "type": Rec.BEGIN, "kind": "unretire", "op_id": op_id, "run": run, "of_op": m["op_id"],
                 "vault": m["vault"], "logdir": ctx.logdir, "logdir_id": identity["id"],
+                # the stored files left in the vault, not beginning with their recorded bytes
+                "changed": self.changed,
             })
         except trust.Untrusted as e:
             raise txn.Refused(str(e), Failure.REFUSED) from e
@@ -649,7 +675,7 @@ class DiskUnretire(one_unretire.UnretireLayout):
         """Every file back at its path (``unretire_put_back``)."""
         assert self.jnl is not None
         self.put_started = True
-        self.put = unretire_put_back(self.ctx, self.jnl.records())
+        self.put = unretire_put_back(self.ctx, self.jnl.records(), self.grown)
 
     def settle(self, op_id: str, report: txn.Report) -> Tuple[str, Optional[Code]]:
         """The run checked and recorded as restored (``unretire_commit``), the journal closed."""
@@ -664,9 +690,13 @@ class DiskUnretire(one_unretire.UnretireLayout):
         # an original not back is said first; a recorded folder left without its mode and time (a
         # link, ``chmod_dirs``) has its own code, the detail naming it (review R7 F6)
         unsettled = self.put[4] if self.put else ()
+        late = _late_paths(self.put[2]) if self.put else []  # the manifest the commit marked
         out.found(Finding.NOT_RESTORED, sorted(left))
+        out.found(Finding.BACKUP_CHANGED, sorted(set(_left_changed(self.put[0], m)) & left) if self.put else ())
+        out.found(Finding.LATE_RECORDS_RESTORED, late)
         out.found(Finding.FOLDER_NOT_SETTLED, unsettled)
-        return detail, (Finding.NOT_RESTORED if left else Finding.FOLDER_NOT_SETTLED if unsettled else None)
+        return detail, (Finding.NOT_RESTORED if left else Finding.LATE_RECORDS_RESTORED if late
+                        else Finding.FOLDER_NOT_SETTLED if unsettled else None)
 
     def journaled(self) -> bool:
         return self.jnl is not None
@@ -728,10 +758,29 @@ def _journaled_retirement(ctx: Context, records: List[dict]) -> Tuple[dict, Vaul
     return begin, vault, m
 
 
-def unretire_put_back(ctx: Context, records: List[dict]) -> Optional[Tuple[dict, Vault, dict, List[str], List[str]]]:
+def _left_changed(begin: dict, m: dict) -> List[str]:
+    """The paths of retirement ``m`` whose stored files a restore's begin record names as not
+    beginning with their recorded bytes (left in the vault); a journal is untrusted: only paths
+    of ``m``'s tree."""
+    named = begin.get("changed")
+    paths = {f["path"] for f in m["tree"]}
+    return sorted({p for p in named if isinstance(p, str) and p in paths}) if isinstance(named, list) else []
+
+
+def _late_paths(m: dict) -> List[str]:
+    """The paths a restore of retirement ``m`` put back grown (``unretire_commit``)."""
+    late = m.get("late_records_restored")
+    return [p for p in late if isinstance(p, str)] if isinstance(late, list) else []
+
+
+def unretire_put_back(ctx: Context, records: List[dict], grown: Optional[Dict[int, dict]] = None
+                      ) -> Optional[Tuple[dict, Vault, dict, List[str], List[str]]]:
     """Every file of the retirement a restore's journal names back at its path, the folders'
     modes and times after; idempotent. A path where another file stands is left as it is, its
-    original in the vault (``StandsThere``). Returns (the begin record, the vault, the
+    original in the vault (``StandsThere``), as is a file whose stored copy does not begin with
+    its recorded bytes (the begin record's ``changed``). ``grown``: by index, the entries of the
+    stored files that grew after the retirement (``retire_tree.stored_as``): each goes back whole,
+    a copy checked against that entry. Returns (the begin record, the vault, the
     retirement's manifest, the paths left, the recorded folders left without their mode and time:
     links, or reached only through one, ``chmod_dirs``), or None when that manifest says this
     restore is done already."""
@@ -746,10 +795,12 @@ def unretire_put_back(ctx: Context, records: List[dict]) -> Optional[Tuple[dict,
     # copy an earlier, killed attempt so recorded is its own (``retire_tree.put_back``)
     jnl = Journal(os.path.join(ctx.journal_dir, f"{begin['op_id']}.jsonl"), may_create=False)
     begun = copies_begun(records)
-    left = []
+    left = _left_changed(begin, m)  # their stored files stay in the vault, not read as the run's
     for i, f in enumerate(m["tree"]):
+        if f["path"] in left:
+            continue
         try:
-            put_back(ctx, vault, op_id, i, dict(f), bool(same_fs), journal=jnl, begun=begun)
+            put_back(ctx, vault, op_id, i, dict((grown or {}).get(i) or f), bool(same_fs), journal=jnl, begun=begun)
         except StandsThere:
             left.append(f["path"])  # another file's path now: left as it is, the original kept
         if i == 0:
@@ -769,20 +820,28 @@ def unretire_commit(ctx: Context, begin: dict, vault: Vault, m: dict, left: Iter
     op_id = m["op_id"]
     left = sorted(set(left))
     back = [(i, f) for i, f in enumerate(m["tree"]) if f["path"] not in left]
-    # byte for byte: every file put back re-hashed where it stands now
-    now = []
+    # byte for byte: every file put back re-hashed where it stands now; one longer than recorded
+    # that begins with its recorded bytes (its mode the recorded one) is the file with a writer's
+    # late records after them, grown in the vault or since it went back (``rollback_retire``'s rule)
+    now, late = [], []
     for _i, f in back:
         p = ctx.abs(f["path"])
         st = os.lstat(p)
+        if st.st_size > f["size"] and st.st_mode & 0o7777 == f["mode"] & 0o7777 \
+                and starts_with(p, f["size"], f["sha256"]):
+            late.append(f)
+            continue
         now.append({"path": f["path"], "size": st.st_size, "mode": st.st_mode & 0o7777, "sha256": sha256_file(p)})
-    # with a path left, each file against its entry of a tree that is the manifest's own
-    want = [f for _i, f in back] if left else m["tree"]
+    # with a path left or grown, each file against its entry of a tree that is the manifest's own
+    want = [f for _i, f in back if f not in late] if left or late else m["tree"]
     if tree_sha256(now) != tree_sha256(want) or tree_sha256(m["tree"]) != m["tree_sha256"]:
         bad = [a["path"] for a, b in zip(sorted(now, key=lambda e: e["path"]), sorted(want, key=lambda e: e["path"]))
                if (a["size"], a["sha256"]) != (b["size"], b["sha256"])]
         raise TransactionError(f"restored run does not match its tree sha256: {', '.join(bad[:5]) or 'modes differ'}")
     m["restored_by"] = begin["op_id"]
     m["restored_at"] = time.time()
+    if late:
+        m["late_records_restored"] = [f["path"] for f in late]
     if left:
         # each original left is in the vault only: its copy stays (the folder with it), the rest go
         for i, _f in back:
@@ -800,10 +859,18 @@ def unretire_commit(ctx: Context, begin: dict, vault: Vault, m: dict, left: Iter
     faults.hit("unretire.manifest")
     record_unretire(ctx, begin, vault, m)
     detail = f"{len(back)} file(s) back byte for byte ("
-    detail += f"tree sha256 {m['tree_sha256'][:12]}… checked)" if not left else "each checked against its sha256)"
-    if left:
-        detail += (f"; {len(left)} path(s) hold another file now and were left as they are, e.g. {left[0]}: their "
-                   "originals stay in the vault, and purge keeps them")
+    detail += f"tree sha256 {m['tree_sha256'][:12]}… checked)" if not (left or late) else \
+        "each checked against its sha256)"
+    if late:
+        detail += (f"; {len(late)} file(s) grew after the retirement (a writer held them open), e.g. "
+                   f"{late[0]['path']}: each back whole, its recorded bytes then the records written after them")
+    changed = [p for p in _left_changed(begin, m) if p in left]
+    if changed:
+        detail += (f"; {len(changed)} retired file(s) no longer begin with their recorded bytes, e.g. {changed[0]}: "
+                   "left in the vault (not put back), and purge keeps them")
+    if len(left) > len(changed):
+        detail += (f"; {len(left) - len(changed)} path(s) hold another file now and were left as they are, e.g. "
+                   f"{next(p for p in left if p not in changed)}: their originals stay in the vault, and purge keeps them")
     note = unsettled_note(list(unsettled))
     return f"{detail}; {note}" if note else detail
 

@@ -29,7 +29,7 @@ import stat
 import time
 from typing import Collection, Iterable, Iterator, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Failure, Outcome, Skip, StoreError
+from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import manifest as one_schema
 from tb_footprint_plugin.engine import retire_rules as rules
 from tb_footprint_plugin.engine.catalogue import own_manifests
@@ -443,6 +443,90 @@ def stored_ok(vault: Vault, op_id: str, i: int, f: dict) -> bool:
         return False
 
 
+#: what ``stored_as`` finds of a retired file in the vault
+RECORDED, GROWN, CHANGED, MISSING = "recorded", "grown", "changed", "missing"
+
+
+def stored_as(vault: Vault, op_id: str, i: int, f: dict) -> Tuple[str, Optional[dict]]:
+    """What the vault holds of file ``i`` of retirement ``op_id`` (``f``: its entry), read once:
+    ``RECORDED`` (its size and sha256), ``GROWN`` (its recorded bytes with more after them: a
+    writer that held the file open through a same-filesystem retirement appended to the vault's
+    inode; the rule of ``rollback_retire`` and salvage, ``placement.starts_with``), ``CHANGED``
+    (it does not begin with its recorded bytes, or cannot be read: damaged) or ``MISSING``. With
+    ``GROWN``, the entry the file goes back by: ``f`` with the size, sha256 and mtime it has now
+    (the late records are part of it; a copy put back is checked against them)."""
+    p = stored_file(vault, op_id, i)
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+                     | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return MISSING, None
+    except OSError:
+        return CHANGED, None  # a link planted there, or unreadable: never read as the run's bytes
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return CHANGED, None
+        prefix, whole, n = hashlib.sha256(), hashlib.sha256(), 0
+        while True:  # one pass: the recorded bytes' digest and the whole file's
+            b = os.read(fd, 1 << 20)
+            if not b:
+                break
+            if n < f["size"]:
+                prefix.update(b[: f["size"] - n])
+            whole.update(b)
+            n += len(b)
+        st = os.fstat(fd)
+    except OSError:
+        return CHANGED, None
+    finally:
+        os.close(fd)
+    if n < f["size"] or prefix.hexdigest() != f["sha256"]:
+        return CHANGED, None
+    if n == f["size"]:
+        return RECORDED, None
+    return GROWN, dict(f, size=n, sha256=whole.hexdigest(), mtime_ns=st.st_mtime_ns)
+
+
+def stored_problems(m: dict) -> List[Tuple[Code, str, str]]:
+    """What ``status`` says of a disk retirement's files in the vault, one lstat a file, nothing
+    read: (code, path, words) for each stored file gone or shorter (``backup_damaged``), grown
+    (``late_writes_kept``: a writer appended to it after the retirement; a restore puts it back
+    whole), changed in place (``backup_changed``: same size, another mtime; a restore leaves it
+    in the vault, ``not_restored``) or one inode with a name outside the vault
+    (``backup_shared``: a write through that name changes the retired copy). A bucket's
+    retirement, a restored or purged one: nothing."""
+    # a manifest is untrusted: one not of a disk retirement's shape is read around (status names it elsewhere)
+    if not is_restorable_retirement(m) or "same_fs" not in m or not isinstance(m.get("tree"), list) \
+            or not isinstance(m.get("vault"), str) or not OP_ID_RE.match(str(m.get("op_id", ""))):
+        return []
+    vault = Vault(m["vault"])
+    out: List[Tuple[Code, str, str]] = []
+    for i, f in enumerate(m["tree"]):
+        if not isinstance(f, dict) or not isinstance(f.get("size"), int):
+            continue
+        p, path = stored_file(vault, m["op_id"], i), str(f.get("path"))
+        try:
+            st = os.lstat(p)
+        except OSError:
+            out.append((Finding.BACKUP_DAMAGED, path, f"retired file {path} is missing from {retired_dir(vault, m['op_id'])}"))
+            continue
+        if not stat.S_ISREG(st.st_mode) or st.st_size < f["size"]:
+            out.append((Finding.BACKUP_DAMAGED, path, f"retired file {path} in {p} is shorter than it was"))
+        elif st.st_size > f["size"]:
+            out.append((Finding.LATE_WRITES_KEPT, path,
+                        f"{st.st_size - f['size']} byte(s) were written to retired file {path} ({p}) after the "
+                        "retirement (a writer held it open); a restore puts it back whole, records and all"))
+        elif st.st_mtime_ns != f.get("mtime_ns"):
+            out.append((Finding.BACKUP_CHANGED, path,
+                        f"retired file {path} ({p}) was written after the retirement; a restore checks it and "
+                        "leaves it in the vault if its bytes changed (not_restored)"))
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            out.append((Finding.BACKUP_SHARED, path,
+                        f"retired file {path} ({p}) is one inode with {st.st_nlink - 1} other name(s) outside the "
+                        "vault (a hard-linked snapshot?): a write through such a name changes the retired copy"))
+    return out
+
+
 def write_retire_manifest(ctx: Context, records: List[dict], outcome: str, reason: Optional[str],
                           recovered: bool = False) -> dict:
     """The retirement's manifest and change-log line."""
@@ -513,5 +597,6 @@ def tree_size(d: str) -> int:
 
 __all__ = ["RETIRED", "OP_ID_RE", "StandsThere", "retired_dir", "stored_file", "check_retired_dir", "drop_retired", "rel_ok",
            "check_record", "tree_sha256", "inventory", "unchanged", "still_recorded", "recorded_in", "grown", "sized", "chmod_dirs", "put_back",
-           "stored_ok", "write_retire_manifest", "retirements", "is_restorable_retirement", "retired_now",
+           "stored_ok", "RECORDED", "GROWN", "CHANGED", "MISSING", "stored_as", "stored_problems",
+           "write_retire_manifest", "retirements", "is_restorable_retirement", "retired_now",
            "retirement_recorded", "tree_size"]
