@@ -1333,9 +1333,19 @@ def cmd_recover(args) -> int:
     if args.json:
         _dump([dict(vars(o)) for o in outs])
     else:
+        kept_rows = None  # status's kept_blobs, read once, only when a rollback kept backups
         for o in outs:
-            mark = "✗" if o.action in (Recovery.FAILED, Recovery.REFUSED) else "✓"
+            # a rollback that kept backups is settled and lost nothing, but its run is not as it was
+            # (an original is in the vault only): neither a success nor a failure, and the command
+            # that gives the originals back is named under it
+            mark = "✗" if o.action in (Recovery.FAILED, Recovery.REFUSED) else \
+                "!" if o.action == Recovery.BACKUPS_KEPT else "✓"
             print(f"{mark} {o.op_id or '-'} ({shown(o.run or 'vault')}): {o.action} [{o.code}] — {o.detail}")
+            if o.action == Recovery.BACKUPS_KEPT:
+                if kept_rows is None:
+                    kept_rows = api.kept_blobs(args.logdir, args.backup_dir)
+                for line in _kept_by_recovery(args, o, kept_rows):
+                    print(f"    {line}")
         left = api.unfinished(args.logdir, args.backup_dir)
         if not outs:
             # never "no damage found" above the damage it lists; and a backup's bytes are hashed by verify, not here
@@ -1346,6 +1356,25 @@ def cmd_recover(args) -> int:
             print(f"still: [{p['code']}] {p['detail']}")
     # a journal refused is left exactly as it is for the user to look at: not settled, so not 0
     return EXIT_FAILED if any(o.action in (Recovery.FAILED, Recovery.REFUSED) for o in outs) else EXIT_OK
+
+
+def _kept_by_recovery(args, o, kept_rows: List[dict]) -> List[str]:
+    """What a recovery's ``backups_kept`` outcome leaves and how to get the originals back: each
+    original its rollback left in the vault with its bring-back command (status's ``kept_blobs``
+    row of that operation and path), else (its manifest still says the reduction, whose swap a
+    kept key shows) the restore of that operation."""
+    said = ["nothing lost: every backup of this operation is kept in the vault"]
+    where = f" --backup-dir {_quote(args.backup_dir)}" if args.backup_dir else ""
+    restores = []
+    for k in o.kept or []:
+        if any(kb.get("of_op") == k["op_id"] and kb.get("path") == k["path"] for kb in kept_rows):
+            said.append(f"bring {shown(k['path'])}'s original back beside it: tb-footprint vault bring-back "
+                        f"{_quote(args.logdir)} --op {_quote(k['op_id'])} --path {_quote(k['path'])}{where}")
+        elif k["op_id"] not in restores:
+            restores.append(k["op_id"])
+    said += [f"give the originals back: tb-footprint restore {_quote(args.logdir)} --op {_quote(op)} --yes{where}"
+             for op in restores]
+    return said
 
 
 _VERIFY_BACKENDS = ("python", "rust")

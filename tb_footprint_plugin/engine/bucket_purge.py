@@ -19,7 +19,7 @@ from tb_footprint_plugin.engine.bucket_putback import delete_copies, store_delet
 from tb_footprint_plugin.engine.context import CancelToken
 from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_by_restore, kept_row, originals_lost
 from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry
-from tb_footprint_plugin.engine.catalogue_rules import entry_released
+from tb_footprint_plugin.engine.catalogue_rules import entry_released, is_rolled_back_keeping
 from tb_footprint_plugin.engine.bucket_catalogue import manifests, own_manifests
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
@@ -108,10 +108,13 @@ class BucketCopies(purge_run.PurgeLayout):
         # another logdir), is listed and left as it is; the other operations are purged
         refused: List[dict] = self.refused_rows
         every = self.every = own_manifests(ostore, vault, manifests(ostore, vault, refused), refused)
-        # manifests in the one schema (``engine.manifest``): a bucket keeps only verified ones
-        chosen = [m for m in every if m["outcome"] == Outcome.VERIFIED and which.admits(m)]
-        # a restore that found a file written again at an original's name left that original in the
-        # vault only (``not_restored``): its operation is not purged, and the listing says why
+        # manifests in the one schema (``engine.manifest``): a bucket keeps only verified ones, and
+        # those of a rollback that kept backups (``rolled_back_keeping``): listed below, never freed
+        chosen = [m for m in every if (m["outcome"] == Outcome.VERIFIED or is_rolled_back_keeping(m))
+                  and which.admits(m)]
+        # a restore or a rollback that found a file written again at an original's name left that
+        # original in the vault only (``not_restored``): its operation is not purged, and the
+        # listing says why
         kept = [m for m in chosen if kept_by_restore(m)]
         chosen = [m for m in chosen if m not in kept]
         # an operation whose journal is still there is under way (a retire writes its manifest before

@@ -296,7 +296,9 @@ def recover(ostore: ObjectStore, vault: BucketVault) -> List[RecoveryOutcome]:
             must_close(journal)
             _drop_locks_of(st, locks, op_id)
             astray = [p for ps in kept.values() for p in ps]
-            out.append(backups_kept(op_id, label, astray) if astray else
+            ops = {str(en["run"]): en.get("op") for en in journal.entries()}  # each run's manifest
+            out.append(backups_kept(op_id, label, astray, [{"op_id": ops.get(r) or op_id, "run": r, "path": p}
+                                                           for r, ps in kept.items() for p in ps]) if astray else
                        settled(op_id, label, action, detail, runs=ran, kind=REDUCE))
         except (BucketTxnError, *STORE_FAILURES, ValueError) as e:
             # ValueError: a key the journal names that no store call can address (the trust check

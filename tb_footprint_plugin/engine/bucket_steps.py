@@ -10,7 +10,11 @@ rewrite (``engine.bucket_rewrite``) and recovery (``engine.bucket_recover``) sha
 * **verification by a fresh listing**: every removed key gone, every other object of the run at
   the version it had, so TensorBoard reads exactly the bytes it read before;
 * **rollback** of a run that did not commit: every removed original put back from its verified
-  backup, then the manifest, the backups and the temporary keys dropped.
+  backup, then the manifest, the backups and the temporary keys dropped; a backup whose original
+  is not in place kept, with a manifest naming it (written if none was yet).
+
+Why one module: the rollback's rule (``_verdicts``) and what it keeps are one rule for the
+three callers and ``status``'s forecast; split, its looks and its deeds would drift apart.
 """
 from __future__ import annotations
 
@@ -365,6 +369,10 @@ def rollback_entry(ostore: ObjectStore, vault: BucketVault, en: dict, deleted: b
     if kept:
         path = vault.manifest(en["op"])
         doc, version = st.read(path)
+        if doc is None:  # rolled back before its manifest was written: one names the copies kept
+            _name_kept(ostore, vault, en, kept, code)
+            must_delete(ostore, temps)
+            return kept
         try:
             m = manifest.read(doc, vault_url(ostore, path)) if doc is not None else None
         except Untrusted:
@@ -382,6 +390,28 @@ def rollback_entry(ostore: ObjectStore, vault: BucketVault, en: dict, deleted: b
     must_delete(ostore, [f["backup"] for f in en.get("files", []) if not is_blob_entry(f) and f["path"] not in kept]
                 + temps)
     return kept
+
+
+def _name_kept(ostore: ObjectStore, vault: BucketVault, en: dict, kept: List[str], code: Optional[Code]) -> None:
+    """The manifest of a run rolled back before its own was written, as what happened
+    (``rolled_back_keeping``): each file with a verified backup or kept, created only where none
+    is (a manifest written since wins: the rollback then stops, the journal stays). Without it
+    the kept copies were named by nothing: no status row, restore, bring-back or purge reached
+    them, and a blob folder's next purge forgot them. A copy of no file named (made after the
+    journal was written, its original in place as ``_verdicts`` found) goes."""
+    named = [f for f in en.get("files", []) if f["path"] in kept or f.get("backup_checksums")]
+    before = en.get("bytes_before") if isinstance(en.get("bytes_before"), int) else None
+    doc = manifest_doc(ostore, dict(en, files=named), _Before(before), None, before, vault)
+    BucketState.of(ostore).create(vault.manifest(en["op"]), manifest.bucket_form(rolled_back_keeping(doc, kept, code)))
+    must_delete(ostore, [f["backup"] for f in en.get("files", []) if f not in named and not is_blob_entry(f)
+                         and isinstance(f.get("backup"), str)])
+
+
+class _Before:
+    """A plan's size alone, what ``manifest_doc`` asks of one (``bytes_before``)."""
+
+    def __init__(self, bytes_before: Optional[int]):
+        self.bytes_before = bytes_before
 
 
 #: what a rollback does with one file of its journal (``_verdicts``): nothing (never ours, or in

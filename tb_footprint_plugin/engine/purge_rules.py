@@ -10,8 +10,8 @@ these rows; nothing here reads or writes a store.
   ``op_id``, ``run``, ``kind`` (``reduce`` or ``retire``, the manifest's), ``bytes`` (what stays
   in the vault), ``code``, ``detail``, and what a row adds (``sha256`` of a blob kept).
 - ``not_purged``: the row of an operation a cancel stopped before the purge's intent.
-- ``kept_by_restore``: an operation whose restore left an original in the vault, its only copy
-  (``not_restored``), kept whole and why.
+- ``kept_by_restore``: an operation whose restore or rollback left an original in the vault, its
+  only copy (``not_restored``), kept whole and why.
 - ``originals_lost``: how many of an operation's originals exist nowhere else once its backups
   go (a row's ``originals``; the report's ``originals_lost`` is their sum, what the CLI's and the
   tab's confirmation say is lost for good).
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Callable, Collection, Optional
 
 from tb_footprint_plugin.codes import Code
+from tb_footprint_plugin.engine.catalogue_rules import is_rolled_back_keeping
 
 
 @dataclass(frozen=True)
@@ -78,17 +79,21 @@ def originals_lost(m: dict, goes: Callable[[dict], bool]) -> int:
 
 
 def kept_by_restore(m: dict) -> Optional[str]:
-    """Why a purge keeps restored operation ``m``'s copy whole (a retirement's, on every store; a
-    reduction's, on a bucket), or None: its restore met another file standing at a path
+    """Why a purge keeps operation ``m``'s copy whole, or None: its restore (a retirement's, on
+    every store; a reduction's, on a bucket) or its rollback (a bucket's reduction that kept
+    backups, ``catalogue_rules.rolled_back_keeping``) met another file standing at a path
     (``not_restored``) and left the original in the vault, its only copy (``Finding.NOT_RESTORED``).
-    A manifest is untrusted input: any ``not_restored`` it carries keeps the copy, and the paths
-    named are only the ones of its type."""
+    Kept whole: the other copies of a rolled-back run are of originals in place when it looked,
+    not since (one would have to read each to free it). A manifest is untrusted input: any
+    ``not_restored`` it carries keeps the copy, and the paths named are only the ones of its type."""
     held = m.get("not_restored")
-    if not (m.get("restored_by") and held):
+    rollback = is_rolled_back_keeping(m)
+    if not ((m.get("restored_by") or rollback) and held):
         return None
     names = [p for p in held if isinstance(p, str)] if isinstance(held, list) else []
-    return (f"{len(names) or 'some'} original(s) were not put back by its restore (another file stood at the path"
-            + (f", e.g. {names[0]}" if names else "") + "): the vault holds the only copy")
+    return (f"{len(names) or 'some'} original(s) were not put back by its {'rollback' if rollback else 'restore'} "
+            "(another file stood at the path" + (f", e.g. {names[0]}" if names else "") + "): the vault holds the "
+            "only copy")
 
 
 __all__ = ["PurgeFilter", "kept_row", "not_purged", "originals_lost", "kept_by_restore"]

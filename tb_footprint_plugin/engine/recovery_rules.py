@@ -75,6 +75,9 @@ class RecoveryOutcome:
     #: reduced and verified, or as it was); None for the others (restore, salvage, retire, purge,
     #: vault upkeep), whose ``detail`` says what was finished
     kind: Optional[str] = None
+    #: ``backups_kept`` alone: each original left in the vault, ``{op_id, run, path}`` (the
+    #: reduction's own op id, whose manifest names the copy): what says how it comes back
+    kept: Optional[List[dict]] = None
 
 
 def refused(op_id: str, run: Optional[str], detail: str, code: str) -> RecoveryOutcome:
@@ -99,14 +102,17 @@ def settled(op_id: str, run: Optional[str], action: str, detail: str, *, runs: O
     return RecoveryOutcome(op_id, run, action, detail, Finding.RECOVERED, runs=runs, kind=kind)
 
 
-def backups_kept(op_id: str, run: Optional[str], kept: List[str]) -> RecoveryOutcome:
+def backups_kept(op_id: str, run: Optional[str], kept: List[str], where: Optional[List[dict]] = None
+                 ) -> RecoveryOutcome:
     """A reduction recovery would have rolled back, of which a key does not hold the original its
     journal recorded (the reduced bytes, or anything else: the journal was older than the run, or
     a writer came): nothing of the operation's copies deleted, its manifest kept, so a restore
     gives back the originals wherever the run still holds what the operation left. Not "as it
-    was": the run is as it stands."""
+    was": the run is as it stands. ``where``: each kept original's ``{op_id, run, path}``
+    (``RecoveryOutcome.kept``; by default of ``op_id`` and ``run``)."""
     return RecoveryOutcome(op_id, run, Recovery.BACKUPS_KEPT, kept_words(kept), Finding.ORIGINAL_NOT_IN_PLACE,
-                           kind=REDUCE)
+                           kind=REDUCE, kept=where if where is not None else
+                           [{"op_id": op_id, "run": run, "path": p} for p in kept])
 
 
 def kept_words(kept: List[str]) -> str:
@@ -114,8 +120,8 @@ def kept_words(kept: List[str]) -> str:
     recorded) says, a recovery's (``backups_kept``) and a reduction's own (its outcome's reason) alike."""
     more = f" and {len(kept) - 1} more" if len(kept) > 1 else ""
     return (f"{kept[0]}{more}: not the original its journal recorded (reduced, or written since); "
-            "its backups are kept, and its manifest where one was written (`tb-footprint restore` "
-            "gives the originals back)")
+            "its backups are kept with a manifest naming them: nothing is lost (`tb-footprint restore` "
+            "gives the originals back, `tb-footprint vault bring-back` each one `status` lists as left in the vault)")
 
 
 def not_in_place_words(path: str, journal: str) -> str:
