@@ -13,6 +13,7 @@ import json
 
 from test_shard_emptied_runs_bucket import SHARDS, _logdir, _plans, _runs
 from tb_footprint_plugin import api
+from tb_footprint_plugin.api import survey
 from tb_footprint_plugin.engine import bucket_history, bucket_objects
 from tb_footprint_plugin.engine.front import open_engine
 
@@ -36,9 +37,11 @@ def _slim(entries) -> list:
 
 
 def _read_sizes(url, reads) -> tuple:
-    """``shard_sizes`` and the manifests it read."""
+    """A real sharded reduce's partition (``scan_shard_sizes`` with ``write_cache``, as
+    ``reduce_logdir`` calls it when not a dry run: the one caller that writes the summary) and the
+    manifests it read."""
     del reads[:]
-    sizes = api.shard_sizes([url])
+    sizes = survey.scan_shard_sizes([url], None, {}, write_cache=True)
     return sizes, len(reads)
 
 
@@ -57,6 +60,9 @@ def test_a_shard_worker_reads_only_the_manifests_its_summary_does_not_hold(s3_bu
     assert _read_sizes(url, reads) == (sizes, 6)
     # the next worker reads none: the summary holds each at its listed version
     assert _read_sizes(url, reads) == (sizes, 0)
+    # a plan's partition (``shard_sizes``: writes nothing, review R9 F1) reads the summary too
+    del reads[:]
+    assert api.shard_sizes([url]) == sizes and not reads
     assert s3_bucket.fs.exists(s3_bucket.key(f"logs/.tb-footprint/{bucket_history.SUMMARY}"))
     # the entries are history's, the fields the partition reads, in its order
     assert eng.partition_history() == _slim(eng.history())

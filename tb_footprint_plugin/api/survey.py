@@ -194,7 +194,7 @@ def scan_shard_sizes(logdirs: Sequence[str], backup_dir: Optional[str], scans: D
         # writes before it drops its journal, so one of the two always has it; given after it,
         # as what happens now (its size is a first reduction's only where the log has none)
         flying = _in_flight(ld)
-        for run, b in sharding.original_sizes(cur, _partition_history(ld, backup_dir) + flying,
+        for run, b in sharding.original_sizes(cur, _partition_history(ld, backup_dir, write_cache) + flying,
                                               still_there=_still_there(ld), listed_at=fp.scanned_at).items():
             k = sharding.key(partition_name(ld), run)
             out[k] = b
@@ -203,12 +203,13 @@ def scan_shard_sizes(logdirs: Sequence[str], backup_dir: Optional[str], scans: D
     return out
 
 
-def _partition_history(logdir: str, backup_dir: Optional[str]) -> List[dict]:
+def _partition_history(logdir: str, backup_dir: Optional[str], write: bool) -> List[dict]:
     """The change log's entries the partition weighs runs by (``plan.shard.original_sizes``): a
     disk's change log (``history``); a bucket's, from its vault's summary of the manifests and only
-    the manifests it does not hold (``Engine.partition_history``: not a read per manifest, #28)."""
+    the manifests it does not hold (``Engine.partition_history``: not a read per manifest, #28),
+    the summary written again only when ``write`` (never by a dry run or a plan: review R9 F1)."""
     if is_remote(logdir):
-        return open_engine(logdir, backup_dir, lazy=True).partition_history()
+        return open_engine(logdir, backup_dir, lazy=True).partition_history(write=write)
     return history(logdir, backup_dir)
 
 

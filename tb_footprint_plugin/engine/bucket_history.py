@@ -151,7 +151,8 @@ def _summary_of(data: Optional[bytes]) -> Dict[str, dict]:
     return out
 
 
-def partition_entries(ostore: ObjectStore, vault: BucketVault, held: Callable[[], Set[str]]) -> List[dict]:
+def partition_entries(ostore: ObjectStore, vault: BucketVault, held: Callable[[], Set[str]],
+                      write: bool = True) -> List[dict]:
     """``bucket_catalogue.history``'s entries less those of the operations ``held()`` names (the
     engine's ``history``), in its order, each with only the fields a shard partition reads
     (``SUMMARY_FIELDS``): the change-log object's lines, and each manifest's entries from the
@@ -163,7 +164,8 @@ def partition_entries(ostore: ObjectStore, vault: BucketVault, held: Callable[[]
     a record not of its shape is read again from its manifest; one that lies about a manifest's
     entries moves only the partition's balance, alike for every worker reading it (the per-run
     locks and the plans keep a run from being reduced twice, whatever the partition says).
-    Memory: the summary's few fields a manifest, not the manifests."""
+    Memory: the summary's few fields a manifest, not the manifests. ``write`` False (a dry run, a
+    plan, ``shard_sizes``: "writes nothing") reads the summary and never writes it."""
     found = manifest_listing(vault)
     summary: Dict[str, dict] = {}
     if found:
@@ -185,7 +187,7 @@ def partition_entries(ostore: ObjectStore, vault: BucketVault, held: Callable[[]
     prefix = f"{vault.root}/"
     for m in read_listed(ostore, vault, stale):
         now[m["_path"][len(prefix):]] = _record(m)
-    if stale:
+    if stale and write:
         _write_summary(vault, now)
     skip = held()
     out = [_slim(line_entry(e)) for e in bucket_log(BucketState.of(ostore).logdir_store()).read()]

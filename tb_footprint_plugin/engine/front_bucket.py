@@ -219,14 +219,15 @@ class BucketEngine(Engine):
         # a change log's lines are untrusted: an op id that is no string names no operation held
         return [e for e in found if not (isinstance(e.get("op_id"), str) and e["op_id"] in held)]
 
-    def partition_history(self) -> List[dict]:
+    def partition_history(self, write: bool = True) -> List[dict]:
         """``history``'s entries with only the fields a shard partition reads
         (``plan.shard.original_sizes``), from the vault's summary of its manifests and only the
         manifests it does not hold at their version (``bucket_history.partition_entries``): the
-        listing and a read or two, not a read per manifest, once a summary is there."""
+        listing and a read or two, not a read per manifest, once a summary is there; ``write``
+        False: the summary is not written (a dry run writes nothing)."""
         from tb_footprint_plugin.engine.bucket_history import partition_entries
 
-        return partition_entries(self.ostore, self.vault, self._unreduced)
+        return partition_entries(self.ostore, self.vault, self._unreduced, write=write)
 
     def history_page(self, newest: Optional[int] = None) -> HistoryPage:
         """Differs: read from the change-log object's lines and only the manifests that can hold
