@@ -233,8 +233,16 @@ class DiskRetire(one_retirement.RetireLayout):
             _check_writers(ctx, run)
             ctx.vault.ensure()
             same_fs = ctx.vault.same_filesystem(ctx.abs(run))
-            if not same_fs:
-                _check_space(ctx.vault.root, out.bytes_before)
+            if same_fs:
+                # a file with other hard links (a ``cp -al`` / ``rsync --link-dest`` snapshot) is
+                # retired as a copy of its own: renamed, the vault's only copy would be the
+                # snapshot's inode, which a write there changes (review R9 F2; R13 F1 for backups)
+                for f in files:
+                    if f["nlink"] > 1:
+                        f["copy"] = True
+            copied = sum(f["size"] for f in files if _copied(same_fs, f))
+            if copied:
+                _check_space(ctx.vault.root, copied)
             # the plan named what it takes along; the directory must hold no other run
             extra = unnamed_runs((f["path"] for f in files), run, self.along)
             if extra:
@@ -303,7 +311,11 @@ class DiskRetire(one_retirement.RetireLayout):
             # (invariant 4): such a link is refused, coded, naming the path (the rollback puts back
             # what moved; a link still there keeps the journal for the next start)
             with _run_folder(ctx, f) as (dfd, name):
-                if same_fs:
+                if not _copied(same_fs, f):
+                    if os.stat(name, dir_fd=dfd, follow_symlinks=False).st_nlink > 1:
+                        # linked since the inventory: renamed, the vault's copy would be shared
+                        raise TransactionError(f"{f['path']}: a hard link to it was made during the retirement",
+                                               Skip.ACTIVE)
                     os.rename(name, dst, src_dir_fd=dfd)
                     if os.lstat(dst).st_ino != f["ino"]:
                         raise TransactionError(f"{f['path']}: not the file that was hashed")
@@ -342,9 +354,9 @@ class DiskRetire(one_retirement.RetireLayout):
     def last_look(self) -> None:
         """The originals a copy leaves behind are still the files hashed (an appending writer
         keeps the run in the logdir, before any of them is unlinked)."""
-        if self.begin_rec["same_fs"]:
-            return
         for f in self.begin_rec["files"]:
+            if not _copied(self.begin_rec["same_fs"], f):
+                continue
             no_symlink(self.ctx, f["path"])
             if not still_recorded(self.ctx, f):
                 raise TransactionError(f"{f['path']}: changed during the retirement (is the run still being written?)",
@@ -353,28 +365,28 @@ class DiskRetire(one_retirement.RetireLayout):
     def commit_record(self) -> None:
         """``delete`` before a copy's originals are unlinked (a rename leaves none to delete, and
         records nothing)."""
-        if not self.begin_rec["same_fs"]:
+        if any(_copied(self.begin_rec["same_fs"], f) for f in self.begin_rec["files"]):
             self.jnl.append({"type": Rec.DELETE})
 
     def remove(self, report: txn.Report) -> None:
         """A copy's originals unlinked, then the emptied folders, deepest first (anything new in
         them keeps them, and fails)."""
         ctx, begin = self.ctx, self.begin_rec
-        if not begin["same_fs"]:
-            for i, f in enumerate(begin["files"]):
-                no_symlink(ctx, f["path"])
-                changed = TransactionError(f"{f['path']}: changed during the retirement (is the run still being "
-                                           "written?)", Skip.ACTIVE)
-                if not still_recorded(ctx, f):
+        copies = [f for f in begin["files"] if _copied(begin["same_fs"], f)]
+        for i, f in enumerate(copies):
+            no_symlink(ctx, f["path"])
+            changed = TransactionError(f"{f['path']}: changed during the retirement (is the run still being "
+                                       "written?)", Skip.ACTIVE)
+            if not still_recorded(ctx, f):
+                raise changed
+            # looked at again and unlinked in its folder as the walk reaches it (invariant 4: a
+            # folder swapped for a link since the look leads no unlink outside the logdir)
+            with _run_folder(ctx, f) as (dfd, name):
+                if not recorded_in(dfd, name, f):
                     raise changed
-                # looked at again and unlinked in its folder as the walk reaches it (invariant 4: a
-                # folder swapped for a link since the look leads no unlink outside the logdir)
-                with _run_folder(ctx, f) as (dfd, name):
-                    if not recorded_in(dfd, name, f):
-                        raise changed
-                    os.unlink(name, dir_fd=dfd)
-                if i == 0:
-                    faults.hit("retire.mid_delete")
+                os.unlink(name, dir_fd=dfd)
+            if i == 0:
+                faults.hit("retire.mid_delete")
         for d in sorted(begin["dirs"], key=lambda d: d["path"].count("/"), reverse=True):
             no_symlink(ctx, d["path"])
             try:
@@ -399,6 +411,12 @@ class DiskRetire(one_retirement.RetireLayout):
         report("record", 0.95)
         write_retire_manifest(self.ctx, journal.records(), Outcome.VERIFIED, None)
         faults.hit("retire.manifest")
+        linked = [f for f in self.begin_rec["files"] if self.begin_rec["same_fs"] and _copied(True, f)]
+        if linked:  # what the retirement frees nothing of while the other names stand
+            self.out.found(Finding.HARD_LINKED, [f["path"] for f in linked])
+            self.out.reason = (f"{len(linked)} file(s) ({human_bytes(sum(f['size'] for f in linked))}) have other "
+                               f"hard links (a snapshot?): retired as copies of their own, their bytes stay on disk "
+                               f"while those links stand [{Finding.HARD_LINKED}]")
         journal.append({"type": Rec.COMMIT})
         journal.close()
         report("done", 1.0)
@@ -440,6 +458,12 @@ class DiskRetire(one_retirement.RetireLayout):
         locks, self.locks = self.locks, []
         for lk in locks:
             lk.release()
+
+
+def _copied(same_fs: bool, f: dict) -> bool:
+    """Whether the run's file ``f`` is retired as a copy (its original unlinked after the ``delete``
+    record): always across filesystems; on one, a file that had other hard links (``copy``)."""
+    return not same_fs or bool(f.get("copy"))
 
 
 @contextlib.contextmanager

@@ -149,8 +149,8 @@ def tree_sha256(entries: Iterable[dict]) -> str:
 
 
 def inventory(ctx: Context, run: str) -> Tuple[List[dict], List[dict]]:
-    """Files (path, size, mode, mtime_ns, ino, uid, gid) and directories (path, mode, mtime_ns, uid,
-    gid) of ``run``'s tree, paths relative to the logdir. Refuses symlinks and special files, naming
+    """Files (path, size, mode, mtime_ns, ino, uid, gid, nlink) and directories (path, mode,
+    mtime_ns, uid, gid) of ``run``'s tree, paths relative to the logdir. Refuses symlinks and special files, naming
     them. The owner is kept so that root's unretire gives every file and folder back to its user."""
     top = ctx.abs(run)
     files, dirs = [], []
@@ -177,7 +177,8 @@ def inventory(ctx: Context, run: str) -> Tuple[List[dict], List[dict]]:
                 raise TransactionError(f"{rel}: {what}; a retirement moves regular files only; left alone",
                                        Failure.REFUSED)
             files.append({"path": rel, "size": st.st_size, "mode": st.st_mode & 0o7777,
-                          "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, "uid": st.st_uid, "gid": st.st_gid})
+                          "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, "uid": st.st_uid, "gid": st.st_gid,
+                          "nlink": st.st_nlink})
     files.sort(key=lambda f: f["path"])
     return files, dirs
 
