@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Collection, List, Mapping, Optional, Sequence, Tuple
 
-from tb_footprint_plugin.codes import Failure, Outcome, Skip, StoreError
+from tb_footprint_plugin.codes import Failure, Outcome, Recovery, Skip, StoreError
 from tb_footprint_plugin.engine import health, usage
 from tb_footprint_plugin.engine.bucket_objects import BucketState
 from tb_footprint_plugin.engine.catalogue_rules import backup_kept, is_kept, summarize_operations
@@ -163,10 +163,18 @@ class BucketEngine(Engine):
         held = self._unreduced() if st.get("unfinished_operations") else set()
         st["operations"] = [o for o in st["operations"] if o.get("op_id") not in held]
         st["batch"] = with_restores(bucket_ledger.merged(self.ostore), st["operations"])
+        settles = bool(st["unfinished_operations"])
+        if settles:
+            from tb_footprint_plugin.engine.bucket_unfinished import journal_rows
+
+            # each journal's row with what recover will do, by recover's own rule (as a disk's
+            # ``unfinished``): a refusal is said here, before recover is offered (r27 W5)
+            st["unfinished"] = journal_rows(self.ostore, self.vault)[0]
+            settles = not st["unfinished"] or any(
+                (o.get("recover_will") or {}).get("action") != Recovery.REFUSED for o in st["unfinished"])
         for k in ("unfinished", "problems", "late_writes", "kept_blobs", "locked_runs"):
             st.setdefault(k, [])
-        st.setdefault("settle_command",
-                      health.settle_command(self.logdir, self.backup_dir) if st["unfinished_operations"] else None)
+        st.setdefault("settle_command", health.settle_command(self.logdir, self.backup_dir) if settles else None)
         st["disk_in_use_bytes"] = self.in_use()
         try:
             st["freed_after_purge_bytes"] = self.bk.retention_report(self.ostore, self.vault,
