@@ -10,6 +10,8 @@ job on another NFS client, which the local writer check cannot see) appends to t
   stored file changed: still refused, nothing changed). Killed after its first put-back, the next
   start finishes such a restore (it leaves the file its begin record named).
 - ``retire_tree.stored_problems`` (what ``status`` says, one lstat a file) names each case first.
+- Grown before the retirement's commit (its check): the run is active (``Skip.ACTIVE``, as
+  ``rollback_retire`` then keeps the records in the file), not a damaged backup (R9's nit on 9cf31c4).
 """
 import glob
 import os
@@ -23,7 +25,7 @@ from tensorboard.compat.proto import event_pb2
 from tensorboard.summary.writer.record_writer import RecordWriter
 
 from tb_footprint_plugin import api, synth
-from tb_footprint_plugin.codes import Failure, Finding, Outcome
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.scan.tfrecord import RecordReader
@@ -157,6 +159,26 @@ def test_a_restore_leaving_a_changed_file_killed_midway_is_finished_by_the_next_
     assert {p.name: p.read_bytes() for p in run.iterdir()} == {k: v for k, v in before.items() if k != "notes.txt"}
     assert open(notes, "rb").read().startswith(b"EDITED")
     assert api.recover_logdir(str(logdir)) == []
+
+
+def test_a_file_grown_during_the_retirement_keeps_the_run_active(tmp_path):
+    logdir = tmp_path / "logs"
+    run = logdir / "train"
+    with synth.EventWriter(str(run)) as w:
+        for s in range(50):
+            w.scalar("loss", s, 1.0 / (s + 1))
+    for d, dirs, files in os.walk(logdir):
+        for n in dirs + files:
+            os.utime(os.path.join(d, n), (1_600_000_000, 1_600_000_000))
+    [name] = os.listdir(run)
+    n = _records(run)
+    # after the rename into the vault, before its check: a writer on another machine appends
+    faults.arm("retire.move", lambda: _append_late_records(
+        glob.glob(str(logdir / ".tb-footprint" / "retired" / "*" / "files" / "0"))[0]))
+    [o] = api.retire(str(logdir), api.retire_rule(runs=["train"]), dry_run=False, quiet_period=0).outcomes
+    assert (o.status, o.code) == (Outcome.SKIPPED, Skip.ACTIVE), o.to_dict()  # left alone, as a run written
+    assert "written to during the retirement" in o.reason, o.reason
+    assert os.listdir(run) == [name] and _records(run) == n + 10  # back, the records in it
 
 
 @pytest.fixture(autouse=True)

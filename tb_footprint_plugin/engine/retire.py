@@ -340,13 +340,18 @@ class DiskRetire(one_retirement.RetireLayout):
         """Every stored file is the one hashed: the renames and copies were checked as they were
         made (inode; sha256), and each one still has its size. One gone or resized (by hand) is
         ``backup_damaged``, every vault's code for it: before the commit record the run is put
-        back (a bucket's ``copies_there`` in its last look)."""
+        back (a bucket's ``copies_there`` in its last look). A renamed file longer than recorded
+        is the run's own inode, appended to by a writer this machine cannot see (another NFS
+        client): the run is active (``Skip.ACTIVE``), put back with those records in it."""
         for i, f in enumerate(self.begin_rec["files"]):
             stored = os.path.join(self.dest_dir, str(i))
             try:
                 size: Optional[int] = os.lstat(stored).st_size
             except FileNotFoundError:
                 size = None
+            if size is not None and size > f["size"] and not _copied(self.begin_rec["same_fs"], f):
+                raise TransactionError(f"{f['path']}: written to during the retirement (a writer on another machine?); "
+                                       "left in the run with what was written", Skip.ACTIVE)
             if size != f["size"]:
                 raise TransactionError(f"{f['path']}: its copy in the vault ({stored}) is gone or changed since it was "
                                        "made", Failure.BACKUP_DAMAGED)
