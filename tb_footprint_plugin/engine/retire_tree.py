@@ -516,7 +516,7 @@ def stored_problems(m: dict) -> List[Tuple[Code, str, str]]:
         elif st.st_size > f["size"]:
             out.append((Finding.LATE_WRITES_KEPT, path,
                         f"{st.st_size - f['size']} byte(s) were written to retired file {path} ({p}) after the "
-                        "retirement (a writer held it open); a restore puts it back whole, records and all"))
+                        "retirement (a writer held it open); a restore puts it back whole, what was written included"))
         elif st.st_mtime_ns != f.get("mtime_ns"):
             out.append((Finding.BACKUP_CHANGED, path,
                         f"retired file {path} ({p}) was written after the retirement; a restore checks it and "
