@@ -81,10 +81,10 @@ def _slim_stopped_at(url, vault, point):
     """Slim torch/resnet with a fault raised at ``point``, then the next start's recovery: its outcomes."""
     from tb_footprint_plugin.engine import faults
 
-    faults.arm(point, "raise")
+    faults.arm(point, "crash")
     try:
         _reduce_slim(url, vault)
-    except faults.InjectedFault:
+    except faults.InjectedCrash:
         pass
     faults.disarm_all()
     return api.recover_logdir(url, backup_dir=vault)

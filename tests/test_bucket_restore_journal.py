@@ -53,10 +53,10 @@ def _journal_key(op_id):
 def _stop_after_first_put_back(url, step="restore.file", run=None):
     def fail():
         faults.disarm_all()
-        raise faults.InjectedFault(f"stopped at {step}")
+        raise faults.InjectedCrash(f"stopped at {step}")
 
     faults.arm(step, fail)
-    with pytest.raises(faults.InjectedFault):
+    with pytest.raises(faults.InjectedCrash):
         api.restore(url, run=run)
 
 
@@ -151,10 +151,10 @@ def test_a_retired_runs_restore_journals_itself_and_is_finished_at_the_next_star
     def stop():
         faults.disarm_all()
         seen.append(json.loads(RemoteFS(url).read_bytes(_journal_key(o.op_id))))
-        raise faults.InjectedFault("stopped")
+        raise faults.InjectedCrash("stopped")
 
     faults.arm("unretire.mid_move", stop)
-    with pytest.raises(faults.InjectedFault):
+    with pytest.raises(faults.InjectedCrash):
         api.restore(url, run=RUN)
     assert seen[0]["kind"] == "unretire" and seen[0]["op"] == o.op_id and seen[0]["run"] == RUN
     assert _hashes(s3_bucket, prefix) != before

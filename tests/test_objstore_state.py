@@ -178,9 +178,9 @@ def test_a_restore_stopped_after_putting_the_original_back_records_the_late_reco
     from tb_footprint_plugin.engine import faults
 
     url, before, ev, late, framed, grown = _grow_reduced_event_object(s3_bucket, rewrite_logdir)
-    faults.arm("restore.file")
+    faults.arm("restore.file", "crash")
     try:
-        with pytest.raises(faults.InjectedFault):
+        with pytest.raises(faults.InjectedCrash):
             api.restore(url)
     finally:
         faults.disarm_all()

@@ -302,9 +302,9 @@ def test_a_restore_stopped_midway_is_finished_by_the_next_start(s3_bucket, sweep
     run = "sweep/lr0"
     assert _retire(url, run, vault).status == Outcome.VERIFIED
     assert not _bucket_copies(s3_bucket) and set(_of(before, run).values()) <= _blobs(vault)
-    faults.arm(step)
+    faults.arm(step, "crash")
     try:
-        with pytest.raises(faults.InjectedFault):
+        with pytest.raises(faults.InjectedCrash):
             api.restore(url, run=run, backup_dir=vault)
     finally:
         faults.disarm_all()

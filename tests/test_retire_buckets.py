@@ -115,9 +115,9 @@ def test_failure_at_each_step_is_settled_by_the_next_start(s3_bucket, sweep_logd
     url = bucket.upload(sweep_logdir, "logs")
     before = _user(bucket)
     run = "sweep/lr0"
-    faults.arm(step)
+    faults.arm(step, "crash")
     try:
-        with pytest.raises(faults.InjectedFault):
+        with pytest.raises(faults.InjectedCrash):
             api.retire(url, api.retire_rule(runs=[run]), dry_run=False, quiet_period=0)
     finally:
         faults.disarm_all()
@@ -270,9 +270,9 @@ def test_purge_keeps_the_copies_of_a_retire_still_under_way(s3_bucket, sweep_log
     url = s3_bucket.upload(sweep_logdir, "logs")
     before = _user(s3_bucket)
     run = "sweep/lr0"
-    faults.arm("retire.manifest")
+    faults.arm("retire.manifest", "crash")
     try:
-        with pytest.raises(faults.InjectedFault):
+        with pytest.raises(faults.InjectedCrash):
             api.retire(url, api.retire_rule(runs=[run]), dry_run=False, quiet_period=0)
     finally:
         faults.disarm_all()

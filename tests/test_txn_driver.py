@@ -181,28 +181,44 @@ def test_no_cancel_past_the_commit_record(step):
 def test_an_injected_crash_is_not_rolled_back(monkeypatch):
     def hit(name):
         if name == "reduce.stage":
-            raise faults.InjectedFault("injected failure at reduce.stage")
+            raise faults.InjectedCrash("injected crash at reduce.stage")
 
     monkeypatch.setattr(faults, "hit", hit)
     t = Spy()
-    with pytest.raises(faults.InjectedFault):
+    with pytest.raises(faults.InjectedCrash):
         txn.run(t, CancelToken())
     assert not [x for x in t.log if x.startswith("rollback") or x.startswith("record:")]
     assert t.log[-2:] == ["unwind", "end"]
 
 
-def test_an_injected_fault_is_rolled_back_where_the_txn_says_it_is_no_crash(monkeypatch):
+@pytest.mark.parametrize("errors", [(Exception,), (OSError,)], ids=["any", "store_failures"])
+def test_an_injected_failure_is_rolled_back_whatever_failures_the_store_catches(monkeypatch, errors):
+    # one rule on every store (#26): a disk's transaction catches any failure, a bucket's its
+    # store's failures; an injected failure is a failure on both, rolled back after its record
     def hit(name):
         if name == "reduce.stage":
             raise faults.InjectedFault("injected failure at reduce.stage")
 
     monkeypatch.setattr(faults, "hit", hit)
     t = Spy()
-    t.errors = (RuntimeError,)
-    t.injected_is_crash = False  # the disk's engine: every failure rolled back, an injected one too
+    t.errors = errors
     txn.run(t, CancelToken())
     assert t.log.index("record:rollback") < t.log.index("rollback:False")
     assert t.outcome == "injected failure at reduce.stage"
+
+
+def test_a_transaction_that_never_rolls_back_lets_an_injected_failure_through(monkeypatch):
+    # a purge past its intent is finished by the next start, never undone: any failure propagates
+    def hit(name):
+        if name == "reduce.stage":
+            raise faults.InjectedFault("injected failure at reduce.stage")
+
+    monkeypatch.setattr(faults, "hit", hit)
+    t = Spy()
+    t.rolls_back = False
+    with pytest.raises(faults.InjectedFault):
+        txn.run(t, CancelToken())
+    assert not [x for x in t.log if x.startswith("rollback") or x.startswith("record:")]
 
 
 def test_a_refused_start_is_not_rolled_back():

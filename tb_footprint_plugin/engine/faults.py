@@ -1,8 +1,10 @@
-"""Failpoints: named places in the transactions where tests inject a failure or a SIGKILL.
+"""Failpoints: named places in the transactions where tests inject a failure, a crash or a SIGKILL.
 
-Set ``TB_FOOTPRINT_FAILPOINTS="step=action[,step=action]"`` with action one of ``raise``,
-``enospc``, ``eacces``, ``kill`` (SIGKILL to the own process, as a power cut would stop it
-at that instant) or ``wait`` (hold the step until the file named by
+Set ``TB_FOOTPRINT_FAILPOINTS="step=action[,step=action]"`` with action one of ``raise`` (a
+failure, ``InjectedFault``: rolled back as any failure is, on every store), ``crash`` (the
+process stopped at that instant, in-process: ``InjectedCrash``, a ``BaseException`` nothing of
+the engine catches, nothing rolled back, on every store), ``enospc``, ``eacces``, ``kill``
+(SIGKILL to the own process, as a power cut would stop it at that instant) or ``wait`` (hold the step until the file named by
 ``TB_FOOTPRINT_FAILPOINT_GATE`` exists, at most ``GATE_WAIT`` seconds: a test acting on a step
 held open in another process, such as the tab's Cancel in a real TensorBoard). Unset, ``hit`` is
 two dictionary lookups. Tests may also call ``arm``.
@@ -33,7 +35,7 @@ BUCKET = "bucket"
 #: the steps only a bucket logdir whose backups go to a vault of blobs takes (``--backup-dir <folder>``)
 BLOBS = "bucket_blobs"
 _BOTH = (LOCAL, BUCKET)
-ACTIONS = ("raise", "enospc", "eacces", "kill", "wait")
+ACTIONS = ("raise", "crash", "enospc", "eacces", "kill", "wait")
 #: the longest a ``wait`` holds its step (a test that never opens the gate still ends)
 GATE_WAIT = 120.0
 
@@ -148,7 +150,14 @@ _env_cache: Tuple[Optional[str], Dict[str, str]] = (None, {})
 
 
 class InjectedFault(RuntimeError):
-    """The failure a ``raise`` failpoint throws."""
+    """The failure a ``raise`` failpoint throws: a failure as any other, on every store (a
+    transaction rolls it back where it rolls any failure back)."""
+
+
+class InjectedCrash(BaseException):
+    """What a ``crash`` failpoint throws: the process stopped at that instant, on every store (no
+    handler of the engine catches it, no rollback runs; what it left is the next start's, as a
+    ``kill`` leaves it, in-process)."""
 
 
 class UnknownFailpoint(ValueError):
@@ -232,6 +241,8 @@ def hit(name: str) -> None:
     if action == "wait":
         _wait_for_gate()
         return
+    if action == "crash":
+        raise InjectedCrash(f"injected crash at {name}")
     if action == "enospc":
         raise OSError(errno.ENOSPC, f"No space left on device (injected at {name})")
     if action == "eacces":

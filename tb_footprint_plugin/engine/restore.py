@@ -230,7 +230,6 @@ class LocalRestore(txn.PutBack):
     (``finish_restore``)."""
 
     verb = "restore"
-    injected_is_crash = False
     errors = (Exception,)
     rollback_errors = (OSError,)
     FAILPOINTS = {"journal": "restore.journal"}

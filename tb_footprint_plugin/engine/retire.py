@@ -182,12 +182,11 @@ class DiskRetire(one_retirement.RetireLayout):
     - **settle**: the sizes in the vault once more, the manifest (``retire.manifest``), the
       ``commit`` record, the journal closed.
 
-    Every failure before the verified manifest is rolled back, an injected one too
-    (``injected_is_crash`` False: the disk's engine always rolled every failure back); once the
+    Every failure before the verified manifest is rolled back (an injected one too, on every
+    store: ``engine.txn``); once the
     manifest says verified (or the commit record is written) the run is retired (``retired``), as
     a crash there leaves it, never rolled back past its record (review R11 F2)."""
 
-    injected_is_crash = False
     errors = (Exception,)
     rollback_errors = (Exception,)
 
@@ -594,7 +593,6 @@ class DiskUnretire(one_unretire.UnretireLayout):
     the journal is never dropped (``started`` from the first instant)."""
 
     failpoints = {"journal": "unretire.journal"}
-    injected_is_crash = False
     errors = (Exception,)
 
     def __init__(self, ctx: Context, manifest: dict, journal: Optional[Journal] = None) -> None:

@@ -46,9 +46,6 @@ class RetireLayout(abc.ABC):
 
     #: the failpoints this store hits at the driver's instants besides ``FAILPOINTS``
     failpoints: Dict[str, str] = {}
-    #: an injected fault (a test's ``raise`` failpoint) is a crash left for recovery (a bucket),
-    #: or a failure rolled back like any other (a disk)
-    injected_is_crash: bool = True
     errors: Tuple[Type[BaseException], ...] = (Exception,)
     rollback_errors: Tuple[Type[BaseException], ...] = (Exception,)
 
@@ -141,7 +138,6 @@ class Retire(txn.OverLayout, txn.Txn):
 
     def __init__(self, layout: RetireLayout, cancel: CancelToken) -> None:
         self.layout, self.cancel, self.out = layout, cancel, layout.out
-        self.injected_is_crash = layout.injected_is_crash
         self.errors, self.rollback_errors = layout.errors, layout.rollback_errors
         self.failpoints = {**FAILPOINTS, **layout.failpoints}
         self.t0 = time.monotonic()

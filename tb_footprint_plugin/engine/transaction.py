@@ -155,12 +155,11 @@ class LocalReduce(txn.Txn):
 
     A failure is classified as it always was (``failed``): past the commit record the reduction
     stands; a journal lost is said so and never removed; else the run is rolled back to its
-    exact original bytes after its ``rollback`` record. Every failure is rolled back, an
-    injected one too (``injected_is_crash`` False)."""
+    exact original bytes after its ``rollback`` record. Every failure is rolled back (an
+    injected one too, on every store: ``engine.txn``)."""
 
     errors = (Exception,)
     rollback_errors = (Exception,)
-    injected_is_crash = False
 
     def __init__(self, ctx: Context, rp: RunPlan, out: RunOutcome, lock: RunLease, policy: Optional[dict],
                  cancel: CancelToken, t0: float) -> None:

@@ -24,9 +24,12 @@ where a cancel is honoured and where a failpoint fires do not, so they live here
 A step's failure is a value: the driver rolls back and the transaction's outcome says why
 (``Txn.failed``). A transaction of several entries (a bucket's batch of runs) settles an entry
 that fails on its own and goes on with the others; a step that finds none left raises
-``Settled`` and the driver stops there, with nothing to roll back. An injected fault
-(``faults.InjectedFault``, a crash simulated by a test) is never rolled back: it propagates as a
-crash would stop the process.
+``Settled`` and the driver stops there, with nothing to roll back. The failpoints say the same
+on every store (issue #26): an injected failure (``faults.InjectedFault``, a ``raise``) is a
+failure like any other, rolled back whatever failures the store's transaction catches
+(``errors``: a disk's any, a bucket's its store's), and an injected crash
+(``faults.InjectedCrash``, a ``crash``: a ``BaseException``) is never caught, never rolled back:
+it stops the transaction as a SIGKILL (``kill``) stops the process, for the next start.
 """
 from __future__ import annotations
 
@@ -82,9 +85,11 @@ class Txn(abc.ABC):
     (``incomplete``). ``verb``: the failpoints' prefix."""
 
     verb: str = "reduce"
-    #: an injected fault (a test's ``raise`` failpoint) is a crash, left for recovery; False: a
-    #: failure rolled back like any other (the disk's engine has always rolled every failure back)
-    injected_is_crash: bool = True
+    #: a failure of a step is rolled back (False: a purge, which past its intent is finished, never
+    #: undone: any failure propagates); an injected failure (``faults.InjectedFault``, a ``raise``
+    #: failpoint) is then one too, on every store, and an injected crash (``faults.InjectedCrash``,
+    #: a ``crash`` failpoint) never is
+    rolls_back: bool = True
     errors: Tuple[Type[BaseException], ...] = (Exception,)
     rollback_errors: Tuple[Type[BaseException], ...] = (OSError,)
 
@@ -228,11 +233,12 @@ class Purge(Txn):
     recorded (``stopped``, the caller reports the entries as not purged), never after. Past its
     intent a purge is finished, now or by the next start, never rolled back: it journals no
     rollback record and the driver catches only a cancel (``errors``); any other failure
-    propagates, an injected fault as a crash, the intent left for the next start. With no entry
+    propagates (an injected failure too: ``rolls_back`` False), the intent left for the next start. With no entry
     (``entries`` False: a bucket's purge that chose none still lets its vault of blobs forget)
     nothing is recorded and no failpoint is hit."""
 
     verb = "purge"
+    rolls_back = False
     errors: Tuple[Type[BaseException], ...] = (Cancelled,)
     rollback_errors: Tuple[Type[BaseException], ...] = ()
     #: the driver's instants -> the declared failpoints (a purge's others are hit inside its steps)
@@ -319,6 +325,8 @@ def run(txn: Txn, cancel: CancelToken, report: Optional[Report] = None) -> None:
     """Run ``txn`` step by step (module doc): the one place that orders records, destructive
     steps, cancel checks, failpoints and the rollback."""
     report = report or (lambda step, frac: None)
+    # an injected failure is a failure on every store; a purge rolls none back (``rolls_back``)
+    caught = (faults.InjectedFault, *txn.errors) if txn.rolls_back else txn.errors
     try:
         try:
             for step in STEPS:
@@ -333,9 +341,7 @@ def run(txn: Txn, cancel: CancelToken, report: Optional[Report] = None) -> None:
                     cancel.check()
         except (NotStarted, Settled):
             return
-        except txn.errors as e:
-            if isinstance(e, faults.InjectedFault) and txn.injected_is_crash:
-                raise  # a simulated crash: left as a crash leaves it, for recovery
+        except caught as e:
             txn.unwind()
             txn.failed(e)
             try:

@@ -70,8 +70,6 @@ class UnretireLayout(abc.ABC):
 
     #: the failpoints this store hits at the driver's instants besides ``FAILPOINTS``
     failpoints: Dict[str, str] = {}
-    #: an injected fault is a crash left for recovery (a bucket), or a failure said like any other (a disk)
-    injected_is_crash: bool = True
     errors: Tuple[Type[BaseException], ...] = (Exception,)
     #: the restore's own op id when the layout finishes one its kept journal names already (a
     #: disk's journal is named by it, a bucket's records it): set by the journal step at the
@@ -142,7 +140,6 @@ class Unretire(txn.OverLayout, txn.PutBack):
 
     def __init__(self, layout: UnretireLayout, cancel: CancelToken) -> None:
         self.layout, self.cancel, self.out = layout, cancel, layout.out
-        self.injected_is_crash = layout.injected_is_crash
         self.errors = layout.errors
         self.failpoints = {**FAILPOINTS, **layout.failpoints}
         self.fresh_op_id = new_op_id()

@@ -2,9 +2,10 @@
 
 store (a POSIX folder, moto's S3, the GCS emulator, Azurite) x verb (reduce, restore, purge,
 retire, unretire) x every declared failpoint of ``engine/faults.py`` that the store's engine hits
-for that verb. A failure is injected in-process at the step (the bucket engine lets it escape, as
-a crash would leave it; the local engine rolls back itself); for a few steps per store a CLI
-process is SIGKILLed there instead. Then the next start (``recover``) settles it and, for every
+for that verb. At the step, in-process, a failure is injected (``raise``: every store rolls it back
+itself; a purge past its intent leaves it for the next start) and, as a second case, a crash
+(``crash``: nothing after the instant runs, nothing rolled back, on every store, issue #26); for a
+few steps per store a CLI process is SIGKILLed there instead. Then the next start (``recover``) settles it and, for every
 store alike: the user's files are exactly as they were before the operation or exactly as the
 clean operation leaves them (never a mix, nothing else in the logdir), nothing is left unfinished,
 nothing is lost (a restore gives back every original byte for byte). A purge starts from a reduced
@@ -292,24 +293,28 @@ def settled(p, verb, original, start, done):
     assert now in (start, done), sorted(set(now.items()) ^ set(start.items()))[:6]
 
 
+@pytest.mark.parametrize("how", ["failure", "crash"])
 @pytest.mark.parametrize("store,verb,step", CASES)
-def test_failure_at_each_step_is_settled(store, verb, step, place_of):
-    """An injected failure at ``step``, then the next start: settled the same way on every store."""
+def test_failure_at_each_step_is_settled(store, verb, step, how, place_of):
+    """An injected failure (rolled back in-process, a purge's finished by the next start) or an
+    injected crash (the process stopped there: nothing rolled back) at ``step``, then the next
+    start: settled the same way on every store."""
     _reached, original, start, done = clean_run(store, verb, place_of)
     p = place_of(store, verb)
     assert setup(p, verb) == start
     fired = []
+    injected = faults.InjectedFault if how == "failure" else faults.InjectedCrash
 
     def fail():
         faults.disarm_all()  # once: recovery below passes the same step again
         fired.append(step)
-        raise faults.InjectedFault(f"injected failure at {step}")
+        raise injected(f"injected {how} at {step}")
 
     faults.arm(step, fail)
     try:
         act(p, verb)
-    except faults.InjectedFault:
-        pass  # the bucket engine stops there, as a crash would
+    except injected:
+        pass  # a crash stops the process there on every store (a failure: a purge's past its intent)
     assert fired == [step]
     api.recover_logdir(p.url, p.backup)
     settled(p, verb, original, start, done)

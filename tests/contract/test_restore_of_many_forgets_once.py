@@ -86,10 +86,10 @@ def test_a_restore_of_many_stopped_in_between_is_finished_by_the_next_start(stor
     def second_stops() -> None:  # the second run's restore killed right after its mark
         hits.append(1)
         if len(hits) == 2:
-            raise faults.InjectedFault("unretire.manifest")
+            raise faults.InjectedCrash("unretire.manifest")
 
     faults.arm("unretire.manifest", second_stops)
-    with pytest.raises(faults.InjectedFault):
+    with pytest.raises(faults.InjectedCrash):
         api.restore(url, backup_dir=folder)
     faults.disarm_all()
     assert not forgets and set().union(*shas.values()) <= _blobs(folder)  # nothing forgotten yet

@@ -25,9 +25,9 @@ def _killed_past_commit(store, scalar_runs_on):
     st = open_store(url)
     st.put("b/notes.txt", b"lr: 0.1\n" * 40)
     before = user_objects(st)
-    faults.arm("retire.delete_record")  # the commit record is durable, nothing deleted yet
+    faults.arm("retire.delete_record", "crash")  # the commit record is durable, nothing deleted yet
     try:
-        with pytest.raises(faults.InjectedFault):
+        with pytest.raises(faults.InjectedCrash):
             api.retire(url, api.retire_rule(runs=["b"]), dry_run=False, quiet_period=0)
     finally:
         faults.disarm_all()
