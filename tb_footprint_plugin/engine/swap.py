@@ -25,8 +25,8 @@ from tb_footprint_plugin.engine.context import Context, TransactionError, no_sym
 from tb_footprint_plugin.engine.journal import Journal
 from tb_footprint_plugin.engine.putback import holds_original
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
-from tb_footprint_plugin.engine.placement import (IN_PLACE, copies_begun, folder_at, partial_copy, partial_put_back,
-                                                  put_in_place, resume_at, resume_copy, settle_folder, stands_at,
+from tb_footprint_plugin.engine.placement import (IN_PLACE, copies_begun, folder_at, partial_copy, partial_copy_at,
+                                                  partial_put_back, put_in_place, resume_at, resume_copy, settle_folder, stands_at,
                                                   starts_with, undo_new_name, version_at, version_in)
 from tb_footprint_plugin.engine.salvage import keep_late_records
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
@@ -96,9 +96,9 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
     for path, rec in backups.items():
         # only the bytes that were backed up may be replaced or removed
         no_symlink(ctx, path)
-        p, key = ctx.abs(path), ctx.key(path)
+        key = ctx.key(path)
         done = any(s["final"] == path and (holds_original(ctx.store, key, s)
-                                           or copying and partial_copy(p, ctx.abs(s["tmp"]), s)) for s in staged)
+                                           or copying and partial_copy_at(ctx, path, s["tmp"], s)) for s in staged)
         if stands_at(ctx, path) and not done and not holds_original(ctx.store, key, rec):
             raise TransactionError(f"{path}: changed after it was backed up; not replaced",
                                    Failure.CHANGED_SINCE_BACKUP)
@@ -125,7 +125,7 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
                 new_name = s["final"] not in backups
                 # a copy a killed attempt began here (a new name its ``copying`` record names, an
                 # original's when resuming on a copying folder): finished, or emptied and made again
-                resumed = resume_copy(final, s, lambda q: partial_copy(q, tmp, s, dir_fd=dfd), _made_as(tmp, tfd),
+                resumed = resume_copy(final, s, lambda q: partial_copy(q, tmp, s, dir_fd=dfd, src_dir_fd=tfd), _made_as(tmp, tfd),
                                       dir_fd=dfd) if (s["final"] in begun if new_name else copying) else None
                 if new_name and resumed is None and stands_at(ctx, s["final"]) \
                         and not holds_original(ctx.store, ctx.key(s["final"]), s):
@@ -938,9 +938,9 @@ def roll_forward(ctx: Context, records: List[dict]) -> bool:
         return False
     finals = {s["final"]: s for s in staged}
     for path, r in backups.items():
-        p, key, s = ctx.abs(path), ctx.key(path), finals.get(path)
+        key, s = ctx.key(path), finals.get(path)
         if stands_at(ctx, path) and not holds_original(ctx.store, key, r) and not (
-                s and (holds_original(ctx.store, key, s) or copying and partial_copy(p, ctx.abs(s["tmp"]), s))):
+                s and (holds_original(ctx.store, key, s) or copying and partial_copy_at(ctx, path, s["tmp"], s))):
             return False  # changed after the crash: roll back (keeping the new bytes)
     for s in staged:
         if not (holds_original(ctx.store, ctx.key(s["tmp"]), s) or holds_original(ctx.store, ctx.key(s["final"]), s)):
