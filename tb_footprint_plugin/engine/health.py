@@ -24,7 +24,7 @@ from tb_footprint_plugin.engine.history import history_problems
 from tb_footprint_plugin.engine.journal import pending_journals, Rec
 from tb_footprint_plugin.engine.putback import begins_with, holds_original
 from tb_footprint_plugin.engine.recovery_rules import damaged_line, no_begin_record, not_in_place_words
-from tb_footprint_plugin.engine.retire_tree import retired_dir
+from tb_footprint_plugin.engine.retire_tree import retired_dir, stored_problems
 from tb_footprint_plugin.engine.vault import damaged_notes, ZST_SUFFIX, Vault
 from tb_footprint_plugin.engine.vault_reads import VaultRead
 from tb_footprint_plugin.scan.cache import CACHE_NAME
@@ -303,6 +303,8 @@ def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: fr
                               f"({m['op_id']}) was interrupted; `recover` finishes it"))
             continue
         vault = Vault(m["vault"])
+        # a disk retirement's files in the vault: gone, grown by a writer, changed or shared (review R9 F3)
+        out += [_f(code, m["op_id"], m.get("run"), words) for code, _path, words in stored_problems(m)]
         for f in m.get("files", []):
             referenced.add(f["sha256"])
             try:

@@ -40,7 +40,7 @@ from tb_footprint_plugin.engine.purge_choice import PurgeChoice, PurgeFilter, he
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.purge_rules import kept_by_restore
 from tb_footprint_plugin.engine.retire_tree import (check_retired_dir, is_restorable_retirement, retired_dir,
-                                                   retirements, tree_size)
+                                                   retirements, stored_problems, tree_size)
 from tb_footprint_plugin.engine.run_lock import run_lock
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.version import __version__
@@ -105,7 +105,7 @@ class DiskRetired(purge_run.PurgeLayout):
         found = [m for m, why in held if why is None]
         with PurgeChoice(ctx, yes) as choice:
             choice.kept += [kept_row(m, size_of(m), Finding.NOT_RESTORED, why) for m, why in held if why is not None]
-            ms = choice.choose(found, size_of, fresh)
+            ms = choice.choose(found, size_of, fresh, check=lambda m: _stored_changed(m, size_of))
             # the vault holds a retired run's only copy: every file of it is lost for good
             rows = [{"op_id": m["op_id"], "run": m["run"], "bytes": size_of(m), "finished_at": m.get("finished_at"),
                      "restored": bool(m.get("restored_by")), "kind": "retire",
@@ -192,6 +192,23 @@ class DiskRetired(purge_run.PurgeLayout):
                                               detail=f"interrupted purge of retired run {k.run} not finished: "
                                                      f"{reason_of(e)}"))
         return out
+
+
+#: what a retirement's stored files may show that keeps it from a purge (``stored_problems``): records a
+#: writer appended after the retirement, a file changed in place, one gone or cut short — the vault
+#: holds the only copy of those bytes, which nobody asked to give up (review R9 F3); a name shared
+#: with another inode (``backup_shared``) loses nothing when the vault's goes
+_KEEPS = (Finding.LATE_WRITES_KEPT, Finding.BACKUP_CHANGED, Finding.BACKUP_DAMAGED)
+
+
+def _stored_changed(m: dict, size_of: Callable[[dict], int]) -> Optional[dict]:
+    """The ``kept`` row of a retirement whose stored files are not as it recorded them (one lstat a
+    file, read under the run's lock: ``PurgeChoice.choose``'s ``check``), else None."""
+    found = [(code, words) for code, _path, words in stored_problems(m) if code in _KEEPS]
+    if not found:
+        return None
+    code, words = found[0]
+    return kept_row(m, size_of(m), code, f"{words}; kept" + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""))
 
 
 def _own_folder(vault: Vault, m: dict) -> bool:
