@@ -1717,7 +1717,9 @@ def _history_parser(sub) -> None:
     s.add_argument("logdir", help="the TensorBoard logdir")
     s.add_argument("--last", type=_arg(_number(_whole, 1)), default=None, metavar="N",
                    help="only the newest N entries, oldest first (at least 1; without it, every entry)")
-    s.add_argument("--csv", action="store_true", help="CSV output")
+    s.add_argument("--csv", action="store_true",
+                   help="CSV output; a cell starting with = + - @ (a run's name, a user) is written "
+                        "with a leading ' so a spreadsheet shows it as text, never runs it (--json: as is)")
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=cmd_history)
 

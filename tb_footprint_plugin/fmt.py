@@ -76,3 +76,15 @@ def shown(name: object) -> str:
         return text  # nearly every name: no copy
     text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+#: what a spreadsheet reads as the start of a formula (OWASP's CSV injection list)
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: object) -> object:
+    """A value as a CSV cell a spreadsheet shows as text: a string beginning with = + - @, a tab
+    or a carriage return gets a leading ``'`` (a run named ``=HYPERLINK(...)`` in a shared logdir
+    is not evaluated when the owner opens the file); numbers and other values unchanged. The one
+    rule of every CSV the package writes; ``--json`` and the api keep names as they are."""
+    return "'" + value if isinstance(value, str) and value.startswith(_FORMULA_STARTS) else value

@@ -65,6 +65,7 @@ from tb_footprint_plugin.engine.trust import (DAMAGED_FILE, DAMAGED_LINE, MAX_ST
                                               parse_json_lines)
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.engine.vault_reads import refuse_unreadable, unreadable_file
+from tb_footprint_plugin.fmt import csv_cell
 from tb_footprint_plugin.storage.files import CHUNK
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.store import Entry, RangeReader, Store, StoreFailure
@@ -886,12 +887,13 @@ def append_rolled_back(store: Store, lines: List[dict], outs: Optional[List[RunO
 
 
 def history_csv(entries: List[dict]) -> str:
-    """The entries as CSV with a header row."""
+    """The entries as CSV with a header row. Run names and a log's user/host are untrusted: a
+    cell a spreadsheet would take for a formula is written as text (``fmt.csv_cell``)."""
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore")
     w.writeheader()
     for e in entries:
-        w.writerow(e)
+        w.writerow({k: csv_cell(e[k]) for k in CSV_FIELDS if k in e})
     return buf.getvalue()
 
 
