@@ -882,8 +882,8 @@ def _print_reduce(args, report) -> int:
         print("\ndry run: nothing was changed. Run again without --dry-run to reduce.")
     else:
         for r in report.recovered:
-            print(f"recovered {r.op_id} ({shown(r.run)}): {r.action} — {r.detail}" if r.action != Recovery.REFUSED
-                  else f"refused [{r.code}] journal {r.op_id}: {r.detail}")
+            print((f"recovered {r.op_id} ({shown(r.run)}): {r.action} — {r.detail}" if r.action != Recovery.REFUSED
+                   else f"refused [{r.code}] journal {r.op_id}: {r.detail}") + _findings_said(r))
         for prob in report.ledger_problems:
             print(f"refused [{prob['code']}] ledger: {prob['detail']}" +
                   (f" (kept as {prob['kept_as']})" if prob.get("kept_as") else ""))
@@ -1340,7 +1340,9 @@ def cmd_recover(args) -> int:
             # that gives the originals back is named under it
             mark = "✗" if o.action in (Recovery.FAILED, Recovery.REFUSED) else \
                 "!" if o.action == Recovery.BACKUPS_KEPT else "✓"
-            print(f"{mark} {o.op_id or '-'} ({shown(o.run or 'vault')}): {o.action} [{o.code}] — {o.detail}")
+            # what it found besides its code (``RecoveryOutcome.findings``) under it, as an outcome's
+            print(f"{mark} {o.op_id or '-'} ({shown(o.run or 'vault')}): {o.action} [{o.code}] — {o.detail}"
+                  + _findings_said(o))
             if o.action == Recovery.BACKUPS_KEPT:
                 if kept_rows is None:
                     kept_rows = api.kept_blobs(args.logdir, args.backup_dir)

@@ -64,8 +64,23 @@ class CancelToken:
             raise Cancelled("timed out before the commit point", Failure.ERROR)
 
 
+class Finds:
+    """An outcome's ``findings`` (issue #26: a second code, never prose only): each
+    ``{"code": a codes.Finding, "path": str|None}``, once, in the order found; a per-run outcome's
+    (``RunOutcome``) and a recovery's (``recovery_rules.RecoveryOutcome``) alike."""
+
+    findings: List[dict]
+
+    def found(self, code: Code, paths: Iterable[Optional[str]] = (None,)) -> None:
+        """Note finding ``code`` for each of ``paths`` (None: the run as a whole), each once."""
+        for path in paths:
+            f = {"code": str(code), "path": path}
+            if f not in self.findings:
+                self.findings.append(f)
+
+
 @dataclass
-class RunOutcome:
+class RunOutcome(Finds):
     """What happened to one run: a value with a reason, never a stray exception."""
 
     run: str
@@ -85,13 +100,6 @@ class RunOutcome:
     #: says them for people. A rollback's ``code`` is its cause; a folder it left without its
     #: recorded mode and time is a finding (``folder_not_settled``), and so is each on a restore
     findings: List[dict] = field(default_factory=list)
-
-    def found(self, code: Code, paths: Iterable[Optional[str]] = (None,)) -> None:
-        """Note finding ``code`` for each of ``paths`` (None: the run as a whole), each once."""
-        for path in paths:
-            f = {"code": str(code), "path": path}
-            if f not in self.findings:
-                self.findings.append(f)
 
     @property
     def saved_bytes(self) -> int:

@@ -98,6 +98,7 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                                         "begin record differs); not replayed", Finding.DAMAGED_FILE))
                 continue
             records = fresh
+            unsettled: List[str] = []  # recorded folders a restore or rollback left without mode and time
             if begin["kind"] in ("retire", "unretire"):  # whole runs moved out of the logdir, or back
                 action, detail = recover_retire(ctx, records)
                 outcomes.append(settled(begin["op_id"], run, action, detail))
@@ -112,10 +113,11 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                 # undone (its temporaries removed), not finished, and said so
                 undone = begin["kind"] == "restore" and restore_abandoned(records)
                 # a restore's put-backs that copy record each copy in its journal (``placement.put_in_place``)
-                detail = finish_restore(ctx, records, journal=j) if begin["kind"] == "restore" else \
-                    finish_salvage(ctx, records)
-                outcomes.append(settled(begin["op_id"], run, Recovery.ROLLED_BACK if undone else Recovery.COMPLETED,
-                                        detail))
+                detail = finish_restore(ctx, records, journal=j, unsettled=unsettled) if begin["kind"] == "restore" \
+                    else finish_salvage(ctx, records)
+                outcome = settled(begin["op_id"], run, Recovery.ROLLED_BACK if undone else Recovery.COMPLETED, detail)
+                outcome.found(Finding.FOLDER_NOT_SETTLED, unsettled)  # the detail says them; a code too (#26)
+                outcomes.append(outcome)
                 j.close()
                 continue
             types = {r["type"] for r in records}
@@ -167,14 +169,17 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                 if Rec.SWAP in types:
                     with contextlib.suppress(OSError):
                         j.append({"type": Rec.ROLLBACK, "reason": reason})
-                rollback(ctx, records, reason, j, code=Failure.INTERRUPTED)  # the code its reason says
+                # the code its reason says; a recorded folder left without its mode and time a finding
+                rollback(ctx, records, reason, j, code=Failure.INTERRUPTED, unsettled=unsettled)
                 # the words status promised (health.recover_will): nothing is "put back" before a swap
                 action, detail = Recovery.ROLLED_BACK, health.AFTER_SWAP if Rec.SWAP in types else health.BEFORE_SWAP
             j.close()
             completed = action == Recovery.COMPLETED
             before = begin["plan"]["bytes_before"]
-            outcomes.append(settled(begin["op_id"], run, action, detail, kind=REDUCE, runs=[settled_run(
-                run, begin["op_id"], before, bytes_after_of(records) if completed else before, completed)]))
+            outcome = settled(begin["op_id"], run, action, detail, kind=REDUCE, runs=[settled_run(
+                run, begin["op_id"], before, bytes_after_of(records) if completed else before, completed)])
+            outcome.found(Finding.FOLDER_NOT_SETTLED, unsettled)
+            outcomes.append(outcome)
         except Exception as e:  # leave the journal for the next start, say why
             why = reason_of(e)
             if is_permission_error(e):  # every start fails so until a mode changes: say what to do

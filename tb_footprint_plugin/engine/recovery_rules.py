@@ -10,10 +10,11 @@ step with every backup verified); what each answers and says is made here, so bo
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Optional
 
 from tb_footprint_plugin.codes import Finding, Recovery
+from tb_footprint_plugin.engine.context import Finds
 
 #: the reason (and, with ``Failure.INTERRUPTED``, the code) of a reduction recovery rolled back:
 #: its manifest's and its change-log line's on every store
@@ -62,7 +63,7 @@ REDUCE = "reduce"
 
 
 @dataclass
-class RecoveryOutcome:
+class RecoveryOutcome(Finds):
     op_id: str
     run: Optional[str]
     action: str  # a codes.Recovery: 'rolled_back' | 'completed' | 'skipped_live' | 'failed' | 'refused' | ...
@@ -78,6 +79,11 @@ class RecoveryOutcome:
     #: ``backups_kept`` alone: each original left in the vault, ``{op_id, run, path}`` (the
     #: reduction's own op id, whose manifest names the copy): what says how it comes back
     kept: Optional[List[dict]] = None
+    #: what the settling found besides its ``code`` (``found``; issue #26), ``[{code, path}]`` as a
+    #: per-run outcome's: a recorded folder a finished restore or a rollback left without its mode
+    #: and time (``folder_not_settled``), an original a finished restore left in the vault
+    #: (``not_restored``); ``detail`` says them in words
+    findings: List[dict] = field(default_factory=list)
 
 
 def refused(op_id: str, run: Optional[str], detail: str, code: str) -> RecoveryOutcome:

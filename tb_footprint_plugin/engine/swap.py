@@ -229,12 +229,16 @@ def _made_as(tmp: str, dir_fd: Optional[int] = None) -> dict:
 
 
 def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[Journal] = None,
-             code: Optional[str] = None) -> None:
+             code: Optional[str] = None, unsettled: Optional[List[str]] = None) -> None:
     """Put every original back byte for byte and remove what the operation created (``code``:
     why, as the outcome says it, for the manifest and the history line). With
     ``journal`` (the operation's), newer bytes found in an original's place are journaled as
     ``displaced`` before the original takes the path, so a rollback killed after it still names
-    them in its manifest (they are in the vault; without the record only as a nameless blob)."""
+    them in its manifest (they are in the vault; without the record only as a nameless blob).
+    ``unsettled``: the recorded folders left without their mode and time (a link, or reached only
+    through one: ``settle_dirs``) appended to it, for the caller's finding
+    (``Finding.FOLDER_NOT_SETTLED``, issue #26), as ``finish_restore`` and ``rollback_retire`` do;
+    the manifest's reason names them too (review R7 F6)."""
     vault = vault_of(records, ctx)
     backups = [r for r in records if r["type"] == "backup"]
     stages = {r["tmp"]: r for r in records if r["type"] in ("stage", "staged")}
@@ -285,7 +289,10 @@ def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[J
         # while the staged file still tells it, a whole copy or rename undone; each in its folder
         # as the walk reaches it: a folder swapped for a link leads no unlink outside
         undo_new_name(ctx, tmp_rel, new, staged.get(tmp_rel), copying and new in begun)
-    note = unsettled_note(settle_dirs(ctx, rmdirs, remade))  # named in the rollback's manifest (review R7 F6)
+    left_unsettled = settle_dirs(ctx, rmdirs, remade)
+    if unsettled is not None:
+        unsettled.extend(left_unsettled)
+    note = unsettled_note(left_unsettled)  # named in the rollback's manifest (review R7 F6)
     settle_folder_times(ctx, records[0].get("dir_times"))
     kept = {d["path"] for d in displaced if d.get("kept_in_place")}
     for r in backups if swapped else ():

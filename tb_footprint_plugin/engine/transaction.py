@@ -21,7 +21,7 @@ import stat
 import time
 from typing import Dict, List, Optional
 
-from tb_footprint_plugin.codes import Failure, Outcome, Skip
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine import faults, trust, txn
 from tb_footprint_plugin.engine.catalogue import unsettled_op, write_manifest
 from tb_footprint_plugin.engine.compactor import note_before_swap
@@ -458,11 +458,14 @@ class LocalReduce(txn.Txn):
         e = self.error
         skip = isinstance(e, TransactionError) and isinstance(e.code, Skip) and not self.interrupted
         # the manifest and the history line carry the code the outcome says
-        rollback(ctx, own_records(journal), reason, journal, code=e.code if skip else code)
+        unsettled: List[str] = []
+        rollback(ctx, own_records(journal), reason, journal, code=e.code if skip else code, unsettled=unsettled)
         ctx.vault.unpin(journal.op_id)  # the originals are back
         out.status, out.reason, out.code = Outcome.ROLLED_BACK, reason, code
         if skip:
             out.status, out.code = Outcome.SKIPPED, e.code  # nothing changed: left alone
+        # its code is the cause: a recorded folder left without its mode and time is a second code (#26)
+        out.found(Finding.FOLDER_NOT_SETTLED, unsettled)
         self.rolling, self.jnl = False, None  # rolled back: a failing close propagates, as it always did
         journal.close()
 
