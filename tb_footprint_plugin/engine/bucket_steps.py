@@ -94,7 +94,8 @@ def stream_digest(ostore: ObjectStore, path: str, size: int) -> str:
     return h.hexdigest()
 
 
-def copies_there(ostore: ObjectStore, vault: BucketVault, en: dict, what: str = "reduction") -> None:
+def copies_there(ostore: ObjectStore, vault: BucketVault, en: dict, what: str = "reduction",
+                 before_commit: bool = False) -> None:
     """Raise ``BucketTxnError`` (``Failure.BACKUP_DAMAGED``) naming the first copy of an operation's
     entry ``en`` that is not in the vault as its copy step verified it, before anything is finished
     from its commit record (a copy lost or changed since, by hand or a lifecycle rule, leaves the
@@ -104,7 +105,9 @@ def copies_there(ostore: ObjectStore, vault: BucketVault, en: dict, what: str = 
     them, of the version recorded then. A key the journal (untrusted) names outside that listing
     counts as missing. Blob entries (a local blob vault): each still claimed by this logdir there
     (``bucket_blobs.missing_blobs``: its index read again, no blob read). ``what``: the operation's
-    kind in the words (``reduction``, ``retirement``)."""
+    kind in the words (``reduction``, ``retirement``); ``before_commit``: asked in the last look
+    before the commit record (the run is then put back), else past it (the journal stays): the
+    words say which, the code is the same."""
     missing_blobs(vault, en.get("files") or [])
     files = [f for f in en.get("files") or [] if not is_blob_entry(f)]
     if not files:
@@ -115,9 +118,12 @@ def copies_there(ostore: ObjectStore, vault: BucketVault, en: dict, what: str = 
     for f in files:
         if not copy_there(listed.get(f.get("backup")), f):
             url = vault_url(ostore, str(f.get("backup")))
-            raise BucketTxnError(Failure.BACKUP_DAMAGED,
-                                 f"{url}: the vault copy of {f.get('path')} is gone or changed since the commit record; "
-                                 f"the {what} is not finished: its journal and every original left stay (nothing deleted)")
+            raise BucketTxnError(Failure.BACKUP_DAMAGED, (
+                f"{url}: the vault copy of {f.get('path')} is gone or changed since its copy was verified; the "
+                f"{what} stops before its commit record: nothing deleted, the run put back as it was")
+                if before_commit else (
+                f"{url}: the vault copy of {f.get('path')} is gone or changed since the commit record; "
+                f"the {what} is not finished: its journal and every original left stay (nothing deleted)"))
 
 
 def copy_there(info: Optional[ObjectInfo], f: dict) -> bool:
