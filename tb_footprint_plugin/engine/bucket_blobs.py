@@ -335,16 +335,23 @@ def missing_blobs(vault: BucketVault, files: List[dict], reread: bool = True) ->
                                  "(forgotten since it was added); run left as it was")
 
 
-def _named(doc, out: Set[str]) -> bool:
-    """Add the digests a manifest or journal names to ``out``; False when it is not readable."""
+def _named(doc, out: Set[str], let_go: Optional[Set[str]] = None, purged: bool = False) -> bool:
+    """Add the digests a manifest or journal names to ``out``, and those it let go (``purged``:
+    every one; else the entries its restore released) to ``let_go``; False when it is not
+    readable."""
     if not isinstance(doc, dict) or doc.get("corrupt"):
         return False
     runs = doc.get("runs") if isinstance(doc.get("runs"), list) else [doc]
     for en in runs:
         files = en.get("files") if isinstance(en, dict) else None
         for f in files if isinstance(files, list) else []:
+            if not (isinstance(f, dict) and is_sha256(f.get("sha256"))):
+                continue
             # an entry its restore let go (a restore that left another original) names it no more
-            if isinstance(f, dict) and is_sha256(f.get("sha256")) and not entry_released(doc, f):
+            if purged or entry_released(doc, f):
+                if let_go is not None:
+                    let_go.add(f["sha256"])
+            else:
                 out.add(f["sha256"])
     return True
 
@@ -359,15 +366,21 @@ def _purged(doc, file: str) -> bool:
 
 
 def collect(ostore: ObjectStore, vault: BucketVault) -> dict:
-    """Purge's step on the blob vault: under the exclusive lock, forget every blob this logdir
-    added that no manifest (not purged) and no journal in the bucket names; returns the blob
-    store's figures, or ``{"blocked": why}`` when a manifest or journal could not be read."""
+    """Purge's step on the blob vault: under the exclusive lock, forget the blobs this logdir
+    added that a manifest in the bucket lets go (marked purged: by a purge, or a restore's
+    release; or an entry a restore released) and no manifest (not purged) or journal names.
+    Positive evidence only (review R9 F8): a blob nothing names at all (its manifest gone without
+    a purge: a sync with ``--delete``, a lifecycle rule, a tidy by hand; an operation rolled back)
+    may be the only copy of a run: an orphan, kept and counted (``orphans``, ``orphan_bytes``), as
+    a disk vault keeps its ``orphan_blobs``. Returns the blob store's figures, or
+    ``{"blocked": why}`` when a manifest or journal could not be read."""
     bv = vault.blobs
     if bv is None or not os.path.isdir(bv.folder):
         return {}  # no blob was ever added there
     st = BucketState(ostore)
     with forget_lock(bv, exclusive=True):
         needed: Set[str] = set()
+        let_go: Set[str] = set()
         # journals first: an operation's journal names its digests until its manifest exists and
         # goes only after, so one that commits between the two listings is named by one of them
         # (the journal folder through its one listing, ``journal_object.pending_objects``)
@@ -378,17 +391,19 @@ def collect(ostore: ObjectStore, vault: BucketVault) -> dict:
             doc, _ = st.read(path, info)
             if doc is None:
                 continue
-            if path.startswith(manifests + "/") and _purged(doc, path):
-                continue
-            if not _named(doc, needed):
+            is_manifest = path.startswith(manifests + "/")
+            # only a manifest's word lets a blob go: a journal names what it names, nothing more
+            if not _named(doc, needed, let_go if is_manifest else None, is_manifest and _purged(doc, path)):
                 return {"blocked": f"{path} is not readable; nothing forgotten"}
         bv.store.reload()
-        mine = [r.sha for r in bv.store.refs() if bv.store.owner in bv.store.owners(r.sha)]
-        drop = [s for s in mine if s not in needed]
+        mine = [r for r in bv.store.refs() if bv.store.owner in bv.store.owners(r.sha)]
+        drop = [r.sha for r in mine if r.sha in let_go and r.sha not in needed]
+        orphans = [r for r in mine if r.sha not in let_go and r.sha not in needed]
+        kept = {"orphans": len(orphans), "orphan_bytes": sum(r.size for r in orphans)}
         if not drop:
-            return {"forgotten": 0}
+            return {"forgotten": 0, **kept}
         try:
-            return bv.store.forget(drop)
+            return {**bv.store.forget(drop), **kept}
         except BlobFailure as e:
             raise BucketTxnError(Failure.STORE_ERROR, f"{bv.folder}: the blob vault could not forget "
                                  f"{len(drop)} purged backup(s) yet ({e}); the next purge does it") from None
