@@ -2,6 +2,11 @@
 runs in which profile data is the bulk of the bytes (as in real profiled logdirs).
 
 ``python -m tb_footprint_plugin.demo DIR [--seed N] [--scale X] [--overwrite]``
+
+Why one module: it is one command, ``tb-footprint demo``: the seven run builders (half its lines)
+and the rule of what in a folder is the demo's, which ``--overwrite`` removes (the marker's
+digests, the staging folder's mark, the state folder only when all it records is the demo's).
+Split, the second part would be a module of its own at the demo's layer used by nothing else.
 """
 from __future__ import annotations
 
@@ -12,14 +17,18 @@ import math
 import os
 import random
 import shutil
+import stat
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from tb_footprint_plugin import synth
 from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.scan import categories
+from tb_footprint_plugin.storage.files import matches, sha256_file
 from tb_footprint_plugin.storage.paths import DEMO_MARKER, state_dir
+from tb_footprint_plugin.storage.private import why_not_ours
+from tb_footprint_plugin.storage.regular import open_regular, read_capped
 
 MARKER = DEMO_MARKER
 _STAGING = ".footprint-demo-staging"
@@ -247,13 +256,51 @@ _RUNS: Sequence[tuple] = (
 
 
 # --- safety: never touch what the demo did not write --------------------------------------------
+#: what a marker records of each file (``digests``: name -> size and sha256) since version 2; a
+#: version 1 marker named files only, and a name alone never lets a demo remove a file
+_MARKER_VERSION = 2
+#: the largest marker read (a demo's lists ~60 files in ~10 KB)
+_MARKER_CAP = 4 << 20
+#: inside the staging folder: what tells it from a folder of that name anyone else made
+_STAGING_MARK = MARKER
+Digest = Tuple[int, str]  # (size, sha256)
+
+
 def _read_marker(target: str) -> Optional[Dict[str, Any]]:
+    """The previous demo's marker, None when there is none. ``FileExistsError`` naming it when it
+    cannot be the demo's own: not a regular file of this user that no one else may write (in a
+    shared logdir anyone may create one at its top), unreadable, or of a version that recorded no
+    digests."""
+    path = os.path.join(target, MARKER)
     try:
-        with open(os.path.join(target, MARKER), encoding="utf-8") as fh:
-            data = json.load(fh)
-        return data if isinstance(data, dict) and isinstance(data.get("files"), list) else None
-    except (OSError, ValueError):
+        st = os.lstat(path)
+    except FileNotFoundError:
         return None
+    why, data = why_not_ours(st, want_dir=False), None
+    if why is None:
+        try:
+            with open_regular(path) as fh:
+                raw = read_capped(fh, _MARKER_CAP)
+            data = json.loads(raw) if len(raw) <= _MARKER_CAP else None
+        except (OSError, ValueError):
+            pass
+        if not (isinstance(data, dict) and isinstance(data.get("files"), list)):
+            why = "is not a demo's marker that can be read"
+        elif not isinstance(data.get("digests"), dict):
+            why = ("records no file digests (an older version wrote it), so the demo cannot tell its files from "
+                   "yours and removes none: remove the previous demo yourself, or write the demo to an empty folder")
+    if why:
+        raise FileExistsError(f"{path}: {why}; nothing was changed")
+    return data
+
+
+def _digests(marker: Dict[str, Any]) -> Dict[str, Digest]:
+    """The (size, sha256) a marker records of each file; an entry of another form records nothing."""
+    out: Dict[str, Digest] = {}
+    for rel, d in marker.get("digests", {}).items():
+        if isinstance(d, dict) and type(d.get("size")) is int and isinstance(d.get("sha256"), str):
+            out[rel] = (d["size"], d["sha256"])
+    return out
 
 
 def _inside(target: str, rel: str) -> bool:
@@ -261,15 +308,54 @@ def _inside(target: str, rel: str) -> bool:
     return full.startswith(os.path.realpath(target) + os.sep) and not os.path.isabs(rel)
 
 
-def _remove_previous(target: str, files: List[str]) -> None:
-    """Remove the files a previous demo recorded, then the directories they leave empty."""
-    dirs = set()
-    for rel in files:
+def _previous_files(target: str, marker: Dict[str, Any],
+                    derived: Dict[str, Digest]) -> Tuple[Dict[str, os.stat_result], List[str]]:
+    """What an overwrite removes of the previous demo: each file its marker lists, or one of the
+    demo's reductions wrote (``derived``), that still holds the bytes recorded (name -> its lstat);
+    and what it lists that holds anything else now (written to since, reduced with backups that
+    stay, a folder, a link, or listed without a digest), which refuses the overwrite."""
+    digests = _digests(marker)
+    names = [r for r in marker["files"] if isinstance(r, str)] + sorted(derived)
+    ours: Dict[str, os.stat_result] = {}
+    changed: List[str] = []
+    for rel in dict.fromkeys(names):
         if not _inside(target, rel):
-            continue  # a tampered marker must not make us delete outside the demo
+            continue  # a tampered marker must not make us look outside the demo
         path = os.path.join(target, rel)
-        if os.path.isfile(path) and not os.path.islink(path):
-            os.remove(path)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            changed.append(rel)
+            continue
+        want = [d for d in (digests.get(rel), derived.get(rel)) if d]
+        if stat.S_ISREG(st.st_mode) and any(st.st_size == n and matches(path, sha, n) for n, sha in want):
+            ours[rel] = st
+        else:
+            changed.append(rel)
+    return ours, changed
+
+
+def _remove_previous(target: str, ours: Dict[str, os.stat_result]) -> None:
+    """Remove the files ``_previous_files`` found the demo's, then the folders they leave empty.
+    Each is looked at again first: one replaced or written to since (its inode, size or mtime)
+    refuses the overwrite before anything is removed."""
+    moved = []
+    for rel, st in ours.items():
+        try:
+            now = os.lstat(os.path.join(target, rel))
+        except OSError:
+            now = None
+        if now is None or (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns) != \
+                (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns):
+            moved.append(rel)
+    if moved:
+        raise FileExistsError(f"{os.path.join(target, moved[0])}: changed while the demo was being written "
+                              f"({len(moved)} file(s)); nothing was changed")
+    dirs = set()
+    for rel in ours:
+        os.remove(os.path.join(target, rel))
         d = os.path.dirname(rel)
         while d:
             dirs.add(d)
@@ -279,6 +365,32 @@ def _remove_previous(target: str, files: List[str]) -> None:
             os.rmdir(os.path.join(target, d))
         except OSError:
             pass  # not empty: someone else's files live there too
+
+
+def _check_staging(staging: str) -> None:
+    """``FileExistsError`` unless ``staging`` is absent or a staging folder this user's demo made
+    (a real folder of ours, holding our mark): only then is what it holds an interrupted demo's,
+    to remove."""
+    try:
+        why = why_not_ours(os.lstat(staging))
+    except FileNotFoundError:
+        return
+    if why is None:
+        try:
+            why = why_not_ours(os.lstat(os.path.join(staging, _STAGING_MARK)), want_dir=False)
+        except OSError:
+            why = f"holds no {_STAGING_MARK}"
+        why = why and f"its {_STAGING_MARK} {why}"
+    if why:
+        raise FileExistsError(f"{staging}: not a staging folder this demo made ({why}); nothing was changed: "
+                              "remove it yourself")
+
+
+def _make_staging(staging: str) -> None:
+    """The staging folder (private to this user), with its mark."""
+    os.mkdir(staging, 0o700)
+    os.close(os.open(os.path.join(staging, _STAGING_MARK), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                     0o600))
 
 
 def _rel_files(root: str) -> List[str]:
@@ -354,9 +466,11 @@ def generate_demo(target_dir: str, *, seed: int = 0, scale: float = 1.0, overwri
     ``profile_bytes``, ``profile_share`` and ``bytes_by_category`` (event files lumped together).
 
     Deterministic: the same ``seed`` and ``scale`` give byte-identical files (and mtimes).
-    Refuses a non-empty ``target_dir`` unless ``overwrite``; even then it only replaces the files a
-    previous demo recorded in ``.footprint-demo`` and refuses to overwrite anything else. Files are
-    generated in a staging directory first and moved into place at the end.
+    Refuses a non-empty ``target_dir`` unless ``overwrite``; even then it removes only the files
+    the previous demo recorded in ``.footprint-demo`` that still hold the bytes recorded there (size
+    and sha256), or that the demo's own reductions wrote, and refuses (``FileExistsError`` naming a
+    file, nothing changed) when one holds anything else or a new file would replace one the demo
+    did not write. Files are generated in a staging directory first and moved into place at the end.
     """
     if scale <= 0:
         raise ValueError("scale must be > 0")
@@ -370,64 +484,98 @@ def generate_demo(target_dir: str, *, seed: int = 0, scale: float = 1.0, overwri
         raise NoSpaceForDemo(target, f"a demo at scale {scale:g} writes about {need / 1e6:,.0f} MB; "
                                      f"{free / 1e6:,.0f} MB are free there (a smaller --scale fits)")
     os.makedirs(target, exist_ok=True)
-    previous = _read_marker(target)
+    staging = os.path.join(target, _STAGING)
+    _check_staging(staging)
     existing = [e for e in os.listdir(target) if e != _STAGING]
     if existing and not overwrite:
         raise FileExistsError(f"{target} is not empty (pass overwrite=True to replace a previous demo)")
-    staging = os.path.join(target, _STAGING)
-    shutil.rmtree(staging, ignore_errors=True)  # leftovers of an interrupted run are ours
+    previous = _read_marker(target)
+    ours: Dict[str, os.stat_result] = {}
+    if previous:
+        ours, changed = _previous_files(target, previous, _demo_state(target, _digests(previous)) or {})
+        if changed:
+            raise FileExistsError(f"{len(changed)} file(s) the previous demo wrote hold other bytes now (written to, "
+                                  f"or reduced with backups the vault keeps), e.g. {os.path.join(target, changed[0])}; "
+                                  "nothing was changed")
+    shutil.rmtree(staging, ignore_errors=True)  # ours (checked above): an interrupted demo's
+    _make_staging(staging)
+    built = os.path.join(staging, "logs")
     try:
-        groups = _build_all(staging, seed, scale)
-        files = _rel_files(staging)
-        owned = set(previous["files"]) if previous else set()
-        clashes = [f for f in files if os.path.lexists(os.path.join(target, f)) and f not in owned]
+        groups = _build_all(built, seed, scale)
+        files = _rel_files(built)
+        clashes = [f for f in files if not _inside(target, f) or
+                   (os.path.lexists(os.path.join(target, f)) and f not in ours)]
         if clashes:
             raise FileExistsError(f"{len(clashes)} demo file(s) would replace files the demo did not write, "
                                   f"e.g. {clashes[0]}")
+        digests = {}
+        for rel in files:
+            p = os.path.join(built, rel)
+            digests[rel] = {"size": os.lstat(p).st_size, "sha256": sha256_file(p)}
         if previous:
-            _remove_previous(target, previous["files"])
-            _reset_state(target, previous["files"])
+            _remove_previous(target, ours)
+            _reset_state(target, _digests(previous))
+        # the marker first: a demo killed while moving its files leaves each either in the staging
+        # folder (ours, removed next time) or in place holding what the marker records
+        tmp = os.path.join(staging, MARKER + ".next")
+        # 0o644 whatever the umask: a marker others may write is not trusted next time
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "w",
+                       encoding="utf-8") as fh:
+            json.dump({"generator": "tb_footprint_plugin.demo", "version": _MARKER_VERSION, "seed": seed,
+                       "scale": scale, "files": files, "digests": digests}, fh, indent=1)
+        os.utime(tmp, (_T0, _T0))
+        os.replace(tmp, os.path.join(target, MARKER))
         for rel in files:
             dst = os.path.join(target, rel)
             os.makedirs(os.path.dirname(dst), exist_ok=True)
-            os.replace(os.path.join(staging, rel), dst)
+            os.replace(os.path.join(built, rel), dst)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    summary = {"target": target, "seed": seed, "scale": scale, "groups": groups, "files": len(files),
-               **_runs_and_sessions(files), **summarize(target, files)}
-    marker = os.path.join(target, MARKER)
-    with open(marker, "w", encoding="utf-8") as fh:
-        json.dump({"generator": "tb_footprint_plugin.demo", "version": 1, "seed": seed, "scale": scale,
-                   "files": files}, fh, indent=1)
-    os.utime(marker, (_T0, _T0))
-    return summary
+    return {"target": target, "seed": seed, "scale": scale, "groups": groups, "files": len(files),
+            **_runs_and_sessions(files), **summarize(target, files)}
 
 
-def _reset_state(target: str, demo_files: List[str]) -> None:
-    """A new demo starts with an empty vault, journal, ledger and history — but only when every
-    operation recorded there concerns the previous demo's own files: backups of anything else
-    (a run the user added, bytes a restore set aside) are never deleted; then the state stays."""
+def _demo_state(target: str, digests: Dict[str, Digest]) -> Optional[Dict[str, Digest]]:
+    """Whether a new demo may start with an empty vault, journal, ledger and history: only when all
+    the state folder records is the previous demo's. Every manifest a reduce (or a restore) whose
+    backed-up files held the bytes the marker records (size and sha256), nothing set aside or
+    salvaged, no run retired, no unfinished operation: then the files those reductions wrote
+    (name -> (size, sha256)), the demo's too ({} without a state folder). None: the state stays
+    (a backup of anything else is never deleted)."""
     state = state_dir(target)
-    if not os.path.isdir(state):
-        return
+    if not os.path.lexists(state):
+        return {}
+    from tb_footprint_plugin.engine.retire_tree import RETIRED
     from tb_footprint_plugin.engine.vault import Vault
 
-    ours = set(demo_files)
+    derived: Dict[str, Digest] = {}
     try:
+        for sub in ("journal", RETIRED):  # an unfinished operation, a retired run's only copy
+            if os.path.isdir(os.path.join(state, sub)) and os.listdir(os.path.join(state, sub)):
+                return None
         vault = Vault(state)
         manifests = vault.manifests()  # the operation log's, and an older version's files
         if vault.unread or any(p.code not in (Finding.OTHER_USERS_STATE, Finding.LOGDIR_NOT_STICKY)
                                for p in vault.problems):
-            return  # a manifest that cannot be read may name anything: the state stays
+            return None  # a manifest that cannot be read may name anything: the state stays
         for m in manifests:
-            paths = [x.get("path") for x in m.get("files", [])]  # the backed-up originals
-            if m.get("displaced") or m.get("salvaged") or not all(isinstance(p, str) and p in ours for p in paths):
-                return
-        if os.listdir(os.path.join(state, "journal")) if os.path.isdir(os.path.join(state, "journal")) else []:
-            return  # an unfinished operation: recovery's to settle, not ours to drop
-    except (OSError, ValueError, AttributeError, TypeError):
-        return
-    shutil.rmtree(state)
+            if m.get("kind") not in ("reduce", "restore") or m.get("displaced") or m.get("salvaged"):
+                return None
+            if not all(digests.get(f.get("path")) == (f.get("size"), f.get("sha256")) for f in m.get("files", [])):
+                return None
+            for c in m.get("created") or []:
+                if not isinstance(c["path"], str):
+                    return None
+                derived[c["path"]] = (c["size"], c["sha256"])
+    except (OSError, ValueError, AttributeError, TypeError, KeyError):
+        return None
+    return derived
+
+
+def _reset_state(target: str, digests: Dict[str, Digest]) -> None:
+    """Remove the state folder when ``_demo_state`` says all it records is the previous demo's."""
+    if os.path.isdir(state_dir(target)) and _demo_state(target, digests) is not None:
+        shutil.rmtree(state_dir(target))
 
 
 def _build_all(root: str, seed: int, scale: float) -> List[str]:
