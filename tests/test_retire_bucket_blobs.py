@@ -17,7 +17,7 @@ import pytest
 from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.codes import Failure, Outcome, Recovery, Skip
 from tb_footprint_plugin.engine import bucket as bk
-from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine import bucket_retire, faults
 from tb_footprint_plugin.engine.bucket_retire import RETIRE_STEPS
 from tb_footprint_plugin.engine.bucket_state import BlobVault
 from tb_footprint_plugin.storage.blobstore import BlobStore
@@ -140,18 +140,24 @@ def test_without_a_folder_the_retire_still_makes_server_side_copies(s3_bucket, s
     assert len(_bucket_copies(s3_bucket)) == len(m["files"])
 
 
-def test_restore_never_overwrites_an_object_written_since(bucket, sweep_logdir, tmp_path):
-    """On each store: a key of the retired run written again before the restore: the restore
-    streams back every other blob, leaves the new object as it is and says so; purge keeps that
-    original's blob."""
+def test_restore_never_overwrites_an_object_written_since(bucket, sweep_logdir, tmp_path, monkeypatch):
+    """On each store: a key of the retired run written again while the restore runs (after its look
+    at the run's prefix: one written before is a new run of the same name, refused,
+    tests/test_restore_not_into_a_new_run.py): the restore streams back every other blob, leaves
+    the new object as it is and says so; purge keeps that original's blob."""
     url = bucket.upload(sweep_logdir, "logs")
     vault = str(tmp_path / "vault")
     before = _user(bucket)
     run = "sweep/lr0"
     assert _retire(url, run, vault).status == Outcome.VERIFIED
     key = f"{run}/notes/config.yaml"
-    bucket.fs.pipe_file(bucket.key(f"logs/{key}"), b"written since the retirement\n")
-    bucket.fs.invalidate_cache()
+    real_hold = bucket_retire.BucketUnretire.hold
+
+    def hold(self):  # written once the restore looked at the run, before it holds it
+        bucket.fs.pipe_file(bucket.key(f"logs/{key}"), b"written since the retirement\n")
+        bucket.fs.invalidate_cache()
+        return real_hold(self)
+    monkeypatch.setattr(bucket_retire.BucketUnretire, "hold", hold)
     (back,) = api.restore(url, run=run, backup_dir=vault)
     assert back.status == Outcome.RESTORED and key in back.reason, back.reason
     assert bucket.fs.cat_file(bucket.key(f"logs/{key}")) == b"written since the retirement\n"

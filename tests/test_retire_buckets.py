@@ -7,7 +7,7 @@ import pytest
 
 from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.codes import Outcome, Recovery, Skip
-from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine import bucket_retire, faults
 from tb_footprint_plugin.engine.bucket_retire import RETIRE_STEPS
 from tb_footprint_plugin.engine.context import TransactionError
 from tb_footprint_plugin.storage.remote import RemoteFS
@@ -238,18 +238,25 @@ def test_cli_retire_killed_then_settled_from_another_process(s3_bucket, sweep_lo
     assert _user(s3_bucket) == before
 
 
-def test_restore_never_overwrites_an_object_written_since(bucket, sweep_logdir):
-    """A retired run's key written again before its restore: the restore puts back every other
-    object, leaves the new one as it is, says so, and the original of that key stays in the vault
-    (purge keeps it and says why)."""
+def test_restore_never_overwrites_an_object_written_since(bucket, sweep_logdir, monkeypatch):
+    """A retired run's key written again while its restore runs (after its look at the run's
+    prefix: one written before is a new run of the same name, refused as a disk refuses it,
+    tests/test_restore_not_into_a_new_run.py): the restore puts back every other object, leaves
+    the new one as it is, says so, and the original of that key stays in the vault (purge keeps it
+    and says why)."""
     url = bucket.upload(sweep_logdir, "logs")
     before = _user(bucket)
     run = "sweep/lr0"
     (o,) = api.retire(url, api.retire_rule(runs=[run]), dry_run=False, quiet_period=0).outcomes
     assert o.status == Outcome.VERIFIED, o.reason
     key = f"{run}/notes/config.yaml"
-    bucket.fs.pipe_file(bucket.key(f"logs/{key}"), b"written since the retirement\n")
-    bucket.fs.invalidate_cache()
+    real_hold = bucket_retire.BucketUnretire.hold
+
+    def hold(self):  # written once the restore looked at the run, before it holds it
+        bucket.fs.pipe_file(bucket.key(f"logs/{key}"), b"written since the retirement\n")
+        bucket.fs.invalidate_cache()
+        return real_hold(self)
+    monkeypatch.setattr(bucket_retire.BucketUnretire, "hold", hold)
     (back,) = api.restore(url, run=run)
     assert back.status == Outcome.RESTORED and key in back.reason, back.reason
     now = _user(bucket)

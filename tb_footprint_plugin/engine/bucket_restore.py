@@ -45,6 +45,7 @@ from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcom
 from tb_footprint_plugin.engine.journal import OpJournal
 from tb_footprint_plugin.engine.manifest import A_RESTORE, bucket_form, op_id_of
 from tb_footprint_plugin.engine.putback import kept_said, late_records_said, left_said, restore_code, restored_said
+from tb_footprint_plugin.engine.retire_rules import new_run_refusal
 from tb_footprint_plugin.engine.manifest import read as read_manifest
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.vault import who
@@ -53,6 +54,7 @@ from tb_footprint_plugin.storage.remote import (
     content_checksums,
     same_content,
 )
+from tb_footprint_plugin.storage.paths import is_sha256
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_object import ObjectStore, listing_of
 
@@ -127,7 +129,7 @@ class ObjectRestore(ObjectPutBack):
 
     - **journal**: the run's lock (``NotStarted``, the outcome set, when another holds it), every
       key the manifest names checked before anything moves (a backup outside the vault, a damaged
-      blob, a key outside the run: ``NotStarted``, nothing changed), then the restore's journal
+      blob, a key outside the run, a new run of its name: ``NotStarted``, nothing changed), the journal
       (``kind: restore``; a resumed restore's stands already);
     - **backup**, **stage**, **transform**, **verify**, the last look and the swap record: nothing
       (the backups go back unchanged, each checked as it is put back; the journal is the commit
@@ -171,6 +173,14 @@ class ObjectRestore(ObjectPutBack):
             self.failed(e)
             raise txn.NotStarted() from None
         if not self.resume:
+            # the run deleted and written again under its name (review R9 F7): its originals put
+            # back would merge two runs into one; refused as every store refuses it, the backup kept
+            present = {k: o for k, o in run_listing(ostore, vault, self.run).items() if not k.endswith("/")}
+            refusal = new_run_refusal(self.run, present, _reduction_at(ostore, m, present), took_all=False,
+                                      left=any(in_place(f) or renamed(f) for f in m["files"]))
+            if refusal:
+                out.reason = refusal
+                raise txn.NotStarted()
             start_journal(self.st, restore_journal(ostore, vault, m, RESTORE_KIND, self.run))
         self.jpath = journal_path(ostore, self.op_id)
 
@@ -335,6 +345,33 @@ class ObjectRestore(ObjectPutBack):
             out.reason += (f"; {len(conflicts)} file(s) exist again or were changed since the reduce and were left as "
                            f"they are, e.g. {conflicts[0]}: "
                            "their originals stay in the vault, and purge keeps them")
+
+
+def _reduction_at(ostore: ObjectStore, m: dict, present: Dict[str, ObjectInfo]) -> Callable[[str], Optional[bool]]:
+    """``retire_rules.new_run_refusal``'s look at a key of the run (``present``: its listing): True
+    where it holds what the reduction made there (the staged object, by the store's checksums; a
+    rewritten one perhaps with records a writer appended, its first bytes read) or the original
+    back; False at another key of the reduction's; None at a key it never had."""
+    names: Dict[str, List[dict]] = {}
+    for f in m["files"]:
+        for k in {f["path"], f.get("final")} - {None}:
+            names.setdefault(k, []).append(f)
+
+    def grown(name: str, cur: ObjectInfo, f: dict) -> bool:
+        size, sha = f.get("new_size"), f.get("new_sha256")
+        try:  # gone since the listing, unreadable: not known to be the reduction's
+            return in_place(f) and name == f["path"] and isinstance(size, int) and is_sha256(sha) and \
+                cur.size > size and putback.begins_with(*BucketState.of(ostore).where(ostore.path(name)), size, sha)
+        except OSError:
+            return False
+
+    def ours(name: str) -> Optional[bool]:
+        cur = present[name]
+        return None if name not in names else any(
+            staged_match(cur, f) or (name == f["path"] and holds_original(ostore, cur, f)) or grown(name, cur, f)
+            for f in names[name])
+
+    return ours
 
 
 def _missing_backups(vault: BucketVault, files: List[dict]) -> List[str]:

@@ -612,7 +612,9 @@ class BucketUnretire(one_unretire.UnretireLayout):
 
     - read: the manifest in any shape ever written (a recovery passes it as it reads it);
     - refused before anything is held: a run name (``_refuse``), a key outside the run or the
-      vault, a blob whose folder is not given;
+      vault, a blob whose folder is not given; a new run of the same name at the run's prefix
+      (``standing``: one listing, any object there that is not a retired original at its key,
+      the one rule of every store, ``retire_rules.new_run_refusal``, in a disk's words);
     - **journal**: every copy checked before anything moves (a damaged vault changes nothing; a
       resumed restore's journal is kept), then the restore's journal (``kind: unretire``; a
       resumed restore's stands already);
@@ -642,6 +644,7 @@ class BucketUnretire(one_unretire.UnretireLayout):
         self.along: List[str] = []
         self.held: Optional[PutBackHold] = None  # once the runs are held
         self.conflicts: List[str] = []
+        self.by_path: Optional[Dict[str, dict]] = None  # the retired files by name, once asked
 
     def admit(self) -> None:
         m = self.m
@@ -668,6 +671,19 @@ class BucketUnretire(one_unretire.UnretireLayout):
                     blobs_of(vault, f)  # the folder not given: said before anything moves
         except (BucketTxnError, ValueError) as e:
             raise txn.Refused(f"{e}; nothing was changed") from e
+
+    def standing(self) -> Optional[Dict[str, ObjectInfo]]:
+        """One listing of the run's prefix (the state and the vault left out; a folder marker,
+        a key ending in ``/``, is no object of a run); a resumed restore's is what it put back."""
+        if self.resume:
+            return None
+        return {k: o for k, o in run_listing(self.ostore, self.vault, self.out.run).items() if not k.endswith("/")}
+
+    def retired_at(self, name: str, seen: ObjectInfo) -> Optional[bool]:
+        if self.by_path is None:
+            self.by_path = {f["path"]: f for f in self.m["files"]}
+        f = self.by_path.get(name)
+        return None if f is None else holds_original(self.ostore, seen, f)
 
     def hold(self) -> bool:
         self.held = PutBackHold(self.ostore, self.out, self.m["op_id"], self.resume)

@@ -43,15 +43,16 @@ from tb_footprint_plugin.engine.context import (
 )
 from tb_footprint_plugin.engine.catalogue_rules import left_in_vault, left_row
 from tb_footprint_plugin.engine.history import append_history
-from tb_footprint_plugin.engine.putback import (backups_refusal, holds_original, kept_said, late_records_said, left_said,
-                                                 restore_code, restore_outcome, restore_refusal, restored_said,
-                                                 writer_met)
+from tb_footprint_plugin.engine.putback import (backups_refusal, begins_with, holds_original, kept_said,
+                                                 late_records_said, left_said, restore_code, restore_outcome,
+                                                 restore_refusal, restored_said, writer_met)
 from tb_footprint_plugin.engine.journal import Journal, RunLocked
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
 from tb_footprint_plugin.engine.swap import (copies_begun, folder_times, make_dirs, put_back, put_back_token,
                                              settle_dirs, settle_folder_times, unsettled_note)
 from tb_footprint_plugin.engine.placement import folder_at, holds_whole
 from tb_footprint_plugin.engine.retire_rules import KIND as RETIRE_KIND
+from tb_footprint_plugin.engine.retire_rules import new_run_refusal
 from tb_footprint_plugin.engine.retire_tree import stored_file
 from tb_footprint_plugin.engine.restore_staged import (Prepared, PreparedVault, checked_in_place, prepare_streamed,
                                                        remove_restore_temps, temp_folder)
@@ -62,7 +63,7 @@ from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.blobstore import BlobFailure
 from tb_footprint_plugin.storage.access import access_refusal, is_permission_error
-from tb_footprint_plugin.storage.paths import is_within, real_within
+from tb_footprint_plugin.storage.paths import is_sha256, is_within, real_within
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.verify.records import check_file
@@ -207,13 +208,38 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
     return out
 
 
+def _reduction_at(ctx: Context, manifest: dict) -> Callable[[str], Optional[bool]]:
+    """``retire_rules.new_run_refusal``'s look at a name of the run on a disk: True where it holds
+    what the reduction made there (its recorded bytes, perhaps with records a writer appended) or
+    the original back; False at another name of the reduction's; None at a name it never had.
+    Read through the store (no link followed), one name at a time."""
+    created = {c["path"]: c for c in manifest.get("created", []) if isinstance(c, dict)}
+    originals = {f["path"]: f for f in manifest.get("files", []) if isinstance(f, dict)}
+
+    def ours(name: str) -> Optional[bool]:
+        c, f = created.get(name), originals.get(name)
+        if c is None and f is None:
+            return None
+        key = ctx.key(name)
+        size, sha = (c.get("size"), c.get("sha256")) if c is not None else (None, None)
+        if isinstance(size, int) and not isinstance(size, bool) and size >= 0 and is_sha256(sha):
+            try:
+                if begins_with(ctx.store, key, size, sha):
+                    return True
+            except OSError:
+                pass  # gone, a link, unreadable: not known to be the reduction's
+        return f is not None and holds_original(ctx.store, key, f)
+
+    return ours
+
+
 class LocalRestore(txn.PutBack):
     """The steps of the restore of a reduction on a disk for ``engine.txn.run``:
 
     - **journal**: the run's lock; the refusals, each ``NotStarted`` with nothing changed (its
       backups damaged or unreadable, an unsettled operation on the run, a live writer: a skip,
-      access, space, an untrusted state folder, no journal); the begin record (``restore.journal``
-      after it);
+      a new run of its name (``retire_rules.new_run_refusal``), access, space, an untrusted state
+      folder, no journal); the begin record (``restore.journal`` after it);
     - **backup**: the big remote backups checked by streaming each into its target's temporary
       (``prepare_streamed``), then the ``verified`` record; nothing when there are none;
     - stage, transform, verify, the last look and the swap record: nothing (the files go back
@@ -275,7 +301,8 @@ class LocalRestore(txn.PutBack):
                           f"run `tb-footprint recover {ctx.logdir}`")
             out.code = Failure.UNSETTLED
             raise txn.NotStarted()
-        holders = find_writers(files_under(ctx.abs(run), exclude=[ctx.state, self.vault.root])).holders
+        standing = files_under(ctx.abs(run), exclude=[ctx.state, self.vault.root])
+        holders = find_writers(standing).holders
         if holders:
             # the restore puts originals over these paths: a live writer's next records would go
             # into an inode that is then only the vault's copy (the reduce refuses the same way)
@@ -283,6 +310,13 @@ class LocalRestore(txn.PutBack):
                 Skip.OPEN_FOR_WRITING, f"run {run!r} is being written: "
                 + describe_holders(holders, lambda p: os.path.relpath(p, ctx.logdir))
                 + "; not restored (stop the writer, then restore)")
+            raise txn.NotStarted()
+        # the run deleted and written again under its name (review R9 F7): its originals put back
+        # would merge two runs into one; refused as every store refuses it, the backup kept
+        refusal = new_run_refusal(run, (os.path.relpath(p, ctx.logdir).replace(os.sep, "/") for p in standing),
+                                  _reduction_at(ctx, manifest), took_all=False, left=bool(manifest.get("created")))
+        if refusal:
+            out.reason, out.code = refusal, Failure.RESTORE_BLOCKED
             raise txn.NotStarted()
         refusal = access_refusal(ctx.logdir, *restore_access(manifest))
         if refusal:  # said before the first file moves, as reduce says it (never found half-way)

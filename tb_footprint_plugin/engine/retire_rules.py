@@ -14,6 +14,9 @@ rules instead of spelling them each.
   of one (``retired_row``);
 - which retirements a restore (unretire) refuses whatever the vault holds (``unretire_refusal``:
   restored, purged, or never verified);
+- when a restore would merge an old run into a new run of the same name (``new_run_refusal``, for
+  a retirement's restore and a reduction's, on every store: refused with one set of words,
+  ``new_run_words``, nothing changed);
 - the history line of a retirement (``retire_line``: its reason says the nested runs it took
   along) and of its restore (``unretire_line``: the restore's own op id, ``of_op`` the retirement
   restored, reason "restored retirement X"): a disk appends them to its change log, a bucket builds
@@ -24,7 +27,7 @@ bucket's key prefixes and the vault inside them.
 """
 from __future__ import annotations
 
-from typing import Iterable, List, Optional
+from typing import Callable, Iterable, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Outcome
 from tb_footprint_plugin.engine.context import RunOutcome
@@ -119,6 +122,44 @@ def unretire_refusal(m: dict) -> Optional[str]:
     return None
 
 
+def new_run_words(run: str) -> str:
+    """What a restore refused by ``new_run_refusal`` says, on every store."""
+    return (f"{run}: something stands there now (a new run of the same name?); move it away first — "
+            "nothing was changed")
+
+
+def new_run_refusal(run: str, standing: Iterable[str], ours: Callable[[str], Optional[bool]], *,
+                    took_all: bool, left: bool = False) -> Optional[str]:
+    """Why putting an operation's files back at ``run`` would merge them into a new run of the same
+    name (``new_run_words``), or None: the one rule of a retirement's restore and a reduction's,
+    on every store (review R9 F4, F7). Two runs merged are drawn by TensorBoard as one series per
+    tag, and nothing tells them apart again; refused, the backup is kept and the restore works once
+    the new run is moved away.
+
+    ``standing``: the names (logdir-relative) at or below the run's path now, the state and the
+    vault left out (a run simply deleted: none, and the old run comes back). ``ours(name)``: True
+    where the name holds what the operation took or left there with its recorded bytes (an
+    original in place; a reduced file, perhaps with records a writer appended), False at one of
+    its names holding something else, None at a name it never had. A retirement took the whole run
+    (``took_all``): any name not holding its bytes is someone else's. A reduction left the run's
+    other files where they were: the run is a new one when none of its names holds its bytes and a
+    name it never had stands there (a file changed at one of its own names is what the restore
+    keeps in the vault, as ever); one that left no file of its own there (``left`` False: it only
+    deleted files) cannot tell its run from another, and is not refused. Reads stop at the first
+    name that decides."""
+    if not took_all and not left:
+        return None
+    other = False
+    for name in standing:
+        mine = ours(name)
+        if took_all and not mine:
+            return new_run_words(run)
+        if mine and not took_all:
+            return None
+        other = other or mine is None
+    return new_run_words(run) if other and not took_all else None
+
+
 def unretire_outcome(m: dict) -> RunOutcome:
     """An unretire's outcome until it starts, on every store: failed (``RESTORE_BLOCKED``) and named
     by the retirement it was asked to restore (``op_id``, None where the manifest names no op id),
@@ -169,5 +210,6 @@ def unretire_line(m: dict, restore_op: Optional[str], *, kept: bool, user: Optio
 
 __all__ = ["KIND", "RECOVERED_REASON", "refused_names", "nested_runs", "unnamed_runs", "is_restorable_retirement", "retirements",
            "restorable_retirements", "taken_along", "takes_out", "retired_now", "unretire_refusal",
+           "new_run_words", "new_run_refusal",
            "unretire_outcome", "retired_row",
            "retire_line", "unretire_line"]

@@ -9,7 +9,10 @@ written here, once (``Unretire``, a ``txn.PutBack`` run by the one driver ``engi
    named by the retirement); the record read as the store keeps it (``UnretireLayout.admit``);
    what no store restores (``retire_rules.unretire_refusal``: restored already, purged, never
    verified); the store's refusals of names, keys and what stands at the run's path
-   (``UnretireLayout.refused``) — each before anything is held, nothing changed;
+   (``UnretireLayout.refused``); a new run of the same name standing there
+   (``retire_rules.new_run_refusal`` over ``UnretireLayout.standing``: anything there that is not
+   the retirement's, refused with a disk's words; keys written once the restore runs are left as
+   they are, ``not_restored``) — each before anything is held, nothing changed;
 2. the runs held (``UnretireLayout.hold``: the lock of the run and of every run it takes along);
 3. the driver's steps: **journal** (``begin``: the vault's copies checked, then the journal's
    begin record, the restore named by its own op id from there on; ``txn.Refused`` before the record,
@@ -46,12 +49,12 @@ from __future__ import annotations
 
 import abc
 import time
-from typing import Dict, Optional, Tuple, Type
+from typing import Any, Dict, Mapping, Optional, Tuple, Type
 
 from tb_footprint_plugin.codes import Code, Outcome, StoreError
 from tb_footprint_plugin.engine import txn
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id, reason_of
-from tb_footprint_plugin.engine.retire_rules import unretire_outcome, unretire_refusal
+from tb_footprint_plugin.engine.retire_rules import new_run_refusal, unretire_outcome, unretire_refusal
 from tb_footprint_plugin.storage.access import is_permission_error
 
 #: the driver's instants → the failpoints every store's restore of a retirement hits there
@@ -88,6 +91,19 @@ class UnretireLayout(abc.ABC):
     def refused(self) -> None:
         """``txn.Refused`` when the store cannot put this retirement back whatever the vault holds
         (names, keys, something standing at the run's path); before anything is held."""
+
+    def standing(self) -> Optional[Mapping[str, Any]]:
+        """What stands at or below the run's path now, each name (logdir-relative) with what the
+        store's look gave of it, the state and the vault left out: the one rule against a new run
+        of the same name (``retire_rules.new_run_refusal``) is asked of it before anything is held.
+        None where ``refused`` looks itself (a disk's: a link or a file at the path, a folder not
+        empty) and for a resumed restore (what stands is what it put back)."""
+        return None
+
+    def retired_at(self, name: str, seen: Any) -> Optional[bool]:
+        """Whether ``name`` (``seen``: ``standing``'s look at it) holds the retired file of that
+        name: True, False, or None when the retirement took no file of that name."""
+        return None
 
     @abc.abstractmethod
     def hold(self) -> bool:
@@ -224,6 +240,11 @@ def unretire(layout: UnretireLayout, cancel: Optional[CancelToken] = None,
         if refusal:
             raise txn.Refused(refusal)
         layout.refused()
+        there = layout.standing()
+        refusal = new_run_refusal(layout.out.run, there, lambda n: layout.retired_at(n, there[n]),
+                                  took_all=True) if there else None
+        if refusal:
+            raise txn.Refused(refusal)
         if layout.hold():
             txn.run(t, t.cancel, progress)
     except txn.Refused as e:
