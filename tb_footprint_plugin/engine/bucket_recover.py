@@ -400,7 +400,9 @@ def _finish_restore(ostore: ObjectStore, vault: BucketVault, st: BucketState, jo
         return failed(str(op_id), label, str(e))
     if res.status != Outcome.RESTORED:
         return failed(op_id, label, f"restore not finished: {res.reason}")
-    return settled(op_id, label, Recovery.COMPLETED, f"a restore stopped midway was finished: {res.reason}")
+    out = settled(op_id, label, Recovery.COMPLETED, f"a restore stopped midway was finished: {res.reason}")
+    out.findings = list(res.findings)  # what the restore found besides its code (not_restored, ...), coded (#26)
+    return out
 
 
 def _settled_run(st: BucketState, vault: BucketVault, en: dict, finished: bool) -> dict:

@@ -100,8 +100,12 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
             records = fresh
             unsettled: List[str] = []  # recorded folders a restore or rollback left without mode and time
             if begin["kind"] in ("retire", "unretire"):  # whole runs moved out of the logdir, or back
-                action, detail = recover_retire(ctx, records)
-                outcomes.append(settled(begin["op_id"], run, action, detail))
+                found: List[dict] = []
+                action, detail = recover_retire(ctx, records, found)
+                outcome = settled(begin["op_id"], run, action, detail)
+                for f in found:
+                    outcome.found(f["code"], [f["path"]])
+                outcomes.append(outcome)
                 j.close()
                 continue
             if begin["kind"] in ("restore", "salvage"):

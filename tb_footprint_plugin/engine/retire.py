@@ -749,7 +749,7 @@ class DiskUnretire(one_unretire.UnretireLayout):
         self.locks = []
 
 
-def finish_unretire(ctx: Context, records: List[dict]) -> str:
+def finish_unretire(ctx: Context, records: List[dict], findings: Optional[List[dict]] = None) -> str:
     """Finish the restore of a retirement its kept journal names (recovery, under the run's lock):
     the one restore's sequence (``unretire_run.unretire``) over ``DiskUnretire`` with that journal,
     as a bucket's recovery runs it with its own; idempotent. Killed after the retirement's mark,
@@ -769,6 +769,8 @@ def finish_unretire(ctx: Context, records: List[dict]) -> str:
     out = one_unretire.unretire(DiskUnretire(ctx, m, journal))
     if out.status != Outcome.RESTORED:
         raise TransactionError(out.reason, out.code)
+    if findings is not None:  # the restore's findings (not_restored, folder_not_settled), for recovery's outcome
+        findings.extend(out.findings)
     return out.reason
 
 
@@ -954,13 +956,14 @@ def log_recorded(ctx: Context, begin: dict) -> bool:
     return bool(disk_log(ctx.state, create=True).append_once([line]))
 
 
-def recover_retire(ctx: Context, records: List[dict]) -> Tuple[str, str]:
-    """Settle an unfinished retirement or restore of one; returns (codes.Recovery value, detail)."""
+def recover_retire(ctx: Context, records: List[dict], findings: Optional[List[dict]] = None) -> Tuple[str, str]:
+    """Settle an unfinished retirement or restore of one; returns (codes.Recovery value, detail).
+    ``findings``: what it found besides (``[{code, path}]``, as ``RunOutcome.findings``), appended."""
     from tb_footprint_plugin.codes import Recovery
 
     begin = records[0]
     if begin["kind"] == "unretire":
-        return Recovery.COMPLETED, finish_unretire(ctx, records)
+        return Recovery.COMPLETED, finish_unretire(ctx, records, findings)
     if any(r["type"] == Rec.COMMIT for r in records):
         return Recovery.COMPLETED, "was committed"
     check_record(ctx, begin)
@@ -971,7 +974,10 @@ def recover_retire(ctx: Context, records: List[dict]) -> Tuple[str, str]:
         # change-log line left the line unwritten: written now, once
         detail = "retirement was recorded before the crash"
         return Recovery.COMPLETED, detail + ("; its change-log line written" if log_recorded(ctx, begin) else "")
-    noted = rollback_retire(ctx, records, RECOVERED_REASON)
+    unsettled: List[str] = []
+    noted = rollback_retire(ctx, records, RECOVERED_REASON, unsettled=unsettled)
+    if findings is not None:
+        findings.extend({"code": str(Finding.FOLDER_NOT_SETTLED), "path": p} for p in unsettled)
     return Recovery.ROLLED_BACK, "every file of the run put back" + (f"; {noted}" if noted else "")
 
 
