@@ -285,7 +285,7 @@ class BucketRetire(one_retirement.RetireLayout):
         if not all(lock.still_held() for lock in self.locks):
             raise BucketTxnError(Skip.LOCKED, f"run {run}: its lock was taken over; left as it was")
         # every copy as it was verified, on every vault: else the delete would lose the bytes
-        copies_there(self.ostore, self.vault, self.entry, what="retirement")
+        copies_there(self.ostore, self.vault, self.entry, what="retirement", before_commit=True)
 
     def commit_record(self) -> None:
         """``swapping``: every copy verified, from here on recovery finishes the retirement."""

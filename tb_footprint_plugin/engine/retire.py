@@ -64,7 +64,8 @@ from tb_footprint_plugin.engine.context import (
 from tb_footprint_plugin.engine.history import append_history, disk_log
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec, RunLocked
 from tb_footprint_plugin.engine.placement import copies_begun, folder_at, starts_with
-from tb_footprint_plugin.engine.retire_rules import (KIND, RECOVERED_REASON, refused_names, retire_line, taken_along, unnamed_runs,
+from tb_footprint_plugin.engine.retire_rules import (KIND, RECOVERED_REASON, new_run_words, refused_names, retire_line,
+                                                    taken_along, unnamed_runs,
                                                     unretire_line)
 from tb_footprint_plugin.engine.retire_tree import (
     OP_ID_RE,
@@ -625,8 +626,7 @@ class DiskUnretire(one_unretire.UnretireLayout):
         if self.resumed:
             return  # what stands at the run's path is what this restore put back
         if os.path.lexists(top) and (not os.path.isdir(top) or os.path.islink(top) or os.listdir(top)):
-            raise txn.Refused(f"{run}: something stands there now (a new run of the same name?); move it "
-                              "away first — nothing was changed")
+            raise txn.Refused(new_run_words(run))
 
     def hold(self) -> bool:
         r = self.out.run
