@@ -101,6 +101,12 @@ class Engine(ABC):
     def history(self) -> List[dict]:
         """The change log, oldest first (the entries ``api.history`` documents)."""
 
+    def partition_history(self, write: bool = True) -> List[dict]:
+        """``history``'s entries a shard partition weighs runs by (``plan.shard.original_sizes``);
+        ``write`` False: nothing written (a dry run, a plan). Default: ``history`` itself (a disk's
+        change log is one read); a bucket reads a summary of its manifests instead of each one."""
+        return self.history()
+
     @abstractmethod
     def history_page(self, newest: Optional[int] = None) -> HistoryPage:
         """``history``'s entries (all, or the newest ``newest``, oldest first), how many there
