@@ -3,7 +3,9 @@
 Set ``TB_FOOTPRINT_FAILPOINTS="step=action[,step=action]"`` with action one of ``raise`` (a
 failure, ``InjectedFault``: rolled back as any failure is, on every store), ``crash`` (the
 process stopped at that instant, in-process: ``InjectedCrash``, a ``BaseException`` nothing of
-the engine catches, nothing rolled back, on every store), ``enospc``, ``eacces``, ``kill``
+the engine catches, nothing rolled back, on every store; weaker than a kill: Python still runs
+the ``finally`` blocks and context exits it passes, so a lock released or a file closed there is
+released or closed, which is why the crash matrix keeps its SIGKILL cases), ``enospc``, ``eacces``, ``kill``
 (SIGKILL to the own process, as a power cut would stop it at that instant) or ``wait`` (hold the step until the file named by
 ``TB_FOOTPRINT_FAILPOINT_GATE`` exists, at most ``GATE_WAIT`` seconds: a test acting on a step
 held open in another process, such as the tab's Cancel in a real TensorBoard). Unset, ``hit`` is
