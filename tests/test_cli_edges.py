@@ -176,10 +176,13 @@ def test_no_file_of_a_verb_takes_a_standard_streams_number_closed_at_start(tmp_p
     logdir = tmp_path / "L"
     copy_real("tf/keras_profiled", logdir / "a")
     for verb in (["scan", str(logdir)], ["reduce", str(logdir), "--yes", "--verify", "python"]):
-        out = tmp_path / f"seen-{verb[0]}.json"
-        subprocess.run([sys.executable, "-c", _FDS_SEEN, str(out), *verb], env=cli_env(), stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600,
-                       preexec_fn=lambda: os.close(fd))
+        out, err = tmp_path / f"seen-{verb[0]}.json", tmp_path / f"stderr-{verb[0]}.txt"
+        with open(err, "w") as keep:  # what the child said, should it end without its JSON (seen once in CI)
+            p = subprocess.run([sys.executable, "-c", _FDS_SEEN, str(out), *verb], env=cli_env(),
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL if fd == 2 else keep, timeout=600,
+                               preexec_fn=lambda: os.close(fd))
+        assert out.exists(), (verb, p.returncode, err.read_text()[-4000:])
         seen = json.loads(out.read_text())
         assert seen["rc"] == 0, (verb, seen)
         assert seen["lowest"] > 2, (verb, seen)
