@@ -510,10 +510,11 @@ class LocalEngine(Engine):
         logdir = os.path.abspath(self.logdir)
         state = state_dir(logdir)
         # judged as recover judges them, with its vaults (``known_vaults`` of the context a
-        # changing verb makes; a plan makes none): recover is not offered for what it refuses
+        # changing verb makes; a plan makes none): recover is not offered for what it refuses;
+        # what recover will do is status's forecast, a stat per original this never reads
         root = os.path.abspath(self.local_backup_dir) if self.local_backup_dir else state
         ops = health.unfinished_ops(os.path.join(state, "journal"), logdir=logdir, state=state,
-                                    vaults=[state, root] + recorded_vaults(state))
+                                    vaults=[state, root] + recorded_vaults(state), forecast=False)
         if not ops:
             return
         cmd = health.settle_command(logdir, self.backup_dir)

@@ -56,13 +56,15 @@ def settle_command(logdir: str, backup_dir: Optional[str] = None) -> str:
 
 
 def unfinished_ops(journal_dir: str, *, logdir: Optional[str] = None, state: Optional[str] = None,
-                   vaults: Optional[List[str]] = None) -> List[dict]:
+                   vaults: Optional[List[str]] = None, forecast: bool = True) -> List[dict]:
     """Operations whose journal is still there: {op_id, run, kind, bytes_before (the size its
     plan saw; None where the journal does not say), journal (the file read)}. With ``logdir``, ``state`` and ``vaults``
     (the vaults recovery accepts: the state folder, the vault and ``known_vaults``), each also
     has ``refused``: None when recovery will replay it, else the finding (code, the journal file)
     saying why it will not (``journal_refusal``, recovery's rule), and each one it replays
-    ``recover_will``: what it will do (``recover_will``)."""
+    ``recover_will``: what it will do (``recover_will``). ``forecast`` False leaves
+    ``recover_will`` out: its look at a journal's originals (``not_in_place``, a stat each) is
+    status's, which a plan's notes never read."""
     judge = logdir is not None and state is not None and vaults is not None
     identity: object = _UNREAD
     stores: List[Store] = []  # the logdir's, made once, for the first journal that needs a look
@@ -82,7 +84,7 @@ def unfinished_ops(journal_dir: str, *, logdir: Optional[str] = None, state: Opt
             if identity is _UNREAD:
                 identity = _identity_for_journals(logdir, state)
             op["refused"] = journal_refusal(j.path, j.op_id, log, logdir=logdir, vaults=vaults, identity=identity)
-            if op["refused"] is None:
+            if op["refused"] is None and forecast:
                 op["recover_will"] = recover_will(recs, _Looks(logdir, stores), j.path)
         out.append(op)
     return out
