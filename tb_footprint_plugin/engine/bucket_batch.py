@@ -46,14 +46,12 @@ from tb_footprint_plugin.engine.bucket_state import (
 from tb_footprint_plugin.engine.bucket_steps import (backup_object, file_entry, finish_op, manifest_doc, rollback_entry,
                                                      rollback_incomplete, rolled_back, verify_batch)
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id
-from tb_footprint_plugin.engine.recovery_rules import CANCELLED_REASON, kept_words
+from tb_footprint_plugin.engine.recovery_rules import CANCELLED_REASON, MAX_REASON, kept_words
 from tb_footprint_plugin.engine.journal import Rec
 from tb_footprint_plugin.engine.lease import RunLease
 from tb_footprint_plugin.storage.remote import ObjectInfo
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
-#: the longest reason a taken-out run's journal entry keeps for its change-log line
-MAX_REASON = 1000
 #: ``progress(run, step, fraction)``
 Progress = Callable[[str, str, float], None]
 

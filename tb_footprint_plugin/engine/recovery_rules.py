@@ -23,6 +23,9 @@ INTERRUPTED_REASON = "interrupted (crash or kill); rolled back on recovery"
 #: batch was cancelled before the commit point (Ctrl-C, SIGTERM, the tab's Cancel): the other way a
 #: reduction is interrupted, said apart from a crash because nothing waited for a recovery
 CANCELLED_REASON = "interrupted before the commit point (the batch was cancelled)"
+#: the longest reason a batch's taken-out run keeps in its journal entry, for the change-log line
+#: its own process or a recovery writes of it
+MAX_REASON = 1000
 #: what recovery leaves of an operation whose journal it will not replay (damaged, or not a journal)
 NOT_REPLAYED = "not replayed: its run and backups are left exactly as they are"
 #: what a run whose rollback did not finish (``Failure.ROLLBACK_INCOMPLETE``) says after why it
@@ -144,5 +147,5 @@ def settled_run(run: str, op_id: str, before: Optional[int], after: Optional[int
     return {"run": run, "op_id": op_id, "bytes_before": before, "bytes_after": after if completed else before}
 
 
-__all__ = ["backups_kept", "kept_words", "not_in_place_words", "INTERRUPTED_REASON", "CANCELLED_REASON", "NOT_REPLAYED", "damaged_journal", "damaged_line", "no_begin_record", "REDUCE", "RecoveryOutcome", "failed", "refused", "settled", "settled_run",
+__all__ = ["backups_kept", "kept_words", "not_in_place_words", "INTERRUPTED_REASON", "CANCELLED_REASON", "MAX_REASON", "NOT_REPLAYED", "damaged_journal", "damaged_line", "no_begin_record", "REDUCE", "RecoveryOutcome", "failed", "refused", "settled", "settled_run",
            "skipped_live"]
