@@ -11,7 +11,7 @@ import json
 import os
 from typing import List, Optional
 
-from tb_footprint_plugin.codes import Failure, Outcome
+from tb_footprint_plugin.codes import Failure, Finding, Outcome
 from tb_footprint_plugin.engine.context import (Context, NoSpace, RunOutcome, TransactionError, no_symlink, reason_of,
                                                 writing)
 from tb_footprint_plugin.engine.journal import Journal, JournalGone, StateMoved
@@ -145,14 +145,16 @@ def journal_again(ctx: Context, journal: Journal, gone: JournalGone) -> Optional
 
 def settle_again(ctx: Context, journal: Journal, gone: JournalGone, reason: str, out: RunOutcome) -> bool:
     """Settle the run through ``journal``, written again after ``gone``: rolled back as any
-    failure before the commit is (its manifest says so, its pins go, its journal is closed).
-    False when the journal is lost again (the caller says so as without it); a rollback that
-    fails otherwise leaves the journal for recovery."""
+    failure before the commit is (its manifest says so, its pins go, its journal is closed), a
+    recorded folder it leaves without its mode and time a ``folder_not_settled`` finding, as on
+    every rollback (issue #26). False when the journal is lost again (the caller says so as
+    without it); a rollback that fails otherwise leaves the journal for recovery."""
     reason = (f"{reason}; its journal {journal.path} was gone and was written again from the records this "
               f"process wrote to it")
+    unsettled: List[str] = []
     try:
         append_rollback(journal, reason)
-        rollback(ctx, own_records(journal), reason, journal, code=gone.code)
+        rollback(ctx, own_records(journal), reason, journal, code=gone.code, unsettled=unsettled)
         ctx.vault.unpin(journal.op_id)  # the originals are back
     except JournalGone:
         return False
@@ -161,6 +163,7 @@ def settle_again(ctx: Context, journal: Journal, gone: JournalGone, reason: str,
         out.reason = rollback_incomplete_reason(reason, reason_of(e2))
         return True
     out.status, out.code, out.reason = Outcome.ROLLED_BACK, gone.code, f"{reason}; the run is as it was"
+    out.found(Finding.FOLDER_NOT_SETTLED, unsettled)
     journal.close()
     return True
 
