@@ -20,7 +20,6 @@ from typing import Callable, Dict, List, Optional, Tuple
 from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Recovery, Skip
 from tb_footprint_plugin.engine import manifest, purge_run, trust
 from tb_footprint_plugin.engine.bucket_blobs import names_our_backup, plain_under
-from tb_footprint_plugin.engine.bucket_batch import MAX_REASON
 from tb_footprint_plugin.engine.history import append_rolled_back, rolled_back_line
 from tb_footprint_plugin.engine.bucket_lease import well_formed
 from tb_footprint_plugin.engine.bucket_restore import RESTORE_KIND, restore_op
@@ -55,6 +54,7 @@ from tb_footprint_plugin.engine.context import RunOutcome
 from tb_footprint_plugin.engine.retire_rules import taken_along
 from tb_footprint_plugin.engine.recovery_rules import (
     INTERRUPTED_REASON,
+    MAX_REASON,
     NOT_REPLAYED,
     REDUCE,
     RecoveryOutcome,
