@@ -51,10 +51,11 @@ it with records appended, or a writer kept rewriting it) keeps its vault copy (t
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
-from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Recovery, Skip, StoreError
+from tb_footprint_plugin.codes import BlobError, Code, Failure, Finding, Outcome, Recovery, Skip, StoreError
 from tb_footprint_plugin.engine import faults, lease, manifest, txn
 from tb_footprint_plugin.engine import retire_run as one_retirement
 from tb_footprint_plugin.engine import unretire_run as one_unretire
@@ -90,6 +91,7 @@ from tb_footprint_plugin.engine.history import append_rolled_back
 from tb_footprint_plugin.engine.journal import Rec
 from tb_footprint_plugin.engine.journal_object import ObjectJournal, journal_entries
 from tb_footprint_plugin.engine.putback import begins_with
+from tb_footprint_plugin.engine.retire_tree import CHANGED, MISSING, RECORDED
 from tb_footprint_plugin.engine.retire_rules import (KIND, RECOVERED_REASON, refused_names, restorable_retirements,
                                                     retire_line, taken_along, unnamed_runs)
 from tb_footprint_plugin.engine.trust import Untrusted
@@ -112,6 +114,10 @@ UNRETIRE_STEPS = ("unretire.journal", "unretire.mid_move", "unretire.move", "unr
 #: attempt at finishing it is recorded by one (a journal written before it had none: given one
 #: by the first attempt that finishes it, recorded in it before anything is put back)
 RESTORE_OP = "restore_op"
+#: an unretire journal's field naming the paths whose copies were not as recorded at its start:
+#: left in the vault, never put back, by this attempt and every one that finishes it (a disk's
+#: begin record's ``changed``)
+CHANGED_KEYS = "changed"
 #: ``kind`` of the journal a restore of a retired run writes (``engine.bucket_recover`` finishes it)
 UNRETIRE_KIND = "unretire"
 
@@ -615,12 +621,15 @@ class BucketUnretire(one_unretire.UnretireLayout):
       vault, a blob whose folder is not given; a new run of the same name at the run's prefix
       (``standing``: one listing, any object there that is not a retired original at its key,
       the one rule of every store, ``retire_rules.new_run_refusal``, in a disk's words);
-    - **journal**: every copy checked before anything moves (a damaged vault changes nothing; a
-      resumed restore's journal is kept), then the restore's journal (``kind: unretire``; a
-      resumed restore's stands already);
+    - **journal**: every copy checked before anything moves, a disk's rule: a copy missing, or
+      every one changed, refuses the restore (nothing changed; a resumed restore's journal is
+      kept); one not as recorded is left in the vault, named in the journal (``CHANGED_KEYS``),
+      the others go back; then the restore's journal (``kind: unretire``; a resumed restore's
+      stands already: it leaves the paths that journal names, and refuses a copy changed since);
     - **swap**: every object gone from its key copied back create-only and checked
       (``unretire.mid_move`` after the first; ``unretire.move``), one at its key with its bytes
-      counted as back, another object there left as it is (``not_restored``);
+      counted as back, another object there left as it is (``not_restored``), as is a path whose
+      copy was not as recorded (``not_restored`` and ``backup_changed``);
     - **commit**: one more listing (each key still holds its original), the manifest marked
       restored (``unretire.manifest``), the journal removed; the copies of the originals back
       released as a disk's restore releases its files (under a purge's journal: deleted as a
@@ -644,6 +653,9 @@ class BucketUnretire(one_unretire.UnretireLayout):
         self.along: List[str] = []
         self.held: Optional[PutBackHold] = None  # once the runs are held
         self.conflicts: List[str] = []
+        # the paths whose copies are not as recorded: left in the vault, as the begin record says
+        self.changed: List[str] = []
+        self.begun_changed: List[str] = []  # a resumed restore's: what its begin record named
         self.by_path: Optional[Dict[str, dict]] = None  # the retired files by name, once asked
 
     def admit(self) -> None:
@@ -700,6 +712,7 @@ class BucketUnretire(one_unretire.UnretireLayout):
         j = ObjectJournal.read(self.st, held.jpath)
         if j is None:
             return
+        self.begun_changed = _left_changed(j.doc, self.m)
         recorded = j.doc.get(RESTORE_OP)
         if is_op_id(recorded):
             self.op_id = recorded
@@ -708,20 +721,36 @@ class BucketUnretire(one_unretire.UnretireLayout):
         j.step(j.step_name or "restoring", **{RESTORE_OP: self.op_id})
 
     def begin(self, op_id: str, report: txn.Report) -> None:
-        """Every copy checked, then the journal naming restore ``op_id`` (``Refused`` with a
-        damaged vault)."""
+        """Every copy checked, then the journal naming restore ``op_id`` and the paths it leaves
+        (``Refused`` with a copy missing, or every one changed)."""
         ostore, vault, m, held = self.ostore, self.vault, self.m, self.held
         assert held is not None
-        damaged = [f["path"] for f in m["files"] if not _copy_ok(ostore, vault, f)]
+        # a disk's rule (``retire.DiskUnretire.begin``): a copy not as recorded stays in the vault
+        # and is named (``not_restored``, ``backup_changed``), the others go back, as the begin
+        # record says (a resumed restore leaves those its begin record named, whatever they read
+        # now, and refuses one changed since); one missing, or every one changed, refuses it
+        left = set(self.begun_changed) if self.resume else set()
+        damaged, changed = [], []
+        for f in m["files"]:
+            if f["path"] in left:
+                continue
+            state = _copy_state(ostore, vault, f)
+            if state == CHANGED and not self.resume:
+                changed.append(f["path"])
+            elif state != RECORDED:
+                damaged.append(f["path"])
+        if not damaged and changed and len(changed) == len(m["files"]):
+            damaged = changed  # nothing would come back: refused, as before
         if damaged:
             why = f"retired objects missing or damaged in the vault: {', '.join(damaged[:5])}; nothing was changed"
             if self.resume:
                 why += "; the journal is kept"
                 held.jpath = journal_path(ostore, held.held_as)
             raise txn.Refused(why)
+        self.changed = sorted(left) if self.resume else changed
         if not self.resume:  # before the first put-back: the next start finishes a restore stopped midway
             doc = restore_journal(ostore, vault, m, UNRETIRE_KIND, self.out.run, self.along)
-            start_journal(self.st, dict(doc, **{RESTORE_OP: op_id}))
+            start_journal(self.st, dict(doc, **{RESTORE_OP: op_id, CHANGED_KEYS: changed}))
         held.jpath = journal_path(ostore, held.held_as)
 
     def put_back(self, report: txn.Report) -> None:
@@ -729,7 +758,10 @@ class BucketUnretire(one_unretire.UnretireLayout):
         ostore, vault, out, held = self.ostore, self.vault, self.out, self.held
         assert held is not None
         present = run_listing(ostore, vault, out.run)
+        self.conflicts.extend(self.changed)  # never read as the run's bytes, never put back
         for i, f in enumerate(self.m["files"]):
+            if f["path"] in self.changed:
+                continue
             cur = present.get(f["path"])
             if cur is None:
                 held.started = True
@@ -797,9 +829,16 @@ class BucketUnretire(one_unretire.UnretireLayout):
         if failure is not None:
             reason += release_note(failure)
         if conflicts:
+            changed = sorted(left & set(self.changed))
             self.out.found(Finding.NOT_RESTORED, sorted(left))
-            reason += (f"; {len(left)} key(s) hold another object now and were left as they are, e.g. "
-                       f"{sorted(left)[0]}: their originals stay in the vault, and purge keeps them")
+            self.out.found(Finding.BACKUP_CHANGED, changed)
+            if changed:  # a disk's words (``retire.unretire_commit``)
+                reason += (f"; {len(changed)} retired object(s) whose copies are not as recorded, e.g. {changed[0]}: "
+                           "left in the vault (not put back), and purge keeps them")
+            others = sorted(left - set(changed))
+            if others:
+                reason += (f"; {len(others)} key(s) hold another object now and were left as they are, e.g. "
+                           f"{others[0]}: their originals stay in the vault, and purge keeps them")
             return reason, Finding.NOT_RESTORED  # the code every store says a path left with
         return reason, Finding.MTIME_NOT_KEPT
 
@@ -822,17 +861,35 @@ class BucketUnretire(one_unretire.UnretireLayout):
             self.held.let_go()
 
 
-def _copy_ok(ostore: ObjectStore, vault: BucketVault, f: dict) -> bool:
-    """Whether ``f``'s backup is there with its bytes: a blob added by this logdir that reads back
-    to its sha256, or a copy of its size and checksums."""
+def _copy_state(ostore: ObjectStore, vault: BucketVault, f: dict) -> str:
+    """What the vault holds of ``f``'s backup, a disk's words (``retire_tree.stored_as``; an
+    object is never appended to, so never ``GROWN``): ``RECORDED`` (a blob added by this logdir
+    that reads back to its sha256, or a copy of its size and checksums), ``CHANGED`` (a copy of
+    another size or checksums, a blob whose bytes do not hash) or ``MISSING`` (no copy; a blob
+    not there, forgotten, or one the store failed to read: no reason to leave it for good)."""
     if is_blob_entry(f):
-        return check_entry(vault, f)
+        if check_entry(vault, f):
+            return RECORDED
+        bv = vault.blobs  # check_entry's looks said no: only a blob there, unreadable as its sha256, changed
+        bad = bv.store.check(f["sha256"]) if bv is not None and os.path.isdir(bv.folder) and \
+            bv.store.owner in bv.store.owners(f["sha256"]) else None
+        return CHANGED if bad is not None and bad.code == BlobError.CORRUPT else MISSING
     info = BucketState.of(ostore).head(f["backup"])
-    if info is None or info.size != f["size"]:
-        return False
+    if info is None:
+        return MISSING
+    if info.size != f["size"]:
+        return CHANGED
     want = f.get("backup_checksums") or f.get("checksums") or {}
-    return bool(same_content(content_checksums(info), want)) or \
-        (same_content(content_checksums(info), want) is None)
+    return CHANGED if same_content(content_checksums(info), want) is False else RECORDED
+
+
+def _left_changed(doc: dict, m: dict) -> List[str]:
+    """The paths of retirement ``m`` a restore's journal ``doc`` names as left in the vault
+    (``CHANGED_KEYS``); a journal is untrusted: only paths of ``m``'s files (a disk's
+    ``retire._left_changed``)."""
+    named = doc.get(CHANGED_KEYS)
+    paths = {f["path"] for f in m["files"]}
+    return sorted({p for p in named if isinstance(p, str) and p in paths}) if isinstance(named, list) else []
 
 
 def retirements(manifests: List[dict]) -> List[dict]:
