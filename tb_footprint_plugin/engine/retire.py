@@ -41,10 +41,11 @@ import errno
 import math
 import os
 import shutil
+import stat
 import time
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Skip
+from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import faults, trust, txn
 from tb_footprint_plugin.engine import retire_run as one_retirement
 from tb_footprint_plugin.engine import unretire_run as one_unretire
@@ -64,7 +65,8 @@ from tb_footprint_plugin.engine.context import (
 from tb_footprint_plugin.engine.history import append_history, disk_log
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec, RunLocked
 from tb_footprint_plugin.engine.placement import copies_begun, folder_at, starts_with
-from tb_footprint_plugin.engine.retire_rules import (KIND, RECOVERED_REASON, new_run_words, refused_names, retire_line,
+from tb_footprint_plugin.engine.putback import holds_original
+from tb_footprint_plugin.engine.retire_rules import (KIND, RECOVERED_REASON, refused_names, retire_line,
                                                     taken_along, unnamed_runs,
                                                     unretire_line)
 from tb_footprint_plugin.engine.retire_tree import (
@@ -92,6 +94,7 @@ from tb_footprint_plugin.engine.retire_tree import (
     stored_as,
     tree_sha256,
     still_recorded,
+    unchanged,
     write_retire_manifest,
 )
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
@@ -104,6 +107,7 @@ from tb_footprint_plugin.storage.files import CopyMismatch, copy_new, fsync_dir,
 from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.storage.paths import is_within, real_within
 from tb_footprint_plugin.storage.private import NotPrivate, ensure_private_dir
+from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.version import __version__
 
 FREE_SPACE_MARGIN = 16 << 20
@@ -556,6 +560,70 @@ def rollback_retire(ctx: Context, records: List[dict], reason: str, journal: Opt
 # ---------------------------------------------------------------------------------------
 # restore a retirement
 # ---------------------------------------------------------------------------------------
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def standing_at(ctx: Context, run: str, exclude: Iterable[str] = ()) -> Dict[str, os.stat_result]:
+    """Everything but a folder at or below ``run``'s path (a file, a link, a special file), each by
+    its logdir-relative name with its lstat; the folders ``exclude`` names (the state, a vault)
+    left out, known by their device and inode. Read through descriptors, each folder opened in
+    its parent without following a link (the logdir store's walk to the run's parent, then
+    ``O_NOFOLLOW``): a link is a name here, never a way (invariant 4), and a folder swapped for
+    one after the listing is that name. A link on the way to the run refuses (``txn.Refused``,
+    nothing changed); nothing there: empty."""
+    skip = set()
+    for p in exclude:
+        with contextlib.suppress(OSError):
+            st = os.stat(p)
+            skip.add((st.st_dev, st.st_ino))
+    out: Dict[str, os.stat_result] = {}
+    try:
+        with ctx.store.folder(ctx.key(run)) as (pfd, name):
+            try:
+                st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+            except FileNotFoundError:
+                return out
+            if not stat.S_ISDIR(st.st_mode):
+                out[run] = st
+                return out
+            fd = os.open(name, _DIR_FLAGS, dir_fd=pfd)
+    except StoreFailure as e:
+        if e.code == StoreError.NOT_FOUND:
+            return out
+        raise txn.Refused(f"{run}: not reached without a link ({e}); nothing was changed", e.code) from None
+    except OSError as e:
+        raise txn.Refused(f"{run}: cannot look at what stands there ({reason_of(e)}); nothing was changed",
+                          failure_code(e)) from None
+    _standing_in(fd, run, skip, out)
+    return out
+
+
+def _standing_in(fd: int, base: str, skip: set, out: Dict[str, os.stat_result]) -> None:
+    """``standing_at`` below the folder open at ``fd`` (closed here), named ``base``."""
+    try:
+        with os.scandir(fd) as it:
+            found = []
+            for e in it:
+                with contextlib.suppress(FileNotFoundError):  # gone since the listing
+                    found.append((e.name, e.stat(follow_symlinks=False)))
+        for name, st in sorted(found):
+            if stat.S_ISDIR(st.st_mode):
+                if (st.st_dev, st.st_ino) in skip:
+                    continue
+                try:
+                    sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    continue
+                except OSError:  # swapped for a link (or made unreadable) since: a name, never a way
+                    out[f"{base}/{name}"] = st
+                    continue
+                _standing_in(sub, f"{base}/{name}", skip, out)
+            else:
+                out[f"{base}/{name}"] = st
+    finally:
+        os.close(fd)
+
+
 def unretire(ctx: Context, manifest: dict) -> RunOutcome:
     """Bring a retired run back byte for byte (tree sha256 checked); returns an outcome: the one
     restore of a retirement (``engine.unretire_run``) over a disk's layout, ``DiskUnretire``."""
@@ -566,7 +634,10 @@ class DiskUnretire(one_unretire.UnretireLayout):
     """A disk's layout of the one restore of a retirement (``unretire_run.Unretire``):
 
     - refused before anything is held: a record (run, vault) that does not check out, a symlink
-      on the way, a retirement the vault does not hold, something standing at the run's path;
+      on the way, a retirement the vault does not hold; then, by the one rule of every store
+      (``retire_rules.new_run_refusal`` over ``standing`` and ``retired_at``), anything standing
+      at or below the run's path that is not a retired file as it was (a link, a file, another
+      run's: never followed, ``standing_at``; folders holding nothing are no name, as on a bucket);
     - held: the lock of every run it puts back (``run_lock``);
     - **journal**: under the locks, an unsettled operation on a run, a stored file missing (or
       every one changed) or a folder this user may not write refuses it (nothing changed); a
@@ -608,6 +679,7 @@ class DiskUnretire(one_unretire.UnretireLayout):
         self.put_started = self.resumed  # a folder made or a file put back, maybe
         self.grown: Dict[int, dict] = {}  # the stored files that grew, each the entry it goes back by
         self.changed: List[str] = []  # the paths whose stored files do not begin with their bytes
+        self.by_path: Optional[Dict[str, dict]] = None  # the retired files by name, once asked
 
     def refused(self) -> None:
         ctx, m, run = self.ctx, self.m, self.out.run
@@ -622,11 +694,31 @@ class DiskUnretire(one_unretire.UnretireLayout):
             check_retired_dir(self.vault, m["op_id"])
         except TransactionError as e:
             raise txn.Refused(f"{e}; nothing was changed") from e
-        top = ctx.abs(run)
+
+    def standing(self) -> Optional[Dict[str, os.stat_result]]:
+        """What stands at or below the run's path (``standing_at``: the walk that follows no link),
+        the state and the vaults left out: the one rule against a new run of the same name
+        (``retire_rules.new_run_refusal``) decides, as on every store; a resumed restore's is what
+        it put back (None)."""
         if self.resumed:
-            return  # what stands at the run's path is what this restore put back
-        if os.path.lexists(top) and (not os.path.isdir(top) or os.path.islink(top) or os.listdir(top)):
-            raise txn.Refused(new_run_words(run))
+            return None
+        ctx = self.ctx
+        return standing_at(ctx, self.out.run, [ctx.state, ctx.vault.root, self.m["vault"]])
+
+    def retired_at(self, name: str, seen: os.stat_result) -> Optional[bool]:
+        """True where ``name`` holds the retired file as it was (a regular file of its recorded
+        size, mtime, mode and sha256: what the put-back finds in place and the commit's re-hash
+        passes), False at another of its names, None at a name the retirement never had."""
+        if self.by_path is None:
+            self.by_path = {f["path"]: f for f in self.m["tree"]}
+        f = self.by_path.get(name)
+        if f is None:
+            return None
+        try:
+            as_was = unchanged(name, f, seen) and (seen.st_mode & 0o7777) == (f["mode"] & 0o7777)
+        except (KeyError, TypeError):  # a record without them (untrusted input): not known to be it
+            return False
+        return as_was and holds_original(self.ctx.store, self.ctx.key(name), f, seen.st_size)
 
     def hold(self) -> bool:
         r = self.out.run

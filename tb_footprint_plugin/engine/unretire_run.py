@@ -8,11 +8,11 @@ written here, once (``Unretire``, a ``txn.PutBack`` run by the one driver ``engi
 1. the outcome until it starts (``retire_rules.unretire_outcome``: failed, ``RESTORE_BLOCKED``,
    named by the retirement); the record read as the store keeps it (``UnretireLayout.admit``);
    what no store restores (``retire_rules.unretire_refusal``: restored already, purged, never
-   verified); the store's refusals of names, keys and what stands at the run's path
-   (``UnretireLayout.refused``); a new run of the same name standing there
-   (``retire_rules.new_run_refusal`` over ``UnretireLayout.standing``: anything there that is not
-   the retirement's, refused with a disk's words; keys written once the restore runs are left as
-   they are, ``not_restored``) — each before anything is held, nothing changed;
+   verified); the store's refusals of names and keys (``UnretireLayout.refused``); a new run of
+   the same name standing there (``retire_rules.new_run_refusal`` over ``UnretireLayout.standing``
+   and ``retired_at``: anything there that is not the retirement's, refused in one set of words;
+   files written once the restore runs are left as they are, ``not_restored``) — each before
+   anything is held, nothing changed;
 2. the runs held (``UnretireLayout.hold``: the lock of the run and of every run it takes along);
 3. the driver's steps: **journal** (``begin``: the vault's copies checked, then the journal's
    begin record, the restore named by its own op id from there on; ``txn.Refused`` before the record,
@@ -90,14 +90,13 @@ class UnretireLayout(abc.ABC):
     @abc.abstractmethod
     def refused(self) -> None:
         """``txn.Refused`` when the store cannot put this retirement back whatever the vault holds
-        (names, keys, something standing at the run's path); before anything is held."""
+        (names, keys, a link on the way); before anything is held."""
 
     def standing(self) -> Optional[Mapping[str, Any]]:
         """What stands at or below the run's path now, each name (logdir-relative) with what the
         store's look gave of it, the state and the vault left out: the one rule against a new run
         of the same name (``retire_rules.new_run_refusal``) is asked of it before anything is held.
-        None where ``refused`` looks itself (a disk's: a link or a file at the path, a folder not
-        empty) and for a resumed restore (what stands is what it put back)."""
+        None for a resumed restore (what stands is what it put back)."""
         return None
 
     def retired_at(self, name: str, seen: Any) -> Optional[bool]:
