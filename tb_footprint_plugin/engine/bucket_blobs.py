@@ -53,6 +53,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 from tb_footprint_plugin.codes import BlobError, Failure, Skip, StoreError
 from tb_footprint_plugin.engine import manifest
+from tb_footprint_plugin.engine.bucket_blob_claims import noting_in
 from tb_footprint_plugin.engine.catalogue_rules import entry_released
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.journal_object import pending_objects
@@ -179,6 +180,8 @@ def backup_entries(ostore: ObjectStore, vault: BucketVault, entries: List[dict])
     if not todo or bv is None:
         return failed
     got: Dict[int, str] = {}  # index in todo -> sha of the bytes read
+    claims = noting_in(bv)
+    fresh: Set[int] = set()  # index in todo of a blob this logdir had not claimed before this add
 
     with scratch.scratch("bucket-backup", scratch.system_root()) as work:
         def sources() -> Iterator[BlobSource]:
@@ -203,11 +206,15 @@ def backup_entries(ostore: ObjectStore, vault: BucketVault, entries: List[dict])
                     failed[en["run"]] = e
                     continue
                 got[i] = sha
+                if claims is not None and bv.store.owner not in bv.store.owners(sha):
+                    fresh.add(i)
                 if int(f["size"]) > IN_MEMORY:
                     last = os.path.join(work, f"{i:06d}.orig")
                 yield BlobSource(sha=sha, size=int(f["size"]), open=opener)
 
         try:
+            if claims is not None:
+                bv.store.reload()  # whose claims exist now: another process's adds count too
             refs = bv.store.add(sources())
         except BlobFailure as e:
             err = BucketTxnError(Failure.STORE_ERROR if e.code == BlobError.STORE else Failure.BACKUP_DAMAGED,
@@ -225,6 +232,8 @@ def backup_entries(ostore: ObjectStore, vault: BucketVault, entries: List[dict])
             continue
         f["sha256"] = sha
         f["backup_checksums"] = {"sha256": sha}
+        if claims is not None:
+            claims.note(str(en.get("op")), sha, i in fresh)
     return failed
 
 
@@ -312,12 +321,20 @@ def check_entry(vault: BucketVault, f: dict) -> bool:
     return bv.store.check(f["sha256"]) is None
 
 
-def missing_blobs(vault: BucketVault, files: List[dict], reread: bool = True) -> None:
+#: what ``missing_blobs``'s refusal says of the run by default: its last look before the commit
+#: record (a batch's, a rewrite's), where nothing was deleted or replaced yet
+LEFT_AS_IT_WAS = "run left as it was"
+
+
+def missing_blobs(vault: BucketVault, files: List[dict], reread: bool = True, *, then: str = LEFT_AS_IT_WAS) -> None:
     """Raise ``BucketTxnError(BACKUP_DAMAGED)`` naming the folder when a blob entry of ``files``
     is no longer claimed by this logdir in the blob vault (a forget since it was added): the swap
     that replaces or deletes its original must not go on. The index is read again (another
     process may have forgotten it; ``reread=False``: read for an earlier run of the same batch);
-    the bytes were read back and hashed when they were added."""
+    the bytes were read back and hashed when they were added. ``then``: what the caller does with
+    the run on this refusal, said after the cause (``LEFT_AS_IT_WAS`` before the commit record;
+    past it, e.g. "the reduction is not finished: its journal and every original left stay") —
+    the code is the same, only the caller knows which is true."""
     todo = [f for f in files if is_blob_entry(f)]
     if not todo:
         return
@@ -327,12 +344,12 @@ def missing_blobs(vault: BucketVault, files: List[dict], reread: bool = True) ->
             bv.store.reload()
     except BlobFailure as e:
         raise BucketTxnError(Failure.STORE_ERROR, f"{bv.folder}: the blob vault's index does not read ({e}); "
-                             "run left as it was") from None
+                             f"{then}") from None
     for f in todo:
         if not is_sha256(f.get("sha256")) or not os.path.isdir(bv.folder) or \
                 bv.store.owner not in bv.store.owners(f["sha256"]) or not bv.store.candidates(f["sha256"]):
             raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: its backup is no longer in {bv.folder} "
-                                 "(forgotten since it was added); run left as it was")
+                                 f"(forgotten since it was added); {then}")
 
 
 def _named(doc, out: Set[str], let_go: Optional[Set[str]] = None, purged: bool = False) -> bool:
@@ -365,6 +382,31 @@ def _purged(doc, file: str) -> bool:
         return False
 
 
+def names_in_bucket(ostore: ObjectStore, vault: BucketVault):
+    """``(needed, let_go)``: the digests a journal or a manifest (not purged) of the bucket names,
+    and those a manifest lets go (marked purged, or an entry a restore released); the path of the
+    first that is not readable instead (nothing may be forgotten then: it may name any blob).
+    The caller holds the exclusive forget lock."""
+    st = BucketState(ostore)
+    needed: Set[str] = set()
+    let_go: Set[str] = set()
+    # journals first: an operation's journal names its digests until its manifest exists and
+    # goes only after, so one that commits between the two listings is named by one of them
+    # (the journal folder through its one listing, ``journal_object.pending_objects``)
+    journals = [(f"{ostore.root}/{key}", info) for key, info in pending_objects(st)]
+    manifests = vault.root + "/manifests"
+    for path, info in journals + [(f"{manifests}/{key}", info)
+                                  for key, info in sorted(st.listing(manifests, missing_ok=True).items())]:
+        doc, _ = st.read(path, info)
+        if doc is None:
+            continue
+        is_manifest = path.startswith(manifests + "/")
+        # only a manifest's word lets a blob go: a journal names what it names, nothing more
+        if not _named(doc, needed, let_go if is_manifest else None, is_manifest and _purged(doc, path)):
+            return path
+    return needed, let_go
+
+
 def collect(ostore: ObjectStore, vault: BucketVault) -> dict:
     """Purge's step on the blob vault: under the exclusive lock, forget the blobs this logdir
     added that a manifest in the bucket lets go (marked purged: by a purge, or a restore's
@@ -377,24 +419,11 @@ def collect(ostore: ObjectStore, vault: BucketVault) -> dict:
     bv = vault.blobs
     if bv is None or not os.path.isdir(bv.folder):
         return {}  # no blob was ever added there
-    st = BucketState(ostore)
     with forget_lock(bv, exclusive=True):
-        needed: Set[str] = set()
-        let_go: Set[str] = set()
-        # journals first: an operation's journal names its digests until its manifest exists and
-        # goes only after, so one that commits between the two listings is named by one of them
-        # (the journal folder through its one listing, ``journal_object.pending_objects``)
-        journals = [(f"{ostore.root}/{key}", info) for key, info in pending_objects(st)]
-        manifests = vault.root + "/manifests"
-        for path, info in journals + [(f"{manifests}/{key}", info)
-                                      for key, info in sorted(st.listing(manifests, missing_ok=True).items())]:
-            doc, _ = st.read(path, info)
-            if doc is None:
-                continue
-            is_manifest = path.startswith(manifests + "/")
-            # only a manifest's word lets a blob go: a journal names what it names, nothing more
-            if not _named(doc, needed, let_go if is_manifest else None, is_manifest and _purged(doc, path)):
-                return {"blocked": f"{path} is not readable; nothing forgotten"}
+        named = names_in_bucket(ostore, vault)
+        if isinstance(named, str):
+            return {"blocked": f"{named} is not readable; nothing forgotten"}
+        needed, let_go = named
         bv.store.reload()
         mine = [r for r in bv.store.refs() if bv.store.owner in bv.store.owners(r.sha)]
         drop = [r.sha for r in mine if r.sha in let_go and r.sha not in needed]
@@ -409,6 +438,6 @@ def collect(ostore: ObjectStore, vault: BucketVault) -> dict:
                                  f"{len(drop)} purged backup(s) yet ({e}); the next purge does it") from None
 
 
-__all__ = ["IN_MEMORY", "KEPT_IN", "adding", "backup_entries", "blobs_of", "check_entry", "copy_from_blobs", "collect", "entry_ok",
-           "forget_lock", "is_blob_entry", "missing_blobs", "names_our_backup", "plain_under",
+__all__ = ["IN_MEMORY", "KEPT_IN", "LEFT_AS_IT_WAS", "adding", "backup_entries", "blobs_of", "check_entry",
+           "copy_from_blobs", "collect", "entry_ok", "forget_lock", "is_blob_entry", "missing_blobs", "names_in_bucket", "names_our_backup", "plain_under",
            "put_back"]

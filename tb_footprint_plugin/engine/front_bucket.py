@@ -174,6 +174,10 @@ class BucketEngine(Engine):
                 (o.get("recover_will") or {}).get("action") != Recovery.REFUSED for o in st["unfinished"])
         for k in ("unfinished", "problems", "late_writes", "kept_blobs", "locked_runs"):
             st.setdefault(k, [])
+        if self.vault.blobs is not None:  # the folder's orphans, as a disk vault's (R9 F8's follow-up)
+            from tb_footprint_plugin.engine.bucket_blob_release import folder_orphans
+
+            st["problems"] = list(st["problems"]) + folder_orphans(self.ostore, self.vault)
         st.setdefault("settle_command", health.settle_command(self.logdir, self.backup_dir) if settles else None)
         st["disk_in_use_bytes"] = self.in_use()
         try:
@@ -348,9 +352,15 @@ class BucketEngine(Engine):
         """Differs: no ``progress`` calls. A cancel is honoured at the driver's points up to the
         commit record, as on a disk. With a local vault of blobs the run's objects go there (made
         0700, or refused naming it, before the first run moves: a dry run writes nothing)."""
+        from tb_footprint_plugin.engine.bucket_blob_claims import noting
+        from tb_footprint_plugin.engine.bucket_blob_release import release_rolled_back
+
         self.prepare_vault()
-        return self.bk.retire_run(self.ostore, self.vault, run, takes_along=takes_along, rule=rule,
-                                  quiet_period=quiet_period, cancel=cancel)
+        with noting(self.vault) as claims:  # as ``reduce_runs``: a retirement rolled back leaves no blob
+            out = self.bk.retire_run(self.ostore, self.vault, run, takes_along=takes_along, rule=rule,
+                                     quiet_period=quiet_period, cancel=cancel)
+            release_rolled_back(self.ostore, self.vault, claims, [out])
+        return out
 
     def retired(self) -> List[dict]:
         """Differs: ``tree_sha256`` is None (a bucket retirement lists objects, no tree digest)."""
@@ -532,13 +542,19 @@ class BucketEngine(Engine):
         ``done``), after a ``start`` (0.0) a disk does not say. ``vault_format`` is the one
         ``vault_format`` gave (the vault's own: a requested other was refused before the plan).
         A run's ``finished_at`` is its commit record's time, as on a disk."""
+        from tb_footprint_plugin.engine.bucket_blob_claims import noting
+        from tb_footprint_plugin.engine.bucket_blob_release import release_rolled_back
         from tb_footprint_plugin.engine.bucket_reduce import reduce_runs
 
         listing = self._listing if self._listing is not None else self.state.tree()
-        return reduce_runs(self.ostore, self.vault, todo, listing, self.quiet_period, policy=policy.name,
-                           on_outcome=on_outcome, verify_backends=self.verify_backends, begin=begin,
-                           closed_files=self.closed_files, cancel=cancel, progress=progress, timeout=timeout,
-                           jobs=jobs)
+        # the blobs a run put back as it was claimed anew are released at the end (its journal gone)
+        with noting(self.vault) as claims:
+            outs = reduce_runs(self.ostore, self.vault, todo, listing, self.quiet_period, policy=policy.name,
+                               on_outcome=on_outcome, verify_backends=self.verify_backends, begin=begin,
+                               closed_files=self.closed_files, cancel=cancel, progress=progress, timeout=timeout,
+                               jobs=jobs)
+            release_rolled_back(self.ostore, self.vault, claims, outs)
+        return outs
 
     def request_counts(self) -> Optional[dict]:
         return self.ostore.stats.to_dict()
