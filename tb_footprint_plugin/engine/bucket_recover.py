@@ -297,9 +297,13 @@ def recover(ostore: ObjectStore, vault: BucketVault) -> List[RecoveryOutcome]:
             _drop_locks_of(st, locks, op_id)
             astray = [p for ps in kept.values() for p in ps]
             ops = {str(en["run"]): en.get("op") for en in journal.entries()}  # each run's manifest
-            out.append(backups_kept(op_id, label, astray, [{"op_id": ops.get(r) or op_id, "run": r, "path": p}
-                                                           for r, ps in kept.items() for p in ps]) if astray else
-                       settled(op_id, label, action, detail, runs=ran, kind=REDUCE))
+            if astray:  # each kept original a coded finding too (#26), as the rollback's own outcome notes it
+                o = backups_kept(op_id, label, astray, [{"op_id": ops.get(r) or op_id, "run": r, "path": p}
+                                                        for r, ps in kept.items() for p in ps])
+                o.found(Finding.ORIGINAL_NOT_IN_PLACE, astray)
+                out.append(o)
+            else:
+                out.append(settled(op_id, label, action, detail, runs=ran, kind=REDUCE))
         except (BucketTxnError, *STORE_FAILURES, ValueError) as e:
             # ValueError: a key the journal names that no store call can address (the trust check
             # above refuses those it knows of; one it misses must not stop every verb, review R12 F1)

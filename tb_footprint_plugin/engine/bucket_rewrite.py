@@ -400,7 +400,7 @@ class ObjectReduce(txn.Txn):
         (``engine.history``), the journal closed, the lock object deleted at its version."""
         journaled = self.jnl is not None
         if journaled:
-            kept = rollback_entry(self.ostore, self.vault, self.en, deleted=committed, code=self.code)
+            kept = rollback_entry(self.ostore, self.vault, self.en, deleted=committed, code=self.code, out=self.out)
             rolled_back(self.out, self.code)
             if kept:  # its manifest names the kept backups (``rollback_entry``): no rolled-back line
                 self.out.reason = f"{self.out.reason}; {kept_words(kept)}"

@@ -21,13 +21,13 @@ from __future__ import annotations
 import hashlib
 from typing import Dict, List, Optional
 
-from tb_footprint_plugin.codes import Code, Failure, Outcome, Skip, StoreError
+from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import faults, lease, manifest
 from tb_footprint_plugin.engine.bucket_blobs import KEPT_IN, is_blob_entry, missing_blobs, put_back
 from tb_footprint_plugin.engine.bucket_state import (BucketState, BucketTxnError, BucketVault, delete_all, listing_of_runs,
                                                      must_delete, must_delete_versioned, now_s, run_prefix, vault_url)
 from tb_footprint_plugin.engine.catalogue_rules import is_rolled_back_keeping, rolled_back_keeping
-from tb_footprint_plugin.engine.context import RunOutcome
+from tb_footprint_plugin.engine.context import Finds, RunOutcome
 from tb_footprint_plugin.engine.journal_object import ObjectJournal, live_entries, pending_objects
 from tb_footprint_plugin.engine.manifest import renamed  # noqa: F401  (re-exported: the bucket modules' name)
 from tb_footprint_plugin.engine.recovery_rules import rollback_incomplete_reason
@@ -338,7 +338,7 @@ def planned_objects(listing: Dict[str, ObjectInfo], runs: List[str]) -> Dict[str
 
 
 def rollback_entry(ostore: ObjectStore, vault: BucketVault, en: dict, deleted: bool = True,
-                   code: Optional[Code] = None) -> List[str]:
+                   code: Optional[Code] = None, out: Optional[Finds] = None) -> List[str]:
     """Undo one run of an operation that did not commit: put back any removed original from its
     verified backup, then drop the manifest, the backup copies and the temporary keys. ``deleted``:
     whether it may have deleted originals (its commit record was written); before that, one gone
@@ -352,7 +352,9 @@ def rollback_entry(ostore: ObjectStore, vault: BucketVault, en: dict, deleted: b
     manifest and every backup of the run, for every caller (a recovery, whose journal may be stale;
     a reduction's own rollback, a writer's new bytes at a key; review R8 F3). Unless a kept key shows
     the swap (gone, or the staged bytes its manifest records: a stale journal, the manifest true), the
-    manifest is rewritten as what happened (R8 F6, ``catalogue_rules.rolled_back_keeping``)."""
+    manifest is rewritten as what happened (R8 F6, ``catalogue_rules.rolled_back_keeping``). ``out``:
+    the outcome each kept key is noted on, ``Finding.ORIGINAL_NOT_IN_PLACE`` (issue #26: a code,
+    not words only; a recovery's outcome, made after, notes the keys returned)."""
     kept: List[str] = []
     finals: List[dict] = []
     now: Dict[str, Optional[ObjectInfo]] = {}  # a kept key's object: what tells the swap
@@ -373,6 +375,8 @@ def rollback_entry(ostore: ObjectStore, vault: BucketVault, en: dict, deleted: b
             must_delete_versioned(ostore, ostore.path(f["final"]), cur.version_token)
     temps = [f["tmp"] for f in en.get("files", []) if f.get("tmp")]
     if kept:
+        if out is not None:
+            out.found(Finding.ORIGINAL_NOT_IN_PLACE, kept)
         path = vault.manifest(en["op"])
         doc, version = st.read(path)
         if doc is None:  # rolled back before its manifest was written: one names the copies kept
