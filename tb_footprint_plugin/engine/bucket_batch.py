@@ -24,6 +24,7 @@ from typing import Callable, Dict, List, Mapping, Optional
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import faults, txn
 from tb_footprint_plugin.engine.bucket_blobs import adding, backup_entries, is_blob_entry, missing_blobs
+from tb_footprint_plugin.engine.bucket_history import note_shard_batch
 from tb_footprint_plugin.engine.history import append_rolled_back, rolled_back_line
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
@@ -123,6 +124,7 @@ class ObjectBatchReduce(txn.Txn):
         self.error: Optional[BaseException] = None
         self.committed_at = 0.0
         self.now_objs: Dict[str, ObjectInfo] = {}
+        self.noted: List[tuple] = []  # (op id, version, manifest) of each manifest written
         self._adding = contextlib.ExitStack()  # the vault's shared adding lock, backup to verify
         self._ended = False
         #: the change-log lines of the runs rolled back, appended at the end in one append
@@ -251,9 +253,9 @@ class ObjectBatchReduce(txn.Txn):
             rp = self.plans[en["run"]]
             bytes_after = rp.bytes_before - sum(f["size"] for f in en["files"])
             try:
-                self.st.create(self.vault.manifest(en["op"]), manifest_doc(
-                    self.ostore, en, rp, self.policy, bytes_after, self.vault, self.jnl.doc,
-                    committed_at=self.committed_at))
+                doc = manifest_doc(self.ostore, en, rp, self.policy, bytes_after, self.vault, self.jnl.doc,
+                                   committed_at=self.committed_at)
+                self.noted.append((en["op"], self.st.create(self.vault.manifest(en["op"]), doc), doc))
             except (BucketTxnError, *STORE_FAILURES) as e:
                 self._drop(en, e)
         self._adding.close()
@@ -322,7 +324,8 @@ class ObjectBatchReduce(txn.Txn):
         store's failure (past the commit point: the reduction stands, unverified). Then the
         journal and every lock in one batched delete (journal first: a crash between the two
         leaves only stale locks, which recovery drops); a run taken out whose cleanup failed
-        keeps the journal (step ``done``): the next start finishes that cleanup."""
+        keeps the journal (step ``done``): the next start finishes that cleanup. Last, a shard
+        worker's manifests go into the partition's summary (``bucket_history.note_shard_batch``)."""
         live, outs = self.live, self.outs
         unverified = Failure.ERROR
         try:
@@ -346,6 +349,8 @@ class ObjectBatchReduce(txn.Txn):
             self.jnl.close(also=ours, versions=versions)
         else:
             self.jnl.step(Rec.DONE, runs=self.entries)
+        ops = {en["op"] for en in live}  # a shard worker's next partition reads none of these (#28)
+        note_shard_batch(self.ostore, self.vault, [n for n in self.noted if n[0] in ops])
 
     def journaled(self) -> bool:
         return self.jnl is not None

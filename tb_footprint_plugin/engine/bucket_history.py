@@ -18,6 +18,7 @@ from tb_footprint_plugin.engine.bucket_catalogue import (entries_of, entry_when,
 from tb_footprint_plugin.engine.bucket_objects import STATE_LIMIT
 from tb_footprint_plugin.engine.bucket_state import BucketState, BucketVault
 from tb_footprint_plugin.engine.history import HistoryPage, bucket_log
+from tb_footprint_plugin.engine.lease import shard_label
 from tb_footprint_plugin.storage.remote import READ_WORKERS
 from tb_footprint_plugin.storage.store import CLOCK_SKEW, StoreFailure
 from tb_footprint_plugin.storage.store_object import ObjectStore
@@ -209,11 +210,12 @@ def note_manifests(ostore: ObjectStore, vault: BucketVault, written: Iterable[Tu
                    tries: int = 3) -> bool:
     """Add the manifests a worker wrote (``(op_id, version, doc)``: each as put, and the version
     its put returned) to the vault's summary, so the next shard partition reads none of them
-    (``partition_entries``): what a batch's end can call (#28: else the first rerun of a sharded
-    batch still reads every manifest once per worker). A record is only ever a manifest at a
-    version: one rewritten or dropped since is read again or left out by its reader, whatever
-    this wrote. Requests: the summary's version and bytes, a conditional put; another worker's
-    put in between, read and merged again (``tries`` in all). True when written; never raised."""
+    (``partition_entries``): a shard worker's batch calls it at its end (``note_shard_batch``;
+    #28: else the first rerun of a sharded batch still reads every manifest once per worker). A
+    record is only ever a manifest at a version: one rewritten or dropped since is read again or
+    left out by its reader, whatever this wrote. Requests: the summary's version and bytes, a conditional put; another worker's
+    put in between, read and merged again (``tries`` in all). True when written; never raised
+    (a cache: a record it fails to add is read from its manifest once, as before)."""
     recs = {}
     for op_id, version, doc in written:
         m = usable_manifest(ostore, vault.manifest(op_id), dict(doc), version) if version else None
@@ -231,6 +233,14 @@ def note_manifests(ostore: ObjectStore, vault: BucketVault, written: Iterable[Tu
         if _write_summary(vault, merged, there.version if there is not None else None):
             return True
     return False
+
+
+def note_shard_batch(ostore: ObjectStore, vault: BucketVault, written: List[Tuple[str, str, dict]]) -> None:
+    """At a batch's end, in a worker of a sharded batch (``lease.shard_label``) only: the manifests
+    it wrote noted in the summary (``note_manifests``), so the first rerun of the shard workers reads
+    none of them, as later ones do. A batch of no shard pays no request: no partition reads them."""
+    if written and shard_label():
+        note_manifests(ostore, vault, written)
 
 
 def _write_summary(vault: BucketVault, manifests: Dict[str, dict], over: Optional[str] = "") -> bool:
@@ -255,4 +265,5 @@ def _write_summary(vault: BucketVault, manifests: Dict[str, dict], over: Optiona
     return True
 
 
-__all__ = ["SKEW", "SUMMARY", "SUMMARY_FIELDS", "history_page", "note_manifests", "partition_entries"]
+__all__ = ["SKEW", "SUMMARY", "SUMMARY_FIELDS", "history_page", "note_manifests", "note_shard_batch",
+           "partition_entries"]
