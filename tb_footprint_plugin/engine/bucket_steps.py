@@ -108,7 +108,10 @@ def copies_there(ostore: ObjectStore, vault: BucketVault, en: dict, what: str = 
     kind in the words (``reduction``, ``retirement``); ``before_commit``: asked in the last look
     before the commit record (the run is then put back), else past it (the journal stays): the
     words say which, the code is the same."""
-    missing_blobs(vault, en.get("files") or [])
+    then = (f"the {what} stops before its commit record: nothing deleted, the run put back as it was"
+            if before_commit else
+            f"the {what} is not finished: its journal and every original left stay (nothing deleted)")
+    missing_blobs(vault, en.get("files") or [], then=then)
     files = [f for f in en.get("files") or [] if not is_blob_entry(f)]
     if not files:
         return
@@ -118,12 +121,9 @@ def copies_there(ostore: ObjectStore, vault: BucketVault, en: dict, what: str = 
     for f in files:
         if not copy_there(listed.get(f.get("backup")), f):
             url = vault_url(ostore, str(f.get("backup")))
-            raise BucketTxnError(Failure.BACKUP_DAMAGED, (
-                f"{url}: the vault copy of {f.get('path')} is gone or changed since its copy was verified; the "
-                f"{what} stops before its commit record: nothing deleted, the run put back as it was")
-                if before_commit else (
-                f"{url}: the vault copy of {f.get('path')} is gone or changed since the commit record; "
-                f"the {what} is not finished: its journal and every original left stay (nothing deleted)"))
+            since = "its copy was verified" if before_commit else "the commit record"
+            raise BucketTxnError(Failure.BACKUP_DAMAGED,
+                                 f"{url}: the vault copy of {f.get('path')} is gone or changed since {since}; {then}")
 
 
 def copy_there(info: Optional[ObjectInfo], f: dict) -> bool:
