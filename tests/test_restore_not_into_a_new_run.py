@@ -7,7 +7,8 @@ TensorBoard would then draw the old and the new run's points of the same tags as
 A disk's unretire refused this already ("something stands there now (a new run of the same
 name?); move it away first — nothing was changed"); a bucket's unretire put the old objects back
 beside the new ones, and a reduction's restore did so on both stores. Now each refuses with those
-words (``restore_blocked``), nothing changed, the backup kept: once the new run is moved away the
+words (``restore_blocked``; a reduction's restore in words saying what it sees, ``output_gone_words``:
+it cannot tell a new run from its own run's untouched files), nothing changed, the backup kept: once the new run is moved away the
 restore brings the old run back. A run folder simply deleted (nothing there) still comes back.
 """
 import math
@@ -16,6 +17,7 @@ import shutil
 
 from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.codes import Failure, Outcome
+from tb_footprint_plugin.engine.retire_rules import output_gone_words
 
 WORDS = "something stands there now (a new run of the same name?); move it away first — nothing was changed"
 
@@ -53,6 +55,13 @@ def _refused_as_a_new_run(o, run):
     assert o.reason == f"{run}: {WORDS}", o.reason
 
 
+def _refused_as_output_gone(o, run, names):
+    """A reduction's restore says what it sees (``output_gone_words``): none of its files there,
+    one of ``names`` (the new run's) standing; it cannot tell a new run from its own files kept."""
+    assert o.status == Outcome.FAILED and o.code == Failure.RESTORE_BLOCKED, (o.status, o.code, o.reason)
+    assert o.reason in {output_gone_words(run, n) for n in names}, o.reason
+
+
 # -- a reduction's restore (F7) ---------------------------------------------------------------
 
 def test_disk_restore_of_a_reduction_refuses_a_new_run_of_that_name(tmp_path):
@@ -65,7 +74,7 @@ def test_disk_restore_of_a_reduction_refuses_a_new_run_of_that_name(tmp_path):
     _write(run, 1_600_000_000, 5)  # re-run under the same name
     new = _tree(run)
     (o,) = api.restore(str(logdir))
-    _refused_as_a_new_run(o, "r")
+    _refused_as_output_gone(o, "r", [f"r/{n}" for n in new])
     assert _tree(run) == new, "the old run's originals were merged into the new run"
     assert not api.unfinished(str(logdir))["unfinished_operations"]
     # the backup kept: with the new run moved away the old run comes back, byte for byte
@@ -127,7 +136,7 @@ def test_bucket_restore_of_a_reduction_refuses_a_new_run_of_that_name(s3_bucket,
     new = _put_new_run(s3_bucket, tmp_path, "logs", "r")
     now = s3_bucket.hashes("logs")
     (o,) = api.restore(url, run="r")
-    _refused_as_a_new_run(o, "r")
+    _refused_as_output_gone(o, "r", new)
     assert s3_bucket.hashes("logs") == now, "the old run's originals were merged into the new run"
     # the backup kept: with the new run moved away the old run comes back
     for k in new:

@@ -15,8 +15,8 @@ rules instead of spelling them each.
 - which retirements a restore (unretire) refuses whatever the vault holds (``unretire_refusal``:
   restored, purged, or never verified);
 - when a restore would merge an old run into a new run of the same name (``new_run_refusal``, for
-  a retirement's restore and a reduction's, on every store: refused with one set of words,
-  ``new_run_words``, nothing changed);
+  a retirement's restore and a reduction's, on every store: refused with one set of words each,
+  ``new_run_words`` and ``output_gone_words``, nothing changed);
 - the history line of a retirement (``retire_line``: its reason says the nested runs it took
   along) and of its restore (``unretire_line``: the restore's own op id, ``of_op`` the retirement
   restored, reason "restored retirement X"): a disk appends them to its change log, a bucket builds
@@ -128,10 +128,22 @@ def new_run_words(run: str) -> str:
             "nothing was changed")
 
 
+def output_gone_words(run: str, other: str) -> str:
+    """What a reduction's restore refused by ``new_run_refusal`` says, on every store: what is seen
+    (none of the reduction's own files there, ``other`` a name it never had standing), which
+    cannot tell a run whose reduced files were deleted, its untouched files kept, from a new run
+    of the same name; and the way to restore anyway."""
+    return (f"{run}: none of the files the reduction left there holds its bytes now (deleted or replaced) "
+            f"while files it never had stand at the run's path, e.g. {other}: the run's own untouched files, or "
+            "a new run of the same name the originals would be merged into; nothing was changed. To restore "
+            "anyway, move what stands at the run's path away, restore, then put back what belongs to the run")
+
+
 def new_run_refusal(run: str, standing: Iterable[str], ours: Callable[[str], Optional[bool]], *,
                     took_all: bool, left: bool = False) -> Optional[str]:
     """Why putting an operation's files back at ``run`` would merge them into a new run of the same
-    name (``new_run_words``), or None: the one rule of a retirement's restore and a reduction's,
+    name (a retirement's: ``new_run_words``; a reduction's: ``output_gone_words``, saying what is
+    seen and the first name it never had), or None: the one rule of a retirement's restore and a reduction's,
     on every store (review R9 F4, F7). Two runs merged are drawn by TensorBoard as one series per
     tag, and nothing tells them apart again; refused, the backup is kept and the restore works once
     the new run is moved away.
@@ -142,22 +154,24 @@ def new_run_refusal(run: str, standing: Iterable[str], ours: Callable[[str], Opt
     original in place; a reduced file, perhaps with records a writer appended), False at one of
     its names holding something else, None at a name it never had. A retirement took the whole run
     (``took_all``): any name not holding its bytes is someone else's. A reduction left the run's
-    other files where they were: the run is a new one when none of its names holds its bytes and a
-    name it never had stands there (a file changed at one of its own names is what the restore
+    other files where they were: the run may be a new one when none of its names holds its bytes
+    and a name it never had stands there (or its reduced files were deleted and its untouched ones
+    kept: the same to see, so said as seen), refused (a file changed at one of its own names is what the restore
     keeps in the vault, as ever); one that left no file of its own there (``left`` False: it only
     deleted files) cannot tell its run from another, and is not refused. Reads stop at the first
     name that decides."""
     if not took_all and not left:
         return None
-    other = False
+    other: Optional[str] = None
     for name in standing:
         mine = ours(name)
         if took_all and not mine:
             return new_run_words(run)
         if mine and not took_all:
             return None
-        other = other or mine is None
-    return new_run_words(run) if other and not took_all else None
+        if other is None and mine is None:
+            other = name
+    return output_gone_words(run, other) if other is not None and not took_all else None
 
 
 def unretire_outcome(m: dict) -> RunOutcome:
@@ -210,6 +224,6 @@ def unretire_line(m: dict, restore_op: Optional[str], *, kept: bool, user: Optio
 
 __all__ = ["KIND", "RECOVERED_REASON", "refused_names", "nested_runs", "unnamed_runs", "is_restorable_retirement", "retirements",
            "restorable_retirements", "taken_along", "takes_out", "retired_now", "unretire_refusal",
-           "new_run_words", "new_run_refusal",
+           "new_run_words", "output_gone_words", "new_run_refusal",
            "unretire_outcome", "retired_row",
            "retire_line", "unretire_line"]
