@@ -1164,6 +1164,9 @@ def _print_purge(rep) -> None:
     verb = "would free" if rep.dry_run else "freed"
     print(f"{len(rep.ops)} backup(s); {verb} {human_bytes(rep.freed_bytes)}; "
           f"{rep.originals_lost} original file(s) {'would be' if rep.dry_run else 'were'} lost for good")
+    if rep.folder_freed_bytes is not None:  # a bucket's local folder of blobs: what its forget frees there
+        print(f"the local backup folder: {'would free up to' if rep.dry_run else 'freed'} "
+              f"{human_bytes(rep.folder_freed_bytes)} of stored blobs")
     for k in rep.kept:
         print(f"  kept {k['op_id']}  {shown(k['run'])}  {human_bytes(k['bytes'])}"
               + ("  (retired run)" if k.get("kind") == "retire" else "") + f"  [{k['code']}] {k['detail']}")

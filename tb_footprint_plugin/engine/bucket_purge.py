@@ -10,7 +10,8 @@ intent is finished by the next start, as a disk's is."""
 from __future__ import annotations
 
 import contextlib
-from typing import Collection, Iterator, List, Optional
+import os
+from typing import Collection, Iterator, List, Optional, Set
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine import faults, manifest, purge_run, txn
@@ -34,6 +35,8 @@ from tb_footprint_plugin.engine.bucket_state import (
     STORE_FAILURES,
 )
 from tb_footprint_plugin.engine.context import new_op_id
+from tb_footprint_plugin.storage.blobstore import BlobFailure
+from tb_footprint_plugin.storage.paths import is_sha256
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
 
@@ -68,7 +71,7 @@ def purge(ostore: ObjectStore, vault: BucketVault, *, older_than: Optional[float
     finally:  # from here on its journal, if left, is a gone holder's: the next start finishes it
         ACTIVE_OPS.discard(layout.purge_id)
     return {"dry_run": rep.dry_run, "ops": rep.ops, "freed_bytes": rep.freed_bytes, "kept": rep.kept,
-            "refused": rep.refused}
+            "refused": rep.refused, "folder_freed_bytes": layout.folder_freed}
 
 
 class BucketCopies(purge_run.PurgeLayout):
@@ -100,6 +103,9 @@ class BucketCopies(purge_run.PurgeLayout):
         self.purge_id = new_op_id()  # its journal's name
         self.jnl = None
         self.lost: Optional[BaseException] = None  # the renewal of its journal that failed
+        #: what the folder's forget frees (stored bytes; a vault of blobs only): foreseen by the
+        #: choice, then what the settle's forget deleted
+        self.folder_freed: Optional[int] = None
 
     @contextlib.contextmanager
     def choose(self, which: PurgeFilter, yes: bool) -> Iterator[purge_run.Chosen]:
@@ -136,6 +142,7 @@ class BucketCopies(purge_run.PurgeLayout):
         rows = [kept_row(m, _size(m), Finding.NOT_RESTORED, kept_by_restore(m)) for m in kept]
         rows += [kept_row(m, _size(m), Skip.LOCKED, "the operation is still under way or awaits recovery (its "
                                                     "journal is there); purge it once it has settled") for m in busy]
+        self.folder_freed = folder_frees(vault, every, chosen)
         # one transaction, run even with none chosen: the vault of blobs forgets what nothing names
         yield purge_run.Chosen([purge_run.Group(chosen, ops, plan=[])], rows)
 
@@ -208,6 +215,7 @@ class BucketCopies(purge_run.PurgeLayout):
             self._close()
             return
         fig = collect(ostore, vault)
+        self.folder_freed = int(fig.get("bytes_deleted") or 0)
         if fig.get("blocked"):
             raise BucketTxnError(Failure.STORE_ERROR, f"{vault.blobs.folder}: {fig['blocked']}")
         if fig.get("blocked_by_damaged_index"):
@@ -226,6 +234,31 @@ class BucketCopies(purge_run.PurgeLayout):
 
     def refused(self) -> List[dict]:
         return self.refused_rows
+
+
+def folder_frees(vault: BucketVault, every: List[dict], chosen: List[dict]) -> Optional[int]:
+    """What the settle's forget would free in a vault of blobs once ``chosen`` are marked purged
+    (the preview's figure beside the bucket's): the stored bytes of this logdir's blobs a manifest
+    then lets go and no other names, of which no other logdir holds a claim; from the manifests the
+    choice read (no request). "Up to": a journal under way names blobs too, and a packed blob's bytes
+    go when its pack is repacked. None without a folder."""
+    bv = vault.blobs
+    if bv is None or not os.path.isdir(bv.folder):
+        return None
+    picked = {id(m) for m in chosen}
+    needed: Set[str] = set()
+    let_go: Set[str] = set()
+    for m in every:
+        for f in m["files"]:
+            if is_blob_entry(f) and is_sha256(f.get("sha256")):
+                gone = m["backup_purged"] or id(m) in picked or entry_released(m, f)
+                (let_go if gone else needed).add(f["sha256"])
+    try:
+        bv.store.reload()
+    except BlobFailure:
+        return None  # its index does not read: the purge's forget says so
+    return sum(r.length for r in bv.store.refs() if r.sha in let_go and r.sha not in needed
+               and bv.store.owners(r.sha) == {bv.store.owner})
 
 
 def _size(m: dict) -> int:

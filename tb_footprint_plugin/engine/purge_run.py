@@ -50,6 +50,9 @@ class PurgeReport:
     kept: List[dict] = field(default_factory=list)  # {op_id, run, code, detail, bytes}
     #: state on disk that was refused (planted, copied or malformed): reported, never acted on
     refused: List[dict] = field(default_factory=list)
+    #: a bucket logdir's local folder of blobs (``--backup-dir FOLDER``): the stored bytes its forget
+    #: frees (a preview: up to; a purge: deleted), beside ``freed_bytes``; None for every other vault
+    folder_freed_bytes: Optional[int] = None
 
     @property
     def originals_lost(self) -> int:
@@ -60,7 +63,8 @@ class PurgeReport:
 
     def to_dict(self) -> dict:
         return {"dry_run": self.dry_run, "ops": self.ops, "freed_bytes": self.freed_bytes, "kept": self.kept,
-                "originals_lost": self.originals_lost, "refused": list(self.refused)}
+                "originals_lost": self.originals_lost, "refused": list(self.refused),
+                "folder_freed_bytes": self.folder_freed_bytes}
 
 
 @dataclass
