@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from tb_footprint_plugin import synth
 from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.scan import categories
+from tb_footprint_plugin.storage import jsondoc
 from tb_footprint_plugin.storage.files import matches, sha256_file
 from tb_footprint_plugin.storage.paths import DEMO_MARKER, state_dir
 from tb_footprint_plugin.storage.private import why_not_ours
@@ -281,7 +282,7 @@ def _read_marker(target: str) -> Optional[Dict[str, Any]]:
         try:
             with open_regular(path) as fh:
                 raw = read_capped(fh, _MARKER_CAP)
-            data = json.loads(raw) if len(raw) <= _MARKER_CAP else None
+            data = jsondoc.loads(raw) if len(raw) <= _MARKER_CAP else None
         except (OSError, ValueError):
             pass
         if not (isinstance(data, dict) and isinstance(data.get("files"), list)):

@@ -22,6 +22,7 @@ from collections import OrderedDict
 from typing import Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import StoreError
+from tb_footprint_plugin.storage import jsondoc
 from tb_footprint_plugin.storage.remote import ObjectInfo
 from tb_footprint_plugin.storage.store import READ_ALL_LIMIT, Copied, Entry, StoreFailure, check_key
 from tb_footprint_plugin.storage.store_object import ObjectStore, info_of, listing_of
@@ -210,7 +211,7 @@ class BucketState:
             return None, None
         try:
             data = store.read_all(key, STATE_LIMIT)
-            doc = json.loads(data.decode("utf-8"))
+            doc = jsondoc.loads(data)
         except StoreFailure as e:
             if e.code == StoreError.NOT_FOUND:
                 return None, None

@@ -39,6 +39,7 @@ import uuid
 from typing import Callable, Dict, List, Optional
 
 from tb_footprint_plugin.codes import Code, Finding, Skip
+from tb_footprint_plugin.storage import jsondoc
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.private import check_parent, is_ours, open_private
 from tb_footprint_plugin.storage.regular import open_regular, open_regular_at
@@ -134,7 +135,7 @@ def read_lease(path: str, dir_fd: Optional[int] = None) -> Optional[dict]:
     try:
         # never through a symlink, never a FIFO
         with (open_regular(path) if dir_fd is None else open_regular_at(dir_fd, path)) as f:
-            d = json.loads(f.read(64 * 1024).decode("utf-8"))
+            d = jsondoc.loads(f.read(64 * 1024))
     except (OSError, ValueError):
         return None
     if not isinstance(d, dict):
@@ -216,7 +217,7 @@ def journal_progress(journal_dir: str, run: str) -> Optional[float]:
                 continue
             try:
                 with open_regular_at(listed[0], n) as f:  # a FIFO planted as a journal never hangs this
-                    first = json.loads(f.readline(1 << 20).decode("utf-8") or "null")
+                    first = jsondoc.loads(f.readline(1 << 20) or b"null")
                     mt = os.fstat(f.fileno()).st_mtime
             except (OSError, ValueError):
                 continue

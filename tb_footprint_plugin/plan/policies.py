@@ -6,7 +6,6 @@ a policy that tries, and event files are never deleted by a file-level rule.
 """
 from __future__ import annotations
 
-import json
 import sys
 import os
 from dataclasses import asdict, dataclass, field
@@ -14,6 +13,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.plan.rules import Rules, TraceOptions
 from tb_footprint_plugin.scan import categories as cat
+from tb_footprint_plugin.storage import jsondoc
 
 KEEP, DELETE, COMPRESS = "keep", "delete", "compress"
 
@@ -177,7 +177,7 @@ def _load_file(path: str) -> dict:
             else:  # the same parser, as a package (an install requirement below 3.11)
                 import tomli as tomllib
             return tomllib.loads(raw.decode("utf-8"))
-        return json.loads(raw.decode("utf-8"))
+        return jsondoc.loads(raw)
     except (OSError, ValueError) as e:
         raise PolicyError(f"cannot read policy file {path}: {e}") from e
 

@@ -23,6 +23,7 @@ import time
 from typing import Dict, Iterable, Optional
 
 from tb_footprint_plugin.codes import StoreError
+from tb_footprint_plugin.storage import jsondoc
 from tb_footprint_plugin.storage.lock import exclusive
 from tb_footprint_plugin.storage.paths import UnsafePath, safe_rel
 from tb_footprint_plugin.storage.private import ensure_private_dir, set_aside_stranger
@@ -310,7 +311,7 @@ class RemoteScanCache:
         if not self._present or (self._size or 0) > REMOTE_CACHE_LIMIT:
             return  # (a listed size past the limit: not one byte read)
         try:
-            data = json.loads(self._store.read_all(self._rel, max(READ_ALL_LIMIT, self._size or 0)).decode("utf-8"))
+            data = jsondoc.loads(self._store.read_all(self._rel, max(READ_ALL_LIMIT, self._size or 0)))
         except (OSError, ValueError):
             return
         if isinstance(data, dict) and data.get("version") == 2 and isinstance(data.get("files"), dict):

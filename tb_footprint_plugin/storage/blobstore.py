@@ -82,6 +82,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
 
 from tb_footprint_plugin.codes import BlobError, StoreError
+from tb_footprint_plugin.storage import jsondoc
 from tb_footprint_plugin.storage import zst
 from tb_footprint_plugin.storage.files import CHUNK
 from tb_footprint_plugin.storage.store import RangeReader, Store, StoreFailure
@@ -1543,7 +1544,7 @@ class BlobStore:
             if e.key in seen or not _INDEX.match(e.key):
                 continue
             try:
-                doc = json.loads(self.store.read_all(e.key, INDEX_READ_LIMIT))
+                doc = jsondoc.loads(self.store.read_all(e.key, INDEX_READ_LIMIT))
                 rows = doc["blobs"] if isinstance(doc, dict) and isinstance(doc.get("blobs"), list) else []
             except (ValueError, UnicodeDecodeError, StoreFailure):
                 raise BlobFailure(BlobError.DAMAGED_INDEX, "appeared during forget and does not read: nothing "
