@@ -563,14 +563,18 @@ def rollback_retire(ctx: Context, records: List[dict], reason: str, journal: Opt
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def standing_at(ctx: Context, run: str, exclude: Iterable[str] = ()) -> Dict[str, os.stat_result]:
+def standing_at(ctx: Context, run: str, exclude: Iterable[str] = (),
+                levels: Optional[int] = None) -> Dict[str, os.stat_result]:
     """Everything but a folder at or below ``run``'s path (a file, a link, a special file), each by
     its logdir-relative name with its lstat; the folders ``exclude`` names (the state, a vault)
     left out, known by their device and inode. Read through descriptors, each folder opened in
     its parent without following a link (the logdir store's walk to the run's parent, then
     ``O_NOFOLLOW``): a link is a name here, never a way (invariant 4), and a folder swapped for
     one after the listing is that name. A link on the way to the run refuses (``txn.Refused``,
-    nothing changed); nothing there: empty."""
+    nothing changed); nothing there: empty. ``levels``: how many folder levels below the run are
+    opened; a folder deeper is a name itself, not looked into (a chain of folders thousands deep
+    at the path, a stranger's in a shared logdir, is one name that refuses, where a walk of it
+    raised RecursionError out of a restore: review R10 F4)."""
     skip = set()
     for p in exclude:
         with contextlib.suppress(OSError):
@@ -594,12 +598,13 @@ def standing_at(ctx: Context, run: str, exclude: Iterable[str] = ()) -> Dict[str
     except OSError as e:
         raise txn.Refused(f"{run}: cannot look at what stands there ({reason_of(e)}); nothing was changed",
                           failure_code(e)) from None
-    _standing_in(fd, run, skip, out)
+    _standing_in(fd, run, skip, out, levels)
     return out
 
 
-def _standing_in(fd: int, base: str, skip: set, out: Dict[str, os.stat_result]) -> None:
-    """``standing_at`` below the folder open at ``fd`` (closed here), named ``base``."""
+def _standing_in(fd: int, base: str, skip: set, out: Dict[str, os.stat_result], levels: Optional[int]) -> None:
+    """``standing_at`` below the folder open at ``fd`` (closed here), named ``base``, opening at
+    most ``levels`` folder levels below it (None: every level)."""
     try:
         with os.scandir(fd) as it:
             found = []
@@ -610,6 +615,9 @@ def _standing_in(fd: int, base: str, skip: set, out: Dict[str, os.stat_result]) 
             if stat.S_ISDIR(st.st_mode):
                 if (st.st_dev, st.st_ino) in skip:
                     continue
+                if levels is not None and levels <= 0:
+                    out[f"{base}/{name}"] = st  # deeper than anything retired: a name, not a way
+                    continue
                 try:
                     sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except FileNotFoundError:
@@ -617,7 +625,7 @@ def _standing_in(fd: int, base: str, skip: set, out: Dict[str, os.stat_result]) 
                 except OSError:  # swapped for a link (or made unreadable) since: a name, never a way
                     out[f"{base}/{name}"] = st
                     continue
-                _standing_in(sub, f"{base}/{name}", skip, out)
+                _standing_in(sub, f"{base}/{name}", skip, out, None if levels is None else levels - 1)
             else:
                 out[f"{base}/{name}"] = st
     finally:
@@ -702,8 +710,11 @@ class DiskUnretire(one_unretire.UnretireLayout):
         it put back (None)."""
         if self.resumed:
             return None
-        ctx = self.ctx
-        return standing_at(ctx, self.out.run, [ctx.state, ctx.vault.root, self.m["vault"]])
+        ctx, run = self.ctx, self.out.run
+        # one level past the retired tree's deepest file: below it nothing can be retired
+        deepest = max((f["path"].count("/") for f in self.m["tree"] if isinstance(f.get("path"), str)), default=0)
+        levels = max(deepest - run.count("/"), 0) + 1
+        return standing_at(ctx, run, [ctx.state, ctx.vault.root, self.m["vault"]], levels)
 
     def retired_at(self, name: str, seen: os.stat_result) -> Optional[bool]:
         """True where ``name`` holds the retired file as it was (a regular file of its recorded
