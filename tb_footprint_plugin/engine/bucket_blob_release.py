@@ -5,7 +5,7 @@ operation rolled back made anew released (``release_rolled_back``), the folder's
 from __future__ import annotations
 
 import os
-from typing import List
+from typing import List, Optional
 
 from tb_footprint_plugin.codes import Finding, Outcome
 from tb_footprint_plugin.engine.bucket_blob_claims import Claims
@@ -62,21 +62,23 @@ def release_rolled_back(ostore: ObjectStore, vault: BucketVault, claims: Claims,
         release(fd)
 
 
-def folder_orphans(ostore: ObjectStore, vault: BucketVault) -> List[dict]:
+def folder_orphans(ostore: ObjectStore, vault: BucketVault, manifests_read: Optional[List[dict]] = None) -> List[dict]:
     """``status``'s finding of the folder's orphans (``Finding.ORPHAN_BLOBS``, as a disk vault's):
     the blobs this logdir added that no journal or manifest in the bucket names or lets go, with
     their count and original bytes, and what frees them (nothing today: kept). Read only, no lock:
     an operation adding now counts its blobs until its manifest names them. None listed when the
     folder holds no blob of this logdir (no request then) or a manifest or journal does not read
-    (it is named among the problems already). Costs a listing of the journals and of the manifests
-    and a read of each, only when the folder holds a blob of this logdir."""
+    (it is named among the problems already). ``manifests_read``: the manifests ``status`` read (the
+    one schema), so only the journals' listing (and a read of each journal) is added; without them
+    the manifests are listed and read too. Nothing asked of the bucket when the folder holds no blob
+    of this logdir."""
     bv = vault.blobs
     if bv is None or not os.path.isdir(bv.folder):
         return []
     try:
         bv.store.reload()
         mine = [r for r in bv.store.refs() if bv.store.owner in bv.store.owners(r.sha)]
-        named = names_in_bucket(ostore, vault) if mine else None
+        named = names_in_bucket(ostore, vault, manifests_read) if mine else None
     except BlobFailure:
         return []  # its index does not read: said by the verbs that read it
     if not isinstance(named, tuple):

@@ -382,11 +382,12 @@ def _purged(doc, file: str) -> bool:
         return False
 
 
-def names_in_bucket(ostore: ObjectStore, vault: BucketVault):
+def names_in_bucket(ostore: ObjectStore, vault: BucketVault, manifests_read: Optional[List[dict]] = None):
     """``(needed, let_go)``: the digests a journal or a manifest (not purged) of the bucket names,
     and those a manifest lets go (marked purged, or an entry a restore released); the path of the
     first that is not readable instead (nothing may be forgotten then: it may name any blob).
-    The caller holds the exclusive forget lock."""
+    ``manifests_read``: the manifests as the caller read them in the one schema (``status``: no
+    read twice), else listed and read here. A forget's caller holds the exclusive forget lock."""
     st = BucketState(ostore)
     needed: Set[str] = set()
     let_go: Set[str] = set()
@@ -395,8 +396,9 @@ def names_in_bucket(ostore: ObjectStore, vault: BucketVault):
     # (the journal folder through its one listing, ``journal_object.pending_objects``)
     journals = [(f"{ostore.root}/{key}", info) for key, info in pending_objects(st)]
     manifests = vault.root + "/manifests"
-    for path, info in journals + [(f"{manifests}/{key}", info)
-                                  for key, info in sorted(st.listing(manifests, missing_ok=True).items())]:
+    listed = [] if manifests_read is not None else \
+        [(f"{manifests}/{key}", info) for key, info in sorted(st.listing(manifests, missing_ok=True).items())]
+    for path, info in journals + listed:
         doc, _ = st.read(path, info)
         if doc is None:
             continue
@@ -404,6 +406,8 @@ def names_in_bucket(ostore: ObjectStore, vault: BucketVault):
         # only a manifest's word lets a blob go: a journal names what it names, nothing more
         if not _named(doc, needed, let_go if is_manifest else None, is_manifest and _purged(doc, path)):
             return path
+    for m in manifests_read or []:
+        _named(m, needed, let_go, bool(m.get(manifest.BACKUP_PURGED)))
     return needed, let_go
 
 

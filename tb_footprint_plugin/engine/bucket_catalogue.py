@@ -296,6 +296,11 @@ def status(ostore: ObjectStore, vault: BucketVault) -> dict:
         # what the folder holds as stored (compressed, packed), beside the originals' sizes above
         fig = vault.blobs.store.stats()
         local = {"vault_stored_bytes": fig["stored_bytes"], "vault_objects": fig["objects"] + fig["index_objects"]}
+        if not any(p.get("code") == Finding.MANIFEST_DAMAGED for p in problems):  # one not read may name any blob
+            from tb_footprint_plugin.engine.bucket_blob_release import folder_orphans
+
+            # its orphans, as a disk vault's, from the manifests read above (R9 F8's follow-up)
+            problems = problems + folder_orphans(ostore, vault, found)
     return {**local, "logdir": ostore.url, "state_dir": ostore.url.rstrip("/") + "/" + STATE_DIR_NAME,
             "vaults": [f"{ostore.url.split('://', 1)[0]}://{vault.root}"] + ([vault.blobs.folder] if vault.blobs else []),
             "vault_bytes": vault_bytes, "freed_now_bytes": freed_now,

@@ -174,10 +174,6 @@ class BucketEngine(Engine):
                 (o.get("recover_will") or {}).get("action") != Recovery.REFUSED for o in st["unfinished"])
         for k in ("unfinished", "problems", "late_writes", "kept_blobs", "locked_runs"):
             st.setdefault(k, [])
-        if self.vault.blobs is not None:  # the folder's orphans, as a disk vault's (R9 F8's follow-up)
-            from tb_footprint_plugin.engine.bucket_blob_release import folder_orphans
-
-            st["problems"] = list(st["problems"]) + folder_orphans(self.ostore, self.vault)
         st.setdefault("settle_command", health.settle_command(self.logdir, self.backup_dir) if settles else None)
         st["disk_in_use_bytes"] = self.in_use()
         try:
