@@ -92,7 +92,8 @@ from tb_footprint_plugin.engine.journal import Rec
 from tb_footprint_plugin.engine.journal_object import ObjectJournal, journal_entries
 from tb_footprint_plugin.engine.putback import begins_with
 from tb_footprint_plugin.engine.retire_tree import CHANGED, MISSING, RECORDED
-from tb_footprint_plugin.engine.retire_rules import (KIND, RECOVERED_REASON, refused_names, restorable_retirements,
+from tb_footprint_plugin.engine.retire_rules import (CHANGED_PATHS, KIND, RECOVERED_REASON, left_changed,
+                                                    refused_names, restorable_retirements,
                                                     retire_line, taken_along, unnamed_runs)
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.vault import who
@@ -114,10 +115,6 @@ UNRETIRE_STEPS = ("unretire.journal", "unretire.mid_move", "unretire.move", "unr
 #: attempt at finishing it is recorded by one (a journal written before it had none: given one
 #: by the first attempt that finishes it, recorded in it before anything is put back)
 RESTORE_OP = "restore_op"
-#: an unretire journal's field naming the paths whose copies were not as recorded at its start:
-#: left in the vault, never put back, by this attempt and every one that finishes it (a disk's
-#: begin record's ``changed``)
-CHANGED_KEYS = "changed"
 #: ``kind`` of the journal a restore of a retired run writes (``engine.bucket_recover`` finishes it)
 UNRETIRE_KIND = "unretire"
 
@@ -623,7 +620,7 @@ class BucketUnretire(one_unretire.UnretireLayout):
       the one rule of every store, ``retire_rules.new_run_refusal``, in a disk's words);
     - **journal**: every copy checked before anything moves, a disk's rule: a copy missing, or
       every one changed, refuses the restore (nothing changed; a resumed restore's journal is
-      kept); one not as recorded is left in the vault, named in the journal (``CHANGED_KEYS``),
+      kept); one not as recorded is left in the vault, named in the journal (``CHANGED_PATHS``),
       the others go back; then the restore's journal (``kind: unretire``; a resumed restore's
       stands already: it leaves the paths that journal names, and refuses a copy changed since);
     - **swap**: every object gone from its key copied back create-only and checked
@@ -712,7 +709,7 @@ class BucketUnretire(one_unretire.UnretireLayout):
         j = ObjectJournal.read(self.st, held.jpath)
         if j is None:
             return
-        self.begun_changed = _left_changed(j.doc, self.m)
+        self.begun_changed = left_changed(j.doc, (f["path"] for f in self.m["files"]))
         recorded = j.doc.get(RESTORE_OP)
         if is_op_id(recorded):
             self.op_id = recorded
@@ -750,7 +747,7 @@ class BucketUnretire(one_unretire.UnretireLayout):
         self.changed = sorted(left) if self.resume else changed
         if not self.resume:  # before the first put-back: the next start finishes a restore stopped midway
             doc = restore_journal(ostore, vault, m, UNRETIRE_KIND, self.out.run, self.along)
-            start_journal(self.st, dict(doc, **{RESTORE_OP: op_id, CHANGED_KEYS: changed}))
+            start_journal(self.st, dict(doc, **{RESTORE_OP: op_id, CHANGED_PATHS: changed}))
         held.jpath = journal_path(ostore, held.held_as)
 
     def put_back(self, report: txn.Report) -> None:
@@ -881,15 +878,6 @@ def _copy_state(ostore: ObjectStore, vault: BucketVault, f: dict) -> str:
         return CHANGED
     want = f.get("backup_checksums") or f.get("checksums") or {}
     return CHANGED if same_content(content_checksums(info), want) is False else RECORDED
-
-
-def _left_changed(doc: dict, m: dict) -> List[str]:
-    """The paths of retirement ``m`` a restore's journal ``doc`` names as left in the vault
-    (``CHANGED_KEYS``); a journal is untrusted: only paths of ``m``'s files (a disk's
-    ``retire._left_changed``)."""
-    named = doc.get(CHANGED_KEYS)
-    paths = {f["path"] for f in m["files"]}
-    return sorted({p for p in named if isinstance(p, str) and p in paths}) if isinstance(named, list) else []
 
 
 def retirements(manifests: List[dict]) -> List[dict]:

@@ -66,7 +66,8 @@ from tb_footprint_plugin.engine.history import append_history, disk_log
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec, RunLocked
 from tb_footprint_plugin.engine.placement import copies_begun, folder_at, starts_with
 from tb_footprint_plugin.engine.putback import holds_original
-from tb_footprint_plugin.engine.retire_rules import (KIND, RECOVERED_REASON, refused_names, retire_line,
+from tb_footprint_plugin.engine.retire_rules import (CHANGED_PATHS, KIND, RECOVERED_REASON, left_changed,
+                                                    refused_names, retire_line,
                                                     taken_along, unnamed_runs,
                                                     unretire_line)
 from tb_footprint_plugin.engine.retire_tree import (
@@ -759,7 +760,8 @@ class DiskUnretire(one_unretire.UnretireLayout):
         # its begin record named and refuses one damaged since: nothing more is put back); one
         # missing, or every one changed, refuses the restore: nothing changed
         self.grown, self.changed = {}, []
-        left = set(_left_changed(self.jnl.records()[0], m) if self.resumed and self.jnl else ())
+        left = set(left_changed(self.jnl.records()[0], (f["path"] for f in m["tree"]))
+                   if self.resumed and self.jnl else ())
         damaged = []
         for i, f in enumerate(m["tree"]):
             if (self.resumed and not os.path.lexists(stored_file(vault, m["op_id"], i))) or f["path"] in left:
@@ -793,7 +795,7 @@ class DiskUnretire(one_unretire.UnretireLayout):
                 "type": Rec.BEGIN, "kind": "unretire", "op_id": op_id, "run": run, "of_op": m["op_id"],
                 "vault": m["vault"], "logdir": ctx.logdir, "logdir_id": identity["id"],
                 # the stored files left in the vault, not beginning with their recorded bytes
-                "changed": self.changed,
+                CHANGED_PATHS: self.changed,
             })
         except trust.Untrusted as e:
             raise txn.Refused(str(e), Failure.REFUSED) from e
@@ -822,7 +824,8 @@ class DiskUnretire(one_unretire.UnretireLayout):
         unsettled = self.put[4] if self.put else ()
         late = _late_paths(self.put[2]) if self.put else []  # the manifest the commit marked
         out.found(Finding.NOT_RESTORED, sorted(left))
-        out.found(Finding.BACKUP_CHANGED, sorted(set(_left_changed(self.put[0], m)) & left) if self.put else ())
+        out.found(Finding.BACKUP_CHANGED,
+                  sorted(set(left_changed(self.put[0], (f["path"] for f in m["tree"]))) & left) if self.put else ())
         out.found(Finding.LATE_RECORDS_RESTORED, late)
         out.found(Finding.FOLDER_NOT_SETTLED, unsettled)
         return detail, (Finding.NOT_RESTORED if left else Finding.LATE_RECORDS_RESTORED if late
@@ -890,15 +893,6 @@ def _journaled_retirement(ctx: Context, records: List[dict]) -> Tuple[dict, Vaul
     return begin, vault, m
 
 
-def _left_changed(begin: dict, m: dict) -> List[str]:
-    """The paths of retirement ``m`` whose stored files a restore's begin record names as not
-    beginning with their recorded bytes (left in the vault); a journal is untrusted: only paths
-    of ``m``'s tree."""
-    named = begin.get("changed")
-    paths = {f["path"] for f in m["tree"]}
-    return sorted({p for p in named if isinstance(p, str) and p in paths}) if isinstance(named, list) else []
-
-
 def _late_paths(m: dict) -> List[str]:
     """The paths a restore of retirement ``m`` put back grown (``unretire_commit``)."""
     late = m.get("late_records_restored")
@@ -927,7 +921,8 @@ def unretire_put_back(ctx: Context, records: List[dict], grown: Optional[Dict[in
     # copy an earlier, killed attempt so recorded is its own (``retire_tree.put_back``)
     jnl = Journal(os.path.join(ctx.journal_dir, f"{begin['op_id']}.jsonl"), may_create=False)
     begun = copies_begun(records)
-    left = _left_changed(begin, m)  # their stored files stay in the vault, not read as the run's
+    # their stored files stay in the vault, not read as the run's
+    left = left_changed(begin, (f["path"] for f in m["tree"]))
     for i, f in enumerate(m["tree"]):
         if f["path"] in left:
             continue
@@ -996,7 +991,7 @@ def unretire_commit(ctx: Context, begin: dict, vault: Vault, m: dict, left: Iter
     if late:
         detail += (f"; {len(late)} file(s) grew after the retirement (a writer held them open), e.g. "
                    f"{late[0]['path']}: each back whole, its recorded bytes then the records written after them")
-    changed = [p for p in _left_changed(begin, m) if p in left]
+    changed = [p for p in left_changed(begin, (f["path"] for f in m["tree"])) if p in left]
     if changed:
         detail += (f"; {len(changed)} retired file(s) no longer begin with their recorded bytes, e.g. {changed[0]}: "
                    "left in the vault (not put back), and purge keeps them")

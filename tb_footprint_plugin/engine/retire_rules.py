@@ -27,7 +27,7 @@ bucket's key prefixes and the vault inside them.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, List, Optional
+from typing import Any, Callable, Iterable, List, Mapping, Optional
 
 from tb_footprint_plugin.codes import Failure, Outcome
 from tb_footprint_plugin.engine.context import RunOutcome
@@ -227,3 +227,16 @@ __all__ = ["KIND", "RECOVERED_REASON", "refused_names", "nested_runs", "unnamed_
            "new_run_words", "output_gone_words", "new_run_refusal",
            "unretire_outcome", "retired_row",
            "retire_line", "unretire_line"]
+
+
+#: the field of a retired run's restore's begin record naming the paths whose stored copies did
+#: not hold their recorded bytes at its start: left in the vault by it and by every attempt that
+#: finishes it (every store)
+CHANGED_PATHS = "changed"
+
+
+def left_changed(begin: Mapping[str, Any], paths: Iterable[str]) -> List[str]:
+    """The paths a restore's begin record names as left in the vault (``CHANGED_PATHS``); the
+    record is untrusted: only ``paths`` (the retirement's own) are taken."""
+    named, known = begin.get(CHANGED_PATHS), set(paths)
+    return sorted({p for p in named if isinstance(p, str) and p in known}) if isinstance(named, list) else []
