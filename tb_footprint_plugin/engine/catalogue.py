@@ -195,10 +195,8 @@ def _take_own(root: str, found: List[dict], here: str, identity, seen: set, out:
     a vault before: the one rule of ``own_manifests`` and ``own_manifests_of``."""
     for m in found:
         # a vault shared by several logdirs holds their operations side by side
-        if not isinstance(m.get("logdir"), str) or os.path.realpath(m["logdir"]) != here:
+        if not is_own(m, here, identity):
             continue
-        if identity is not None and m.get("logdir_id") not in (None, identity["id"]):
-            continue  # written for another logdir that once stood at this path
         if m["op_id"] not in seen:
             seen.add(m["op_id"])
             try:  # the one schema (``engine.manifest``); a refused one is named by ``vault_problems``
@@ -207,10 +205,31 @@ def _take_own(root: str, found: List[dict], here: str, identity, seen: set, out:
                 continue  # never acted on; its blobs stay (``Vault.referenced_blobs`` reads every manifest)
 
 
+def is_own(m: dict, here: str, identity) -> bool:
+    """Whether the manifest (or journal begin record) ``m`` is this logdir's: the one rule, for
+    every reader of a disk logdir's state (``here``: the logdir's realpath; ``identity``:
+    ``manifest_binding``'s, not False).
+
+    One carrying a ``logdir_id`` is this logdir's exactly when a bound identity has that id,
+    wherever the logdir stands now: ``trust.bind`` proved the state is this directory's by its
+    inode, so a logdir renamed, or reached through another mount point, keeps its operations
+    (review R10 F1). The path decides only for one without an id (written before identities);
+    a logdir with no identity yet (a new one, perhaps made at the path another logdir left)
+    claims none that carries an id: it is another logdir's, which had one."""
+    lid = m.get("logdir_id")
+    if identity is not None and identity.get("id"):
+        if lid is not None:
+            return lid == identity["id"]
+    elif lid is not None:
+        return False
+    return isinstance(m.get("logdir"), str) and os.path.realpath(m["logdir"]) == here
+
+
 def manifest_binding(ctx: Context):
     """What a manifest's ``logdir_id`` must be to count as this logdir's: the identity (a dict
-    with ``id``), None (no identity yet: the logdir path decides), or False (a foreign state
-    directory: nothing in it is ours).
+    with ``id``), None (no identity yet: only manifests without an id, by their path: ``is_own``),
+    or False (a foreign state directory: nothing in it is ours). A missing identity.json is
+    the identity ``trust.bind`` would adopt: the one id the state's own records carry.
 
     A damaged identity.json hides no backup: the manifests bind themselves. Each one names its
     logdir and carries the state's id; when those whose logdir is this one agree on one id,
@@ -220,10 +239,17 @@ def manifest_binding(ctx: Context):
     or, planted at this very path, carries an id other than the one this logdir's manifests
     agree on. When they carry several ids nothing with an id is trusted until it is settled."""
     try:
-        return trust.bind(ctx.logdir, ctx.state, adopt=False)
+        bound = trust.bind(ctx.logdir, ctx.state, adopt=False)
     except trust.Untrusted as e:
         if e.code != trust.IDENTITY_DAMAGED:
             return False
+    else:
+        if bound is not None:
+            return bound
+        # none yet: the id adopting would take back (the state's own records', never a shared
+        # vault's: a new logdir made where another one stood must not take that one's id)
+        ids = trust.own_ids(ctx.logdir, ctx.state)
+        return {"id": ids.pop()} if len(ids) == 1 else None
     ids = trust.own_ids(ctx.logdir, ctx.state, known_vaults(ctx))
     return {"id": ids.pop() if len(ids) == 1 else None}
 

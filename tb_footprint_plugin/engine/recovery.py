@@ -25,6 +25,7 @@ from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery
 from tb_footprint_plugin.engine import health, trust
 from tb_footprint_plugin.engine.catalogue import (
     bytes_after_of,
+    is_own,
     known_vaults,
     manifest_exists,
     vault_of,
@@ -154,7 +155,7 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                 # (``displaced`` records come only from a rollback that began: never rolled forward)
                 # read again: the roll-forward journaled the folders it removed (``rmdir``, with
                 # their mode and mtime), which the manifest must name for a restore to remake them
-                records = j.records() or records
+                records = _vault_now(j.path, j.records()) or records
                 write_manifest(ctx, records, "verified", None, recovered=True)
                 action, detail = Recovery.COMPLETED, "swap finished after a crash (verification had passed)"
             elif Rec.SWAP not in types and (astray := health.not_in_place(ctx.store, ctx.key, records)):
@@ -237,7 +238,20 @@ def _checked(ctx: Context, j, vaults: List[str], identity: dict, read_before: Op
         trust.check_journal(j.path, j.op_id, records, logdir=ctx.logdir, vaults=vaults, identity=identity)
     except trust.Untrusted as e:
         return None, refused(j.op_id, None, str(e), e.code)
-    return records, None
+    return _vault_now(j.path, records), None
+
+
+def _vault_now(path: str, records: List[dict]) -> List[dict]:
+    """The records of the journal at ``path`` (checked) with its begin record naming its vault
+    where it is now (``trust.journal_vault``): its logdir's state folder named at the path the
+    logdir had then (renamed since, review R10 F1) is acted on where it stands now, never at
+    the old path, where another logdir may stand. Every read recovery acts on passes here."""
+    if not records:
+        return records
+    vault = trust.journal_vault(path, records[0])
+    if vault == records[0].get("vault"):
+        return records
+    return [dict(records[0], vault=vault), *records[1:]]
 
 
 @dataclass
@@ -276,10 +290,8 @@ def committed_manifest(ctx: Context, records: List[dict],
     except (OSError, ValueError, RecursionError) as e:
         return None, ManifestDoubt(trust.BAD_MANIFEST, f"{path}: unreadable ({reason_of(e)}); the operation is not "
                                    "replayed over it (left for the next start)")
-    logdir = m.get("logdir")
-    if (m.get("kind") != "reduce" or m.get("run") != begin["run"] or not isinstance(logdir, str)
-            or os.path.realpath(logdir) != os.path.realpath(ctx.logdir)
-            or m.get("logdir_id") not in (None, identity.get("id"))):
+    if (m.get("kind") != "reduce" or m.get("run") != begin["run"]
+            or not is_own(m, os.path.realpath(ctx.logdir), identity)):
         return None, ManifestDoubt(trust.BAD_MANIFEST, f"{path}: names another operation than its journal "
                                    f"({str(m.get('kind'))[:20]} of {str(m.get('run'))[:120]!r}); not replayed over it")
     if m.get("outcome") != Outcome.VERIFIED:

@@ -27,7 +27,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import faults, remote_vault, trust, txn
 from tb_footprint_plugin.engine import manifest as one_schema
-from tb_footprint_plugin.engine.catalogue import (journal_blobs, known_vaults, manifest_binding, own_manifests,
+from tb_footprint_plugin.engine.catalogue import (is_own, journal_blobs, known_vaults, manifest_binding, own_manifests,
                                                    unsettled_op)
 from tb_footprint_plugin.engine.context import (
     FREE_SPACE_MARGIN,
@@ -933,18 +933,16 @@ def _claimed_now(ctx: Context, vault: Vault, releasing: List[str], files: dict, 
 def _undone_outputs(ctx: Context, ms: List[dict]) -> set:
     """``(path, sha256)`` of every file a restored reduction of this logdir had made (its
     ``created``): its restore removed them and put the original back at that path. Only this
-    logdir's (its path, and its identity as ``catalogue.own_manifests`` takes it)."""
+    logdir's (``catalogue.is_own``: its id, else its path)."""
     identity = manifest_binding(ctx)
     if identity is False:
         return set()  # a foreign state directory: none of it is ours
     here = os.path.realpath(ctx.logdir)
     out = set()
     for m in ms:
-        if m.get("kind") != "reduce" or not m.get("restored_by") or not isinstance(m.get("logdir"), str) \
-                or os.path.realpath(m["logdir"]) != here or not isinstance(m.get("created"), list):
-            continue
-        if identity is not None and m.get("logdir_id") not in (None, identity["id"]):
-            continue  # written for another logdir that once stood at this path
+        if m.get("kind") != "reduce" or not m.get("restored_by") or not isinstance(m.get("created"), list) \
+                or not is_own(m, here, identity):
+            continue  # the one rule of whose it is: its id, else its path (``catalogue.is_own``)
         out.update((c.get("path"), c.get("sha256")) for c in m["created"] if isinstance(c, dict))
     return out
 

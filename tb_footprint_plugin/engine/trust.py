@@ -44,6 +44,7 @@ from tb_footprint_plugin.storage.paths import UnsafePath, contained, is_op_id, i
 
 __all__ = ["Untrusted", "JsonLines", "bind", "check_journal", "check_manifest", "cut_back_to", "is_op_id", "is_sha256",
            "read_json_lines", "parse_json_lines", "read_json_file", "identity_damage", "repair_identity", "own_ids",
+           "journal_vault",
            "fold_states", "logged_manifest_states"]
 
 IDENTITY_NAME = "identity.json"
@@ -611,6 +612,29 @@ def _same_dir(a: str, b: str) -> bool:
         return False
 
 
+def journal_vault(file: str, begin: dict):
+    """The vault a journal's operation backs up into, as it stands now (``begin["vault"]``
+    unless said below; what recovery acts on, after ``check_journal`` accepted the journal).
+
+    A journal bound by its ``logdir_id`` whose vault was its logdir's own state folder (the
+    one at ``<its logdir>/<state name>`` when it began) names the folder that holds the
+    journal itself (``<state>/journal/<op>.jsonl``): a journal is written only in its logdir's
+    state, and a state copied elsewhere is refused by the identity's inode (``bind``). So a
+    logdir renamed, or reached through another mount point, finds its vault where its state is
+    now, never at the old path, where another logdir may stand (review R10 F1)."""
+    vault = begin.get("vault")
+    logdir = begin.get("logdir")
+    if not (isinstance(vault, str) and isinstance(logdir, str) and isinstance(begin.get("logdir_id"), str)):
+        return vault
+    state = os.path.dirname(os.path.dirname(os.path.abspath(file)))
+    try:
+        if os.path.normpath(vault) == os.path.join(os.path.normpath(logdir), os.path.basename(state)):
+            return state
+    except (TypeError, ValueError):  # a NUL in an untrusted path
+        pass
+    return vault
+
+
 def check_journal(file: str, file_op_id: str, records: List[dict], *, logdir: str, vaults: Iterable[str],
                   identity: Optional[dict]) -> None:
     """Raise ``Untrusted`` unless every record of this journal is well formed, its paths stay
@@ -632,7 +656,7 @@ def check_journal(file: str, file_op_id: str, records: List[dict], *, logdir: st
     elif not isinstance(begin.get("logdir"), str) or not _same_dir(begin["logdir"], logdir):
         raise Untrusted(FOREIGN_JOURNAL, file, f"written for the logdir {str(begin.get('logdir'))[:200]!r}, not "
                                                f"{logdir}; not replayed")
-    vault = begin.get("vault")
+    vault = journal_vault(file, begin)
     if not isinstance(vault, str) or not any(_same_dir(vault, v) for v in vaults):
         raise Untrusted(FOREIGN_VAULT, file, f"names the vault {str(vault)[:200]!r}, which this logdir does not use")
     run = _rel(begin.get("run"), file, "run")
