@@ -120,3 +120,25 @@ def test_a_rolled_back_retirement_leaves_no_blob_in_the_folder(s3_bucket, prof_l
     assert {k: v for k, v in s3_bucket.hashes(prefix).items() if not k.startswith(STATE + "/")} == \
         {k: v for k, v in before.items() if not k.startswith(STATE + "/")}
     assert _blobs(vault) == set(), "the rolled-back retirement's blobs stayed in the folder"
+
+
+def test_the_release_never_waits_for_the_forget_lock_and_status_names_what_stayed(s3_bucket, prof_logdir, tmp_path):
+    """Another operation adding (the forget lock held shared): the rolled-back reduction ends without waiting, its
+    blobs left as orphans, which status names (``orphan_blobs``); nothing is lost."""
+    from tb_footprint_plugin.codes import Finding
+    from tb_footprint_plugin.storage.lock import held
+
+    url = s3_bucket.upload(prof_logdir, f"rb{next(_n)}")
+    vault = str(tmp_path / "vault")
+    (first,) = _reduce(url, vault, ["prof/r1"])
+    assert first.status == Outcome.VERIFIED, first.reason
+    named = _blobs(vault)
+    with held(os.path.join(vault, ".forget.lock"), shared=True):
+        faults.arm("reduce.verify", "raise")
+        (o,) = _reduce(url, vault, ["prof/r0"])
+        faults.disarm_all()
+    assert o.status == Outcome.ROLLED_BACK, o.reason
+    left = _blobs(vault) - named
+    assert left, "the release went on under a held lock"
+    (f,) = [p for p in api.status(url, backup_dir=vault)["problems"] if p["code"] == Finding.ORPHAN_BLOBS]
+    assert f["count"] == len(left)
