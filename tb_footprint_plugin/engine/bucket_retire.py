@@ -682,11 +682,11 @@ class BucketUnretire(one_unretire.UnretireLayout):
             raise txn.Refused(f"{e}; nothing was changed") from e
 
     def standing(self) -> Optional[Dict[str, ObjectInfo]]:
-        """One listing of the run's prefix (the state and the vault left out; a folder marker,
-        a key ending in ``/``, is no object of a run); a resumed restore's is what it put back."""
+        """One listing of the run's prefix (the state and the vault left out; a folder marker is
+        in no listing: ``remote.is_folder_marker``); a resumed restore's is what it put back."""
         if self.resume:
             return None
-        return {k: o for k, o in run_listing(self.ostore, self.vault, self.out.run).items() if not k.endswith("/")}
+        return run_listing(self.ostore, self.vault, self.out.run)
 
     def retired_at(self, name: str, seen: ObjectInfo) -> Optional[bool]:
         if self.by_path is None:

@@ -216,6 +216,15 @@ def is_remote(path: str) -> bool:
     return scheme is not None and scheme != "file"
 
 
+def is_folder_marker(name: str, info: dict) -> bool:
+    """Whether a listed object (its key as stored, the client's info) is a folder marker: a 0-byte
+    key ending in "/", which the S3 and GCS consoles' "Create folder", rclone, s3fs ``mkdir`` and
+    azcopy write. No file of a run: the one rule of every store's listing (review R10 F2), so the
+    plan, a retirement's inventory and its settle see none, scan sizes are the same, and nothing
+    of ours ever copies, deletes or puts one back (a marker stays where its tool put it)."""
+    return name.endswith("/") and not int(info.get("size") or 0)
+
+
 @dataclass
 class ObjectInfo:
     """One object found by a listing."""
@@ -521,6 +530,8 @@ class RemoteFS:
         out: Dict[str, ObjectInfo] = {}
         plen = len(root) + 1
         for name, info in found.items():
+            if is_folder_marker(name, info):
+                continue  # looked at before the "/" goes: stripped, it was a 0-byte file of the run
             name = name.rstrip("/")
             if name.startswith("/") and not root.startswith("/"):
                 # a filesystem that names its paths from "/" (memory://, sftp://, hdfs://): the
@@ -530,8 +541,8 @@ class RemoteFS:
             if info.get("type") == "directory" or not name.startswith(root + "/"):
                 continue
             key = name[plen:]
-            if not key or key.endswith("/"):
-                continue  # zero-byte "folder" markers some tools create are not files
+            if not key:
+                continue
             out[key] = ObjectInfo(
                 key=key,
                 size=int(info.get("size") or 0),
@@ -578,6 +589,7 @@ class RemoteFS:
         from azure.core.exceptions import ResourceNotFoundError
 
         container, key, _ = self.fs.split_path(base)
+        blobs: list = []
         async with self.fs.service_client.get_container_client(container=container) as cc:
             try:
                 blobs = [b async for b in cc.list_blobs(include=["metadata"],
@@ -585,6 +597,10 @@ class RemoteFS:
                 infos = await self.fs._details(blobs)
             except ResourceNotFoundError:
                 infos = []
+        for blob, info in zip(blobs, infos):
+            # adlfs names a blob without its trailing "/" (one detail a blob, in order): the key
+            # as stored, so that a folder marker is told as on the other stores
+            info["name"] = f"{container}/{blob.name}"
         return {i["name"]: i for i in infos if i.get("type") == "file"}
 
     def _forget_listings(self, base: str) -> None:
