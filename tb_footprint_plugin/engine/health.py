@@ -192,7 +192,7 @@ def _identity_for_journals(logdir: str, state: str):
     try:
         ident = trust.bind(logdir, state, adopt=False)
         if ident is None:
-            ids = trust.own_ids(logdir, state)
+            ids = trust.adoptable_ids(logdir, state)
             ident = {"id": next(iter(ids))} if len(ids) == 1 else None
         return ident
     except trust.Untrusted as e:

@@ -40,7 +40,8 @@ from typing import Iterable, Iterator, List, Optional
 from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.storage.regular import open_regular, open_regular_fd, read_capped
 from tb_footprint_plugin.plan.model import Action
-from tb_footprint_plugin.storage.paths import UnsafePath, contained, is_op_id, is_sha256, plausible_mtime_ns, safe_rel
+from tb_footprint_plugin.storage.paths import (UnsafePath, contained, is_op_id, is_sha256, plausible_mtime_ns,
+                                              recorded_vaults, safe_rel)
 
 __all__ = ["Untrusted", "JsonLines", "bind", "check_journal", "check_manifest", "cut_back_to", "is_op_id", "is_sha256",
            "read_json_lines", "parse_json_lines", "read_json_file", "identity_damage", "repair_identity", "own_ids",
@@ -302,7 +303,7 @@ def bind(logdir: str, state: str, *, adopt: bool = True) -> Optional[dict]:
         # an identity.json deleted by hand: the id this logdir's own manifests carry is taken
         # back (a new one would disown them); anyone able to plant those could write
         # identity.json itself, so this grants nothing
-        ids = own_ids(logdir, state)
+        ids = adoptable_ids(logdir, state)
         mine = _new_identity(logdir, st, ids.pop() if len(ids) == 1 else None)
         # created only where none exists: workers starting at once on a new logdir (a job
         # array) must all take one identity, or the losers' manifests and journals would name
@@ -510,6 +511,15 @@ def own_ids(logdir: str, state: str, vault_roots: Iterable[str] = ()) -> set:
                 and isinstance(m.get("logdir"), str) and _same_dir(m["logdir"], logdir)):
             ids.add(m["logdir_id"])
     return ids
+
+
+def adoptable_ids(logdir: str, state: str) -> set:
+    """The ids a missing identity.json is taken back from (``own_ids``): the manifests and journals
+    of the state folder and of the vaults its own ``vaults.json`` records — an external
+    ``--backup-dir`` the logdir reduced into holds its manifests there only (review R10 F6: a new
+    id adopted disowned them). Never a vault only the command names: a new logdir made where
+    another one stood, given that one's ``--backup-dir``, must not take its id (R10 F1)."""
+    return own_ids(logdir, state, [r for r in recorded_vaults(state) if r != state])
 
 
 # ---------------------------------------------------------------------------------------
