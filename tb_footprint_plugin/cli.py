@@ -1332,6 +1332,15 @@ def _iso(t) -> str:
 def cmd_recover(args) -> int:
     from tb_footprint_plugin import api
 
+    if args.adopt_moved_state:
+        try:
+            adopted = api.adopt_moved_state(args.logdir)
+        except ValueError as e:  # refused (trust.Untrusted is one), nothing changed
+            print(f"tb-footprint: not adopted: {e}", file=sys.stderr)
+            return 1
+        if not args.json:
+            print(f"✓ state adopted: bound to {adopted['logdir']} (moved from {adopted.get('moved_from')}), "
+                  f"id {adopted['id'][:8]}… kept" if adopted else "nothing to adopt: the state is bound to this logdir")
     outs = api.recover_logdir(args.logdir, backup_dir=args.backup_dir)
     if args.json:
         _dump([dict(vars(o)) for o in outs])
@@ -1712,6 +1721,10 @@ def _recover_parser(sub) -> None:
               "tb-footprint recover runs")
     s.add_argument("logdir", help="the TensorBoard logdir")
     _common(s)
+    s.add_argument("--adopt-moved-state", action="store_true",
+                   help="this logdir was MOVED here from another filesystem (a new inode): bind its state folder "
+                        "to it again, its id kept, so its retired runs and backups are its own again (refused, "
+                        "nothing changed, while the logdir it was made for still stands: that is a copy)")
     s.set_defaults(func=cmd_recover)
 
 def _history_parser(sub) -> None:

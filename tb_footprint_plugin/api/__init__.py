@@ -62,8 +62,8 @@ from tb_footprint_plugin.storage.paths import (contained, is_within, real_within
 from tb_footprint_plugin.storage.remote import is_bucket_url, is_remote, RemoteError
 
 from tb_footprint_plugin.api.common import DEFAULT_BACKENDS, RunProgress
-from tb_footprint_plugin.api.settle import (Interrupted, interrupted_state, pending_operations, recover_logdir,
-                                            settle_interrupted, unfinished)
+from tb_footprint_plugin.api.settle import (adopt_moved_state, Interrupted, interrupted_state, pending_operations,
+                                            recover_logdir, settle_interrupted, unfinished)
 from tb_footprint_plugin.api.reports import reduce_summary, ReduceReport, restore_summary
 from tb_footprint_plugin.api.records import (bring_back, disk_numbers, history, history_page, kept_blobs, operation,
                                               operations, status)
@@ -77,7 +77,7 @@ from tb_footprint_plugin.api.retirement import retire, retire_plan, retire_rule,
 
 __all__ = [
     "scan", "plan", "reduce_logdir", "reduce_logdirs", "selection_by_logdir", "shard_plan", "shard_sizes",
-    "ShardError", "verify", "restore", "purge", "status", "history", "history_page", "UNATTRIBUTED", "recover_logdir",
+    "ShardError", "verify", "restore", "purge", "status", "history", "history_page", "UNATTRIBUTED", "recover_logdir", "adopt_moved_state",
     "unfinished", "pending_operations", "operation", "operations", "ReduceReport", "PurgeReport",
     "CancelToken", "summarize_operations", "operation_summary", "plan_run_view", "category_changes",
     "dashboards_note", "dashboards_summary", "labels_for", "sample", "SampleUnavailable", "custom_policy",

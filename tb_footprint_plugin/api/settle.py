@@ -21,6 +21,16 @@ def recover_logdir(logdir: str, backup_dir: Optional[str] = None) -> List[Recove
     return open_engine(logdir, backup_dir).recover()
 
 
+def adopt_moved_state(logdir: str) -> Optional[dict]:
+    """Bind the state folder of ``logdir`` to it again after the logdir was moved to another
+    filesystem (a new inode), its id kept, so its retirements and backups are its own again
+    (``tb-footprint recover --adopt-moved-state``; ``Engine.adopt_moved_state``). None when
+    there was nothing to adopt; refused with ``ValueError`` and nothing changed (``trust.Untrusted``,
+    ``foreign_state``, when the logdir the state was made for still stands: a copy; a bucket's
+    state is bound by its URL, not an inode)."""
+    return open_engine(logdir, lazy=True).adopt_moved_state()
+
+
 def unfinished(logdir: str, backup_dir: Optional[str] = None) -> dict:
     """Unfinished operations and damage, found without changing anything, and the command that
     settles them: ``{unfinished_operations, problems, settle_command}`` (problems carry a

@@ -333,9 +333,17 @@ def unsettled_op(ctx: Context, run: str) -> Optional[str]:
 
 def hiding_damage(ctx: Context) -> List[str]:
     """Damage that may keep backups out of sight, for a restore of everything to name rather
-    than say "nothing to restore": an identity.json recovery could not rebuild, a vaults.json
-    that does not parse (the vaults it listed are unknown)."""
+    than say "nothing to restore": a state folder bound to another directory (copied here, or
+    this logdir moved from another filesystem), an identity.json recovery could not rebuild, a
+    vaults.json that does not parse (the vaults it listed are unknown)."""
     out = []
+    try:  # a state folder bound to another directory: its retirements and backups are not used here
+        trust.bind(ctx.logdir, ctx.state, adopt=False)
+    except trust.Untrusted as e:
+        if e.code == trust.FOREIGN_STATE:
+            out.append(str(e))
+    except OSError:
+        pass
     damage = trust.identity_damage(ctx.logdir, ctx.state)
     if damage is not None:
         out.append(f"{damage}: manifests bound to another id than the one this logdir's own manifests agree on "

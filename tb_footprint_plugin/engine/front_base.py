@@ -101,6 +101,12 @@ class Engine(ABC):
     def history(self) -> List[dict]:
         """The change log, oldest first (the entries ``api.history`` documents)."""
 
+    def adopt_moved_state(self) -> Optional[dict]:
+        """Bind the logdir's state to it again after a move to another filesystem, its id kept
+        (``trust.adopt_moved_state``); None when there was nothing to adopt. A store whose state is
+        not bound to an inode (a bucket's, by its URL) has nothing to adopt: ``ValueError``."""
+        raise ValueError(f"{self.logdir}: this store's state is not bound to an inode; nothing to adopt")
+
     def partition_history(self, write: bool = True) -> List[dict]:
         """``history``'s entries a shard partition weighs runs by (``plan.shard.original_sizes``);
         ``write`` False: nothing written (a dry run, a plan). Default: ``history`` itself (a disk's

@@ -13,7 +13,7 @@ import os
 from typing import Callable, Collection, List, Mapping, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.codes import BlobError, Failure, Finding, Outcome, Recovery, Skip, StoreError
-from tb_footprint_plugin.engine import health, offload, usage
+from tb_footprint_plugin.engine import health, offload, trust, usage
 from tb_footprint_plugin.engine.catalogue import (find_manifest, hiding_damage, journal_blobs, known_vaults,
                                                   operation_summary, own_manifests, read_vaults, remember_vault,
                                                   restorable_ops, summarize_operations)
@@ -114,6 +114,11 @@ class LocalEngine(Engine):
         purges, compactions and offloads finished, scratch swept, late records salvaged, kept
         restores released, stale batch ledgers settled; one read of the manifests for the last three."""
         return start(self.ctx, own_manifests)
+
+    def adopt_moved_state(self) -> Optional[dict]:
+        """``trust.adopt_moved_state`` of the logdir and its state folder, before any context is made
+        (a context's first use would read the state as it stands, foreign)."""
+        return trust.adopt_moved_state(os.path.abspath(self.logdir), state_dir(self.logdir))
 
     def unfinished(self, reads: Optional[List[VaultRead]] = None) -> dict:
         """``reads``: the command's one read of the manifests (``catalogue.read_vaults``), else read here."""

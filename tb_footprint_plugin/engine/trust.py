@@ -314,12 +314,68 @@ def bind(logdir: str, state: str, *, adopt: bool = True) -> Optional[dict]:
         if ident is None:
             raise Untrusted(BAD_RECORD, identity_path(state), "created by another process and gone again; left as it is")
     if ident["ino"] != st.st_ino:
-        raise Untrusted(FOREIGN_STATE, identity_path(state),
-                        f"this state directory belongs to another directory (made for {ident.get('logdir')!r}, "
-                        f"inode {ident['ino']}; this logdir is inode {st.st_ino}): it was copied or planted here. "
-                        f"Its journals are not replayed and its backups not used; move {state} aside to start "
-                        "afresh here")
+        raise Untrusted(FOREIGN_STATE, identity_path(state), foreign_state_words(ident, st, state))
     return ident
+
+
+def adopt_moved_state(logdir: str, state: str) -> Optional[dict]:
+    """Bind ``state`` to ``logdir`` again after the logdir was MOVED (to another filesystem, or
+    copied and its original deleted: a new inode), keeping its id, so its manifests, retirements
+    and journals are this logdir's again (review R10 F7). Asked for by the user only (``recover
+    --adopt-moved-state``): a copy cannot be told from a move by anything on disk. Refused
+    (``Untrusted``, nothing written) when the state folder or its identity is not ours, or when the
+    directory it was made for still stands at its recorded path with its recorded inode — then
+    this is a copy and the backups are that logdir's. None when it is bound here already or has
+    no identity (nothing to adopt); else the new identity (``moved_from``: the recorded path)."""
+    from tb_footprint_plugin.storage.files import atomic_write_json
+    from tb_footprint_plugin.storage.private import why_not_ours
+
+    path = identity_path(state)
+    for where, want_dir in ((state, True), (path, False)):
+        try:
+            why = why_not_ours(os.lstat(where), want_dir=want_dir)
+        except FileNotFoundError:
+            return None
+        if why:
+            raise Untrusted(BAD_RECORD, where, f"{why}; not adopted, nothing changed")
+    ident = read_identity(state)
+    st = os.stat(logdir)
+    if ident is None or ident["ino"] == st.st_ino:
+        return None
+    made_for = ident.get("logdir")
+    if isinstance(made_for, str):
+        try:
+            there = os.stat(made_for)
+        except OSError:
+            there = None
+        if there is not None and there.st_ino == ident["ino"] and there.st_dev == ident.get("dev", there.st_dev):
+            raise Untrusted(FOREIGN_STATE, path,
+                            f"the directory it was made for still stands at {made_for!r} (inode {there.st_ino}): "
+                            "this state is a copy of that logdir's, whose retirements and backups are its own; "
+                            "not adopted, nothing changed")
+    mine = dict(_new_identity(logdir, st, ident["id"]), created_at=ident.get("created_at"),
+                adopted_at=time.time(), moved_from=made_for)
+    atomic_write_json(path, mine)
+    return mine
+
+
+def foreign_state_words(ident: dict, st: os.stat_result, state: str) -> str:
+    """Why a state folder bound to another directory is not used, and what keeps its backups:
+    it may hold the only copies of retired runs and of reduced files' originals (review R10 F7:
+    a logdir moved to another filesystem gets a new inode, and "move it aside to start afresh",
+    followed by deleting what was set aside, lost them)."""
+    made_for = ident.get("logdir")
+    gone = isinstance(made_for, str) and not os.path.lexists(made_for)
+    adopt = "`tb-footprint recover LOGDIR --adopt-moved-state` binds this state to this logdir again, its id kept"
+    where = (f"{made_for!r} no longer exists: if this logdir was moved from there (a move to another filesystem "
+             f"is a copy, with a new inode), {adopt}" if gone else
+             f"if {made_for!r} is that logdir, they are its own: restore them there; if it is a new folder made "
+             f"after this logdir was moved away, {adopt}")
+    return (f"this state directory belongs to another directory (made for {made_for!r}, inode {ident['ino']}; "
+            f"this logdir is inode {st.st_ino}): it was copied or planted here, or this logdir was moved from "
+            "another filesystem. Its journals are not replayed and its backups not used. Keep it: it may hold "
+            f"the only copies of retired runs and of reduced files' originals; {where}. Move {state} aside only "
+            "to start afresh here, and keep what you set aside")
 
 
 def _new_identity(logdir: str, st: os.stat_result, ident_id: Optional[str]) -> dict:
