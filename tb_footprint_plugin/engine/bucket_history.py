@@ -19,6 +19,7 @@ from tb_footprint_plugin.engine.bucket_objects import STATE_LIMIT
 from tb_footprint_plugin.engine.bucket_state import BucketState, BucketVault
 from tb_footprint_plugin.engine.history import HistoryPage, bucket_log
 from tb_footprint_plugin.engine.lease import shard_label
+from tb_footprint_plugin.storage import jsondoc
 from tb_footprint_plugin.storage.remote import READ_WORKERS
 from tb_footprint_plugin.storage.store import CLOCK_SKEW, StoreFailure
 from tb_footprint_plugin.storage.store_object import ObjectStore
@@ -135,8 +136,8 @@ def _summary_of(data: Optional[bytes]) -> Dict[str, dict]:
     well formed; anything else in it is left out (untrusted: a record not of this shape is read
     from its manifest again)."""
     try:
-        doc = json.loads(data.decode("utf-8")) if data else None
-    except ValueError:
+        doc = jsondoc.loads(data) if data else None
+    except ValueError:  # nested too deep included (review R10 F3)
         return {}
     found = doc.get("manifests") if isinstance(doc, dict) and doc.get("format") == SUMMARY_FORMAT else None
     out: Dict[str, dict] = {}
