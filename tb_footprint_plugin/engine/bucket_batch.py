@@ -384,7 +384,7 @@ class ObjectBatchReduce(txn.Txn):
             o = self.outs[en["run"]]
             o.reason = str(self.error)
             try:
-                kept = rollback_entry(self.ostore, self.vault, en, code=code)
+                kept = rollback_entry(self.ostore, self.vault, en, code=code, out=o)
                 o.status, o.code = Outcome.ROLLED_BACK, code
                 o.reason += f"; {kept_words(kept)}" if kept else ""
                 if not kept:  # a kept manifest names its backups: not "as it was", no rolled-back line
@@ -478,7 +478,7 @@ def _drop_run(ostore: ObjectStore, vault: BucketVault, en: dict, out: RunOutcome
     code, kept = failure_code(e), []
     out.reason = str(e)
     try:
-        kept = rollback_entry(ostore, vault, en, deleted=False, code=code)
+        kept = rollback_entry(ostore, vault, en, deleted=False, code=code, out=out)
         rolled_back(out, code)
         out.reason += f"; {kept_words(kept)}" if kept else ""
     except (BucketTxnError, *STORE_FAILURES, OSError) as e2:

@@ -46,8 +46,6 @@ def test_a_rewrites_own_rollback_notes_the_kept_key(buckets, tmp_path, logdir_on
     assert o.to_dict()["findings"] == o.findings  # what --json says
 
 
-@pytest.mark.xfail(strict=True, reason="bucket_batch passes no outcome to rollback_entry yet: U2's ask in "
-                   "/work/notes/r28/asks_K5.md (K5 owns bucket_batch.py); remove this mark with that patch")
 def test_a_batchs_own_rollback_notes_the_kept_key(buckets, demo_logdir):  # noqa: F811
     bucket = buckets("s3")
     url = bucket.upload(demo_logdir, "logs")
