@@ -54,6 +54,7 @@ from tb_footprint_plugin.engine.placement import folder_at, holds_whole
 from tb_footprint_plugin.engine.retire_rules import KIND as RETIRE_KIND
 from tb_footprint_plugin.engine.retire_rules import new_run_refusal
 from tb_footprint_plugin.engine.retire_tree import stored_file
+from tb_footprint_plugin.engine.standing import standing_at
 from tb_footprint_plugin.engine.restore_staged import (Prepared, PreparedVault, checked_in_place, prepare_streamed,
                                                        remove_restore_temps, temp_folder)
 from tb_footprint_plugin.engine.vault_reads import blob_unreadable, read_roots, slim
@@ -208,6 +209,16 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
     return out
 
 
+def _recorded_levels(run: str, manifest: dict) -> int:
+    """How many folder levels below ``run`` a look at what stands there opens (``standing_at``):
+    one past the reduction's deepest recorded path (its originals, what it made, the folders it
+    removed); a folder deeper is one name, never walked (a chain thousands deep is no RecursionError)."""
+    paths = [e.get("path") for k in ("files", "created", "removed_dirs") for e in manifest.get(k, [])
+             if isinstance(e, dict)]
+    deepest = max((p.count("/") for p in paths if isinstance(p, str)), default=0)
+    return max(deepest - run.count("/"), 0) + 1
+
+
 def _reduction_at(ctx: Context, manifest: dict) -> Callable[[str], Optional[bool]]:
     """``retire_rules.new_run_refusal``'s look at a name of the run on a disk: True where it holds
     what the reduction made there (its recorded bytes, perhaps with records a writer appended) or
@@ -238,7 +249,8 @@ class LocalRestore(txn.PutBack):
 
     - **journal**: the run's lock; the refusals, each ``NotStarted`` with nothing changed (its
       backups damaged or unreadable, an unsettled operation on the run, a live writer: a skip,
-      a new run of its name (``retire_rules.new_run_refusal``), access, space, an untrusted state
+      a new run of its name (``retire_rules.new_run_refusal`` over ``standing.standing_at``: a link
+      at or in the run's path a name, never followed), access, space, an untrusted state
       folder, no journal); the begin record (``restore.journal`` after it);
     - **backup**: the big remote backups checked by streaming each into its target's temporary
       (``prepare_streamed``), then the ``verified`` record; nothing when there are none;
@@ -301,8 +313,15 @@ class LocalRestore(txn.PutBack):
                           f"run `tb-footprint recover {ctx.logdir}`")
             out.code = Failure.UNSETTLED
             raise txn.NotStarted()
-        standing = files_under(ctx.abs(run), exclude=[ctx.state, self.vault.root])
-        holders = find_writers(standing).holders
+        try:  # the look that follows no link (invariant 4): a link at the run's path or in it is a name
+            standing = standing_at(ctx, run, [ctx.state, self.vault.root], _recorded_levels(run, manifest))
+        except txn.Refused as e:  # a link on the way to the run: nothing looked at beyond it
+            out.reason, out.code = e.reason, e.code or Failure.RESTORE_BLOCKED
+            raise txn.NotStarted() from e
+        # writers anywhere in the run, however deep (what os.walk gives); walked only where the
+        # look above found the run's folder itself, so a link standing there is never followed
+        holders = find_writers(files_under(ctx.abs(run), exclude=[ctx.state, self.vault.root])
+                               if run not in standing else [ctx.abs(run)]).holders
         if holders:
             # the restore puts originals over these paths: a live writer's next records would go
             # into an inode that is then only the vault's copy (the reduce refuses the same way)
@@ -313,8 +332,8 @@ class LocalRestore(txn.PutBack):
             raise txn.NotStarted()
         # the run deleted and written again under its name (review R9 F7): its originals put back
         # would merge two runs into one; refused as every store refuses it, the backup kept
-        refusal = new_run_refusal(run, (os.path.relpath(p, ctx.logdir).replace(os.sep, "/") for p in standing),
-                                  _reduction_at(ctx, manifest), took_all=False, left=bool(manifest.get("created")))
+        refusal = new_run_refusal(run, standing, _reduction_at(ctx, manifest), took_all=False,
+                                  left=bool(manifest.get("created")))
         if refusal:
             out.reason, out.code = refusal, Failure.RESTORE_BLOCKED
             raise txn.NotStarted()

@@ -41,11 +41,10 @@ import errno
 import math
 import os
 import shutil
-import stat
 import time
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Skip, StoreError
+from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine import faults, trust, txn
 from tb_footprint_plugin.engine import retire_run as one_retirement
 from tb_footprint_plugin.engine import unretire_run as one_unretire
@@ -70,6 +69,7 @@ from tb_footprint_plugin.engine.retire_rules import (CHANGED_PATHS, KIND, RECOVE
                                                     refused_names, retire_line,
                                                     taken_along, unnamed_runs,
                                                     unretire_line)
+from tb_footprint_plugin.engine.standing import standing_at
 from tb_footprint_plugin.engine.retire_tree import (
     OP_ID_RE,
     StandsThere,
@@ -108,7 +108,6 @@ from tb_footprint_plugin.storage.files import CopyMismatch, copy_new, fsync_dir,
 from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.storage.paths import is_within, real_within
 from tb_footprint_plugin.storage.private import NotPrivate, ensure_private_dir
-from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.version import __version__
 
 FREE_SPACE_MARGIN = 16 << 20
@@ -561,78 +560,6 @@ def rollback_retire(ctx: Context, records: List[dict], reason: str, journal: Opt
 # ---------------------------------------------------------------------------------------
 # restore a retirement
 # ---------------------------------------------------------------------------------------
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def standing_at(ctx: Context, run: str, exclude: Iterable[str] = (),
-                levels: Optional[int] = None) -> Dict[str, os.stat_result]:
-    """Everything but a folder at or below ``run``'s path (a file, a link, a special file), each by
-    its logdir-relative name with its lstat; the folders ``exclude`` names (the state, a vault)
-    left out, known by their device and inode. Read through descriptors, each folder opened in
-    its parent without following a link (the logdir store's walk to the run's parent, then
-    ``O_NOFOLLOW``): a link is a name here, never a way (invariant 4), and a folder swapped for
-    one after the listing is that name. A link on the way to the run refuses (``txn.Refused``,
-    nothing changed); nothing there: empty. ``levels``: how many folder levels below the run are
-    opened; a folder deeper is a name itself, not looked into (a chain of folders thousands deep
-    at the path, a stranger's in a shared logdir, is one name that refuses, where a walk of it
-    raised RecursionError out of a restore: review R10 F4)."""
-    skip = set()
-    for p in exclude:
-        with contextlib.suppress(OSError):
-            st = os.stat(p)
-            skip.add((st.st_dev, st.st_ino))
-    out: Dict[str, os.stat_result] = {}
-    try:
-        with ctx.store.folder(ctx.key(run)) as (pfd, name):
-            try:
-                st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
-            except FileNotFoundError:
-                return out
-            if not stat.S_ISDIR(st.st_mode):
-                out[run] = st
-                return out
-            fd = os.open(name, _DIR_FLAGS, dir_fd=pfd)
-    except StoreFailure as e:
-        if e.code == StoreError.NOT_FOUND:
-            return out
-        raise txn.Refused(f"{run}: not reached without a link ({e}); nothing was changed", e.code) from None
-    except OSError as e:
-        raise txn.Refused(f"{run}: cannot look at what stands there ({reason_of(e)}); nothing was changed",
-                          failure_code(e)) from None
-    _standing_in(fd, run, skip, out, levels)
-    return out
-
-
-def _standing_in(fd: int, base: str, skip: set, out: Dict[str, os.stat_result], levels: Optional[int]) -> None:
-    """``standing_at`` below the folder open at ``fd`` (closed here), named ``base``, opening at
-    most ``levels`` folder levels below it (None: every level)."""
-    try:
-        with os.scandir(fd) as it:
-            found = []
-            for e in it:
-                with contextlib.suppress(FileNotFoundError):  # gone since the listing
-                    found.append((e.name, e.stat(follow_symlinks=False)))
-        for name, st in sorted(found):
-            if stat.S_ISDIR(st.st_mode):
-                if (st.st_dev, st.st_ino) in skip:
-                    continue
-                if levels is not None and levels <= 0:
-                    out[f"{base}/{name}"] = st  # deeper than anything retired: a name, not a way
-                    continue
-                try:
-                    sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
-                except FileNotFoundError:
-                    continue
-                except OSError:  # swapped for a link (or made unreadable) since: a name, never a way
-                    out[f"{base}/{name}"] = st
-                    continue
-                _standing_in(sub, f"{base}/{name}", skip, out, None if levels is None else levels - 1)
-            else:
-                out[f"{base}/{name}"] = st
-    finally:
-        os.close(fd)
-
-
 def unretire(ctx: Context, manifest: dict) -> RunOutcome:
     """Bring a retired run back byte for byte (tree sha256 checked); returns an outcome: the one
     restore of a retirement (``engine.unretire_run``) over a disk's layout, ``DiskUnretire``."""
