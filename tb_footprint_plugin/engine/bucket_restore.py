@@ -175,7 +175,7 @@ class ObjectRestore(ObjectPutBack):
         if not self.resume:
             # the run deleted and written again under its name (review R9 F7): its originals put
             # back would merge two runs into one; refused as every store refuses it, the backup kept
-            present = {k: o for k, o in run_listing(ostore, vault, self.run).items() if not k.endswith("/")}
+            present = run_listing(ostore, vault, self.run)  # folder markers are in no listing (remote.is_folder_marker)
             refusal = new_run_refusal(self.run, present, _reduction_at(ostore, m, present), took_all=False,
                                       left=any(in_place(f) or renamed(f) for f in m["files"]))
             if refusal:
