@@ -246,9 +246,8 @@ def manifest_binding(ctx: Context):
     else:
         if bound is not None:
             return bound
-        # none yet: the id adopting would take back (the state's own records and its recorded
-        # vaults', never a vault only the command names: a new logdir made where another one
-        # stood must not take that one's id)
+        # none yet: the id adopting would take back (the state's own records', never a shared
+        # vault's: a new logdir made where another one stood must not take that one's id)
         ids = trust.adoptable_ids(ctx.logdir, ctx.state)
         return {"id": ids.pop()} if len(ids) == 1 else None
     ids = trust.own_ids(ctx.logdir, ctx.state, known_vaults(ctx))

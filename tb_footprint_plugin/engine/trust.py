@@ -40,8 +40,7 @@ from typing import Iterable, Iterator, List, Optional
 from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.storage.regular import open_regular, open_regular_fd, read_capped
 from tb_footprint_plugin.plan.model import Action
-from tb_footprint_plugin.storage.paths import (UnsafePath, contained, is_op_id, is_sha256, plausible_mtime_ns,
-                                              recorded_vaults, safe_rel)
+from tb_footprint_plugin.storage.paths import UnsafePath, contained, is_op_id, is_sha256, plausible_mtime_ns, safe_rel
 
 __all__ = ["Untrusted", "JsonLines", "bind", "check_journal", "check_manifest", "cut_back_to", "is_op_id", "is_sha256",
            "read_json_lines", "parse_json_lines", "read_json_file", "identity_damage", "repair_identity", "own_ids",
@@ -570,12 +569,15 @@ def own_ids(logdir: str, state: str, vault_roots: Iterable[str] = ()) -> set:
 
 
 def adoptable_ids(logdir: str, state: str) -> set:
-    """The ids a missing identity.json is taken back from (``own_ids``): the manifests and journals
-    of the state folder and of the vaults its own ``vaults.json`` records — an external
-    ``--backup-dir`` the logdir reduced into holds its manifests there only (review R10 F6: a new
-    id adopted disowned them). Never a vault only the command names: a new logdir made where
-    another one stood, given that one's ``--backup-dir``, must not take its id (R10 F1)."""
-    return own_ids(logdir, state, [r for r in recorded_vaults(state) if r != state])
+    """The ids a missing identity.json is taken back from (``own_ids``): the state folder's own
+    manifests and journals only. Not the vaults its ``vaults.json`` records (review R10 F9): a
+    new logdir made where another one stood records that one's ``--backup-dir`` at its first
+    verb, before its identity is adopted, and would take that logdir's id from the manifests
+    there that name this path — owning its retirements, its purge deleting them. So a logdir
+    whose backups are only in an external vault adopts a new id when identity.json is deleted
+    (R10 F6: its earlier operations hidden, never lost; ``identity.json`` written back with the
+    old id shows them)."""
+    return own_ids(logdir, state)
 
 
 # ---------------------------------------------------------------------------------------
