@@ -1,6 +1,6 @@
 """Review R10 F4 (a regression of 7a80191): a disk unretire whose run path now holds a folder chain ~1100 deep (a new
 run's, or a stranger's in a 1777 logdir) must be refused as before (restore_blocked, "something stands there
-now", nothing changed), not fail on the new recursive walk (retire._standing_in) with RecursionError."""
+now", nothing changed), not fail on the new recursive walk (standing.standing_at) with RecursionError."""
 import os
 import subprocess
 

@@ -1,7 +1,7 @@
 """A disk's unretire asks the one rule against a new run of the same name over what stands at the
 run's path, as a bucket's does (``retire_rules.new_run_refusal`` over ``UnretireLayout.standing``
 and ``retired_at``; issue #26). Before, ``DiskUnretire.refused`` looked at the run's folder itself
-and refused anything in it. Its look is now the walk that follows no link (``retire.standing_at``):
+and refused anything in it. Its look is now the walk that follows no link (``standing.standing_at``):
 a link at the run's path or in its folder is a name, never followed, and refuses, as a file there
 does. Two cases change, each as a bucket has it: folders holding nothing (a bucket has no empty
 folder; a disk's empty run folder was allowed already) and files that are the retired ones as they
