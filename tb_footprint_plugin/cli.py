@@ -1724,7 +1724,8 @@ def _recover_parser(sub) -> None:
     s.add_argument("--adopt-moved-state", action="store_true",
                    help="this logdir was MOVED here from another filesystem (a new inode): bind its state folder "
                         "to it again, its id kept, so its retired runs and backups are its own again (refused, "
-                        "nothing changed, while the logdir it was made for still stands: that is a copy)")
+                        "nothing changed, while the logdir it was made for still stands: that is a copy). Only "
+                        "for a move: a copy whose original was renamed would then share its backups")
     s.set_defaults(func=cmd_recover)
 
 def _history_parser(sub) -> None:

@@ -365,7 +365,8 @@ def foreign_state_words(ident: dict, st: os.stat_result, state: str) -> str:
     followed by deleting what was set aside, lost them)."""
     made_for = ident.get("logdir")
     gone = isinstance(made_for, str) and not os.path.lexists(made_for)
-    adopt = "`tb-footprint recover LOGDIR --adopt-moved-state` binds this state to this logdir again, its id kept"
+    adopt = ("`tb-footprint recover LOGDIR --adopt-moved-state` binds this state to this logdir again, its id kept "
+             "(only for a move: were it a copy whose original was renamed, both would own the same backups)")
     where = (f"{made_for!r} no longer exists: if this logdir was moved from there (a move to another filesystem "
              f"is a copy, with a new inode), {adopt}" if gone else
              f"if {made_for!r} is that logdir, they are its own: restore them there; if it is a new folder made "
