@@ -167,11 +167,11 @@ class FileEntry:
     category's name when one category holds the whole file, and handed out as a new dict: a
     small dict is 184 bytes, and a scan of 100,000 runs holds a few files a run."""
 
-    __slots__ = ("path", "size", "mtime", "kind", "_cats", "warning", "links", "allocated")
+    __slots__ = ("path", "size", "mtime", "kind", "_cats", "warning", "links", "allocated", "uid")
 
     def __init__(self, path: str, size: int, mtime: float, kind: str,
                  categories: Optional[Dict[str, int]] = None, warning: Optional[str] = None,
-                 links: int = 1, allocated: Optional[int] = None) -> None:
+                 links: int = 1, allocated: Optional[int] = None, uid: Optional[int] = None) -> None:
         self.path = path  # relative to the logdir, '/'-separated
         self.size = size  # lstat st_size
         self.mtime = mtime
@@ -188,6 +188,11 @@ class FileEntry:
         #: its logical bytes ("removable"); this is what removing it frees on disk ("freed now").
         #: Read afresh by every walk, as ``links``
         self.allocated = allocated
+        #: lstat st_uid when the file is ANOTHER user's than the one who scanned (``os.geteuid()``),
+        #: else None (the shared None: memory flat for one's own files; a bucket has no owners):
+        #: the plan leaves another user's run alone unless asked (``plan.owners``). Read afresh by
+        #: every walk, as ``links``
+        self.uid = uid
 
     @property
     def categories(self) -> Dict[str, int]:
@@ -214,6 +219,8 @@ class FileEntry:
             d["links"] = self.links
         if self.allocated is not None:  # only a sparse file says it
             d["allocated"] = self.allocated
+        if self.uid is not None:  # only another user's file says it
+            d["uid"] = self.uid
         return d
 
     def __eq__(self, other: object) -> bool:
@@ -284,6 +291,9 @@ class RunFootprint:
     sessions: List[ProfileSession] = field(default_factory=list)
     warnings: List[str] = field(default_factory=no_items)
     has_event_files: bool = False
+    #: the run folder's lstat st_uid when it is another user's than the scanner's, else None (as
+    #: ``FileEntry.uid``; in the JSON only when set)
+    uid: Optional[int] = None
 
     def biggest_category(self) -> Optional[str]:
         """The category holding the most bytes, or None for an empty run."""
@@ -398,7 +408,8 @@ class LogdirFootprint:
         """JSON-ready dict in the documented schema."""
         d = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "runs"}
         d["runs"] = [{f.name: _plain(getattr(r, f.name)) for f in dataclasses.fields(r)
-                      if with_files or f.name != "files"} for r in self.runs]
+                      if (with_files or f.name != "files") and (f.name != "uid" or r.uid is not None)}
+                     for r in self.runs]
         return {f.name: d[f.name] for f in dataclasses.fields(self)}  # in the schema's order
 
 
@@ -434,6 +445,7 @@ def footprint_from_dict(d: dict) -> LogdirFootprint:
                 sessions=[ProfileSession(**s) for s in r["sessions"]],
                 warnings=list(r["warnings"]),
                 has_event_files=r.get("has_event_files", False),
+                uid=r.get("uid"),
             )
         )
     return LogdirFootprint(
