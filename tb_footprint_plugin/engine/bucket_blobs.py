@@ -311,14 +311,21 @@ def copy_from_blobs(vault: BucketVault, f: dict, dest: str) -> str:
     return f["sha256"]
 
 
+def entry_failure(vault: BucketVault, f: dict) -> Optional[BlobFailure]:
+    """None when ``f``'s blob is in the vault, added by this logdir, and reads back to its sha256;
+    else why not: ``MISSING`` (no folder, not claimed by this logdir, not there) or the read's own
+    failure (``CORRUPT``: bytes there that do not hash). Each blob read once."""
+    bv = vault.blobs
+    sha = f.get("sha256")
+    if bv is None or not is_sha256(sha) or not os.path.isdir(bv.folder) or bv.store.owner not in bv.store.owners(sha):
+        return BlobFailure(BlobError.MISSING, "not claimed by this logdir in its blob folder", sha=sha)
+    return bv.store.check(sha)
+
+
 def check_entry(vault: BucketVault, f: dict) -> bool:
     """Whether ``f``'s blob is in the vault, added by this logdir, and reads back to its sha256
     (re-check, ``verify``, and a restore before its first put-back)."""
-    bv = vault.blobs
-    if bv is None or not is_sha256(f.get("sha256")) or not os.path.isdir(bv.folder) or \
-            bv.store.owner not in bv.store.owners(f["sha256"]):
-        return False
-    return bv.store.check(f["sha256"]) is None
+    return entry_failure(vault, f) is None
 
 
 #: what ``missing_blobs``'s refusal says of the run by default: its last look before the commit
@@ -352,10 +359,11 @@ def missing_blobs(vault: BucketVault, files: List[dict], reread: bool = True, *,
                                  f"(forgotten since it was added); {then}")
 
 
-def _named(doc, out: Set[str], let_go: Optional[Set[str]] = None, purged: bool = False) -> bool:
+def named_digests(doc, out: Set[str], let_go: Optional[Set[str]] = None, purged: bool = False) -> bool:
     """Add the digests a manifest or journal names to ``out``, and those it let go (``purged``:
     every one; else the entries its restore released) to ``let_go``; False when it is not
-    readable."""
+    readable. The one rule of what names a blob: the forget (``collect``) and the purge
+    preview's figure (``bucket_purge.folder_frees``) both ask it."""
     if not isinstance(doc, dict) or doc.get("corrupt"):
         return False
     runs = doc.get("runs") if isinstance(doc.get("runs"), list) else [doc]
@@ -404,10 +412,10 @@ def names_in_bucket(ostore: ObjectStore, vault: BucketVault, manifests_read: Opt
             continue
         is_manifest = path.startswith(manifests + "/")
         # only a manifest's word lets a blob go: a journal names what it names, nothing more
-        if not _named(doc, needed, let_go if is_manifest else None, is_manifest and _purged(doc, path)):
+        if not named_digests(doc, needed, let_go if is_manifest else None, is_manifest and _purged(doc, path)):
             return path
     for m in manifests_read or []:
-        _named(m, needed, let_go, bool(m.get(manifest.BACKUP_PURGED)))
+        named_digests(m, needed, let_go, bool(m.get(manifest.BACKUP_PURGED)))
     return needed, let_go
 
 
@@ -443,5 +451,5 @@ def collect(ostore: ObjectStore, vault: BucketVault) -> dict:
 
 
 __all__ = ["IN_MEMORY", "KEPT_IN", "LEFT_AS_IT_WAS", "adding", "backup_entries", "blobs_of", "check_entry",
-           "copy_from_blobs", "collect", "entry_ok", "forget_lock", "is_blob_entry", "missing_blobs", "names_in_bucket", "names_our_backup", "plain_under",
+           "copy_from_blobs", "collect", "entry_failure", "entry_ok", "forget_lock", "is_blob_entry", "missing_blobs", "named_digests", "names_in_bucket", "names_our_backup", "plain_under",
            "put_back"]

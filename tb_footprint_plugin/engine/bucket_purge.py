@@ -19,7 +19,7 @@ from tb_footprint_plugin.engine.bucket_purge_journal import purge_journal_first,
 from tb_footprint_plugin.engine.bucket_putback import delete_copies, store_delete_batch
 from tb_footprint_plugin.engine.context import CancelToken
 from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_by_restore, kept_row, originals_lost
-from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry
+from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry, named_digests
 from tb_footprint_plugin.engine.catalogue_rules import entry_released, is_rolled_back_keeping
 from tb_footprint_plugin.engine.bucket_catalogue import manifests, own_manifests
 from tb_footprint_plugin.engine.bucket_state import (
@@ -36,7 +36,6 @@ from tb_footprint_plugin.engine.bucket_state import (
 )
 from tb_footprint_plugin.engine.context import new_op_id
 from tb_footprint_plugin.storage.blobstore import BlobFailure
-from tb_footprint_plugin.storage.paths import is_sha256
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
 
@@ -248,11 +247,8 @@ def folder_frees(vault: BucketVault, every: List[dict], chosen: List[dict]) -> O
     picked = {id(m) for m in chosen}
     needed: Set[str] = set()
     let_go: Set[str] = set()
-    for m in every:
-        for f in m["files"]:
-            if is_blob_entry(f) and is_sha256(f.get("sha256")):
-                gone = m["backup_purged"] or id(m) in picked or entry_released(m, f)
-                (let_go if gone else needed).add(f["sha256"])
+    for m in every:  # the forget's own rule of what names a blob (``collect``)
+        named_digests(m, needed, let_go, bool(m["backup_purged"]) or id(m) in picked)
     try:
         bv.store.reload()
     except BlobFailure:

@@ -51,7 +51,6 @@ it with records appended, or a writer kept rewriting it) keeps its vault copy (t
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
@@ -59,7 +58,7 @@ from tb_footprint_plugin.codes import BlobError, Code, Failure, Finding, Outcome
 from tb_footprint_plugin.engine import faults, lease, manifest, txn
 from tb_footprint_plugin.engine import retire_run as one_retirement
 from tb_footprint_plugin.engine import unretire_run as one_unretire
-from tb_footprint_plugin.engine.bucket_blobs import (KEPT_IN, adding, backup_entries, blobs_of, check_entry,
+from tb_footprint_plugin.engine.bucket_blobs import (KEPT_IN, adding, backup_entries, blobs_of, entry_failure,
                                                       entry_ok, is_blob_entry, put_back)
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
@@ -865,12 +864,11 @@ def _copy_state(ostore: ObjectStore, vault: BucketVault, f: dict) -> str:
     another size or checksums, a blob whose bytes do not hash) or ``MISSING`` (no copy; a blob
     not there, forgotten, or one the store failed to read: no reason to leave it for good)."""
     if is_blob_entry(f):
-        if check_entry(vault, f):
+        bad = entry_failure(vault, f)  # one read of the blob (R28's reread: it was hashed twice)
+        if bad is None:
             return RECORDED
-        bv = vault.blobs  # check_entry's looks said no: only a blob there, unreadable as its sha256, changed
-        bad = bv.store.check(f["sha256"]) if bv is not None and os.path.isdir(bv.folder) and \
-            bv.store.owner in bv.store.owners(f["sha256"]) else None
-        return CHANGED if bad is not None and bad.code == BlobError.CORRUPT else MISSING
+        # only a blob there, claimed, whose bytes do not hash has changed
+        return CHANGED if bad.code == BlobError.CORRUPT else MISSING
     info = BucketState.of(ostore).head(f["backup"])
     if info is None:
         return MISSING

@@ -54,7 +54,7 @@ from tb_footprint_plugin.engine.placement import folder_at, holds_whole
 from tb_footprint_plugin.engine.retire_rules import KIND as RETIRE_KIND
 from tb_footprint_plugin.engine.retire_rules import new_run_refusal
 from tb_footprint_plugin.engine.retire_tree import stored_file
-from tb_footprint_plugin.engine.standing import standing_at
+from tb_footprint_plugin.engine.standing import levels_for, standing_at
 from tb_footprint_plugin.engine.restore_staged import (Prepared, PreparedVault, checked_in_place, prepare_streamed,
                                                        remove_restore_temps, temp_folder)
 from tb_footprint_plugin.engine.vault_reads import blob_unreadable, read_roots, slim
@@ -209,16 +209,6 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
     return out
 
 
-def _recorded_levels(run: str, manifest: dict) -> int:
-    """How many folder levels below ``run`` a look at what stands there opens (``standing_at``):
-    one past the reduction's deepest recorded path (its originals, what it made, the folders it
-    removed); a folder deeper is one name, never walked (a chain thousands deep is no RecursionError)."""
-    paths = [e.get("path") for k in ("files", "created", "removed_dirs") for e in manifest.get(k, [])
-             if isinstance(e, dict)]
-    deepest = max((p.count("/") for p in paths if isinstance(p, str)), default=0)
-    return max(deepest - run.count("/"), 0) + 1
-
-
 def _reduction_at(ctx: Context, manifest: dict) -> Callable[[str], Optional[bool]]:
     """``retire_rules.new_run_refusal``'s look at a name of the run on a disk: True where it holds
     what the reduction made there (its recorded bytes, perhaps with records a writer appended) or
@@ -314,7 +304,10 @@ class LocalRestore(txn.PutBack):
             out.code = Failure.UNSETTLED
             raise txn.NotStarted()
         try:  # the look that follows no link (invariant 4): a link at the run's path or in it is a name
-            standing = standing_at(ctx, run, [ctx.state, self.vault.root], _recorded_levels(run, manifest))
+            # its originals, what it made, the folders it removed: nothing of it stands deeper
+            recorded = (e.get("path") for k in ("files", "created", "removed_dirs")
+                        for e in manifest.get(k, []) if isinstance(e, dict))
+            standing = standing_at(ctx, run, [ctx.state, self.vault.root], levels_for(run, recorded))
         except txn.Refused as e:  # a link on the way to the run: nothing looked at beyond it
             out.reason, out.code = e.reason, e.code or Failure.RESTORE_BLOCKED
             raise txn.NotStarted() from e

@@ -69,7 +69,7 @@ from tb_footprint_plugin.engine.retire_rules import (CHANGED_PATHS, KIND, RECOVE
                                                     refused_names, retire_line,
                                                     taken_along, unnamed_runs,
                                                     unretire_line)
-from tb_footprint_plugin.engine.standing import standing_at
+from tb_footprint_plugin.engine.standing import levels_for, standing_at
 from tb_footprint_plugin.engine.retire_tree import (
     OP_ID_RE,
     StandsThere,
@@ -639,9 +639,7 @@ class DiskUnretire(one_unretire.UnretireLayout):
         if self.resumed:
             return None
         ctx, run = self.ctx, self.out.run
-        # one level past the retired tree's deepest file: below it nothing can be retired
-        deepest = max((f["path"].count("/") for f in self.m["tree"] if isinstance(f.get("path"), str)), default=0)
-        levels = max(deepest - run.count("/"), 0) + 1
+        levels = levels_for(run, (f.get("path") for f in self.m["tree"] if isinstance(f, dict)))
         return standing_at(ctx, run, [ctx.state, ctx.vault.root, self.m["vault"]], levels)
 
     def retired_at(self, name: str, seen: os.stat_result) -> Optional[bool]:

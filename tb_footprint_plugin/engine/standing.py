@@ -65,6 +65,15 @@ def standing_at(ctx: Context, run: str, exclude: Iterable[str] = (),
     return out
 
 
+def levels_for(run: str, paths: Iterable[object]) -> int:
+    """How many folder levels below ``run`` a look at what stands there opens (``standing_at``'s
+    ``levels``): one past the deepest of ``paths`` (logdir-relative; others ignored), since below
+    that nothing of the record can stand. A folder deeper is one name, never walked (a chain
+    thousands deep is no RecursionError: review R10 F4)."""
+    deepest = max((p.count("/") for p in paths if isinstance(p, str)), default=0)
+    return max(deepest - run.count("/"), 0) + 1
+
+
 def _standing_in(fd: int, base: str, skip: set, out: Dict[str, os.stat_result], levels: Optional[int]) -> None:
     """``standing_at`` below the folder open at ``fd`` (closed here), named ``base``, opening at
     most ``levels`` folder levels below it (None: every level); ``base`` "" for the logdir's root."""
