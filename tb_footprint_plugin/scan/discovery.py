@@ -52,6 +52,9 @@ class FoundFile:
     #: a sparse file's allocated bytes (lstat ``st_blocks * 512``, what ``du`` counts) when below
     #: ``size``; None for any other (most files: nothing more held)
     allocated: Optional[int] = None
+    #: lstat st_uid when the file is another user's than the scanner's (``os.geteuid()``), else
+    #: None (``FileEntry.uid``; always None in a bucket)
+    uid: Optional[int] = None
 
     @property
     def cache_key(self) -> tuple:
@@ -69,6 +72,8 @@ class FoundRun:
     has_event_files: bool = False
     #: ``plugins/profile/<session>`` folders with nothing in them (xprof still lists them)
     empty_sessions: List[Tuple[str, float]] = field(default_factory=list)
+    #: the run folder's lstat st_uid when another user's than the scanner's, else None
+    uid: Optional[int] = None
 
 
 @dataclass
@@ -176,6 +181,8 @@ def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = (),
     # (dev, ino) as one int: bind mounts can loop even without symlinks; a tuple of two ints per
     # folder was ~60 MB at 100,000 runs (four folders each)
     seen_dirs = _InodeSet()
+    # read once a walk, not at import: a process may change its user between walks (tests do)
+    euid = os.geteuid()
 
     def done(name: str) -> FoundRun:
         r = runs.pop(name)
@@ -235,7 +242,8 @@ def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = (),
             owner = _rel(parts)
             owner_depth = len(parts)
             if owner not in runs:
-                runs[owner] = FoundRun(name=owner, abspath=dirpath)
+                runs[owner] = FoundRun(name=owner, abspath=dirpath,
+                                       uid=st.st_uid if st.st_uid != euid else None)
                 open_runs.append((parts, owner))
             runs[owner].has_event_files = runs[owner].has_event_files or has_events
         run_name = owner if owner is not None else UNATTRIBUTED
@@ -243,7 +251,8 @@ def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = (),
         if not entries and len(rel_in_run) == 3 and rel_in_run[:2] == ("plugins", "profile"):
             runs[owner].empty_sessions.append((_rel(parts), st.st_mtime))
         for e in files:
-            ff = _found_file(e, parts, logdir, owner_depth if owner is not None else 0, warnings, tally)
+            ff = _found_file(e, parts, logdir, owner_depth if owner is not None else 0, warnings, tally,
+                             euid=euid)
             if ff is None:
                 continue
             bucket = runs.setdefault(
@@ -317,7 +326,8 @@ def _rel(parts: Tuple[str, ...]) -> str:
     return "/".join(parts) if parts else "."
 
 
-def _found_file(entry, parts, logdir, owner_depth, warnings, tally: Optional[DiskTally] = None) -> Optional[FoundFile]:
+def _found_file(entry, parts, logdir, owner_depth, warnings, tally: Optional[DiskTally] = None,
+                euid: Optional[int] = None) -> Optional[FoundFile]:
     rel = "/".join(parts + (entry.name,))
     try:
         fsops.op()  # the entry's lstat
@@ -357,6 +367,7 @@ def _found_file(entry, parts, logdir, owner_depth, warnings, tally: Optional[Dis
         run_rel_parts=tuple(parts[owner_depth:]),
         nlink=st.st_nlink,
         allocated=sparse_allocated(st),
+        uid=st.st_uid if euid is not None and st.st_uid != euid else None,
     )
 
 

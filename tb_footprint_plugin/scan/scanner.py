@@ -302,7 +302,7 @@ def _run_footprint(found: FoundRun, cache: ScanCache, counters: dict, tick,
     100,000 runs share is one string (each cache hit parses its own copies)."""
     names = {} if names is None else names  # also: a tuple of tags -> the one list of them
     run = RunFootprint(
-        name=found.name, path=found.name, has_event_files=found.has_event_files
+        name=found.name, path=found.name, has_event_files=found.has_event_files, uid=found.uid
     )
     tags: Dict[str, set] = {}  # category -> its tags in this run (sorted into the stat at the end)
     event_stats = []  # (FoundFile, EventFileStats) in filename order, as TensorBoard reads
@@ -319,7 +319,7 @@ def _run_footprint(found: FoundRun, cache: ScanCache, counters: dict, tick,
         run.files.append(
             FileEntry(path=f.rel, size=f.size, mtime=f.mtime, kind="symlink" if f.is_symlink else "file",
                       categories={category: f.size}, links=f.nlink,
-                      allocated=f.allocated)
+                      allocated=f.allocated, uid=f.uid)
         )
         _add(run.categories, category, f.size, files=1)
 
@@ -332,7 +332,7 @@ def _run_footprint(found: FoundRun, cache: ScanCache, counters: dict, tick,
     for f, st in event_stats:
         # links from this walk's lstat, never from the cache (a snapshot made since changes no key)
         entry = FileEntry(path=f.rel, size=f.size, mtime=f.mtime, kind="event", warning=st.warning, links=f.nlink,
-                          allocated=f.allocated)
+                          allocated=f.allocated, uid=f.uid)
         if st.status == "unreadable":
             entry.categories = {cat.OTHER: f.size}
             _add(run.categories, cat.OTHER, f.size, files=1)
