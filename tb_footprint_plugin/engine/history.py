@@ -57,6 +57,7 @@ import time
 from typing import Callable, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
 from tb_footprint_plugin.codes import Outcome, StoreError
+from tb_footprint_plugin.engine.changelog_files import HISTORY_NAME, SEALED, WORKER_FILE, is_entry
 from tb_footprint_plugin.engine.context import RunOutcome
 from tb_footprint_plugin.engine.lease import configure as configure_lease
 from tb_footprint_plugin.engine.lease import shard_label
@@ -71,14 +72,13 @@ from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.store import Entry, RangeReader, Store, StoreFailure
 from tb_footprint_plugin.version import __version__
 
-HISTORY_NAME = "history.jsonl"
 #: a bucket logdir's change log: a key of the logdir's store (the name a disk's state folder uses)
 HISTORY = f"{STATE_DIR_NAME}/{HISTORY_NAME}"
 #: where a bucket logdir's workers of a sharded batch keep their own change logs (``bucket_log``)
 BUCKET_WORKERS = f"{STATE_DIR_NAME}/history-shards"
-_WORKER_FILE = re.compile(r"^history-shard-\d+-of-\d+@[A-Za-z0-9._-]{1,64}\.jsonl$")
-#: a log set aside full (``ChangeLog.seal``): the name of the log it was, its mtime (ms) and a tag of its version
-_SEALED = re.compile(r"^(history(?:-shard-\d+-of-\d+@[A-Za-z0-9._-]{1,64})?)\.sealed-\d{1,16}-([0-9a-f]{12})\.jsonl$")
+#: the logs' names (a worker's, one sealed aside) and what an entry is: ``changelog_files``, the
+#: part of the change log ``trust`` reads too (a deleted identity's id is corroborated by it)
+_WORKER_FILE, _SEALED, _timed = WORKER_FILE, SEALED, is_entry
 #: what an oversize log is read by: pieces of this many bytes into one buffer
 _PIECE = 8 << 20
 #: seals an append tries before it gives up (each lost to another appender of the same log)
@@ -117,11 +117,6 @@ def _own_file() -> str:
     """The name of the log this process appends to: its shard's own file, else the single one."""
     shard = shard_label()
     return worker_file_name(shard) if shard else HISTORY_NAME
-
-
-def _timed(e) -> bool:
-    t = e.get("time") if isinstance(e, dict) else None
-    return isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)
 
 
 def finite(value):
