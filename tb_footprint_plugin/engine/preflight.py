@@ -5,19 +5,20 @@ assumed no longer holds, or the reduce could not finish safely (space, permissio
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 import time
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine.context import Context, TransactionError, check_space, no_symlink
+from tb_footprint_plugin.engine import txn
 from tb_footprint_plugin.engine.history import changes_since
+from tb_footprint_plugin.engine.standing import entries_at, writers_at
 from tb_footprint_plugin.plan.model import RunPlan
 from tb_footprint_plugin.plan.planner import active_reason, newest_write
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
+from tb_footprint_plugin.storage.openfiles import describe_holders
 from tb_footprint_plugin.storage.paths import is_within, real_within
 from tb_footprint_plugin.storage.regular import kind_of
 
@@ -34,14 +35,13 @@ def preflight(ctx: Context, rp: RunPlan, link_backups: bool = True) -> None:
     if not real_within(run_dir, ctx.logdir) or os.path.islink(run_dir):
         raise TransactionError(f"run {rp.run!r} is a symlink or leads out of the logdir; left alone")
     mtimes = []
-    for root, dirs, files in os.walk(run_dir, followlinks=False):
-        dirs[:] = [d for d in dirs if os.path.join(root, d) != ctx.state]
-        for n in files:
-            p = os.path.join(root, n)
-            with contextlib.suppress(OSError):
-                st = fsops.lstat(p)
-                if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):  # as the scan counts them
-                    mtimes.append((os.path.relpath(p, ctx.logdir).replace(os.sep, "/"), st.st_mtime))
+    try:  # walked as the writer check walks it: a folder swapped for a link is a name, never a way
+        for e in entries_at(ctx, rp.run, [ctx.state]):
+            fsops.op()  # paced as the lstat of each file it does was
+            if stat.S_ISREG(e.st.st_mode) or stat.S_ISLNK(e.st.st_mode):  # as the scan counts them
+                mtimes.append((e.path, e.st.st_mtime))
+    except txn.Refused as e:  # a link on the way to the run
+        raise TransactionError(e.reason, e.code or Failure.REFUSED) from None
     # verification reads every event file of the run: one it cannot read is named up front
     for name in sorted(os.listdir(run_dir)) if os.path.isdir(run_dir) else ():
         p = os.path.join(run_dir, name)
@@ -90,10 +90,12 @@ def preflight(ctx: Context, rp: RunPlan, link_backups: bool = True) -> None:
 def check_writers(ctx: Context, rp: RunPlan) -> None:
     """Leave the run alone while a process on this machine holds one of its files open for
     writing: its next records would go into the inode the swap takes away."""
-    found = find_writers(files_under(ctx.abs(rp.run), exclude=[ctx.state, ctx.vault.root]))
+    try:  # every depth, no link followed: each file asked about through its folder's descriptor
+        found = writers_at(ctx, rp.run, [ctx.state, ctx.vault.root])
+    except txn.Refused as e:  # a link on the way to the run
+        raise TransactionError(e.reason, e.code or Failure.REFUSED) from None
     if found.holders:
-        raise TransactionError(f"run {rp.run!r} is being written: "
-                               + describe_holders(found.holders, lambda p: os.path.relpath(p, ctx.logdir))
+        raise TransactionError(f"run {rp.run!r} is being written: " + describe_holders(found.holders)
                                + "; left alone", Skip.OPEN_FOR_WRITING)
 
 

@@ -54,7 +54,7 @@ from tb_footprint_plugin.engine.placement import folder_at, holds_whole
 from tb_footprint_plugin.engine.retire_rules import KIND as RETIRE_KIND
 from tb_footprint_plugin.engine.retire_rules import new_run_refusal
 from tb_footprint_plugin.engine.retire_tree import stored_file
-from tb_footprint_plugin.engine.standing import levels_for, standing_at
+from tb_footprint_plugin.engine.standing import levels_for, standing_and_writers
 from tb_footprint_plugin.engine.restore_staged import (Prepared, PreparedVault, checked_in_place, prepare_streamed,
                                                        remove_restore_temps, temp_folder)
 from tb_footprint_plugin.engine.vault_reads import blob_unreadable, read_roots, slim
@@ -66,7 +66,7 @@ from tb_footprint_plugin.storage.blobstore import BlobFailure
 from tb_footprint_plugin.storage.access import access_refusal, is_permission_error
 from tb_footprint_plugin.storage.paths import is_sha256, is_within, real_within
 from tb_footprint_plugin.storage.store import StoreFailure
-from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
+from tb_footprint_plugin.storage.openfiles import describe_holders
 from tb_footprint_plugin.verify.records import check_file
 from tb_footprint_plugin.version import __version__
 
@@ -307,21 +307,19 @@ class LocalRestore(txn.PutBack):
             # its originals, what it made, the folders it removed: nothing of it stands deeper
             recorded = (e.get("path") for k in ("files", "created", "removed_dirs")
                         for e in manifest.get(k, []) if isinstance(e, dict))
-            standing = standing_at(ctx, run, [ctx.state, self.vault.root], levels_for(run, recorded))
+            # and, in the same walk, writers anywhere in the run, however deep, each file asked
+            # about through its folder's descriptor: a folder swapped for a link is never followed
+            standing, writers = standing_and_writers(ctx, run, [ctx.state, self.vault.root],
+                                                     levels_for(run, recorded))
         except txn.Refused as e:  # a link on the way to the run: nothing looked at beyond it
             out.reason, out.code = e.reason, e.code or Failure.RESTORE_BLOCKED
             raise txn.NotStarted() from e
-        # writers anywhere in the run, however deep (what os.walk gives); walked only where the
-        # look above found the run's folder itself, so a link standing there is never followed
-        holders = find_writers(files_under(ctx.abs(run), exclude=[ctx.state, self.vault.root])
-                               if run not in standing else [ctx.abs(run)]).holders
-        if holders:
+        if writers.holders:
             # the restore puts originals over these paths: a live writer's next records would go
             # into an inode that is then only the vault's copy (the reduce refuses the same way)
             out.status, out.code, out.reason = writer_met(
                 Skip.OPEN_FOR_WRITING, f"run {run!r} is being written: "
-                + describe_holders(holders, lambda p: os.path.relpath(p, ctx.logdir))
-                + "; not restored (stop the writer, then restore)")
+                + describe_holders(writers.holders) + "; not restored (stop the writer, then restore)")
             raise txn.NotStarted()
         # the run deleted and written again under its name (review R9 F7): its originals put back
         # would merge two runs into one; refused as every store refuses it, the backup kept

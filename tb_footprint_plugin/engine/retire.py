@@ -69,7 +69,7 @@ from tb_footprint_plugin.engine.retire_rules import (CHANGED_PATHS, KIND, RECOVE
                                                     refused_names, retire_line,
                                                     taken_along, unnamed_runs,
                                                     unretire_line)
-from tb_footprint_plugin.engine.standing import levels_for, standing_at
+from tb_footprint_plugin.engine.standing import levels_for, standing_at, writers_at
 from tb_footprint_plugin.engine.retire_tree import (
     OP_ID_RE,
     StandsThere,
@@ -105,7 +105,7 @@ from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.plan.planner import active_reason, newest_write
 from tb_footprint_plugin.storage.access import access_refusal
 from tb_footprint_plugin.storage.files import CopyMismatch, copy_new, fsync_dir, sha256_file
-from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
+from tb_footprint_plugin.storage.openfiles import describe_holders
 from tb_footprint_plugin.storage.paths import is_within, real_within
 from tb_footprint_plugin.storage.private import NotPrivate, ensure_private_dir
 from tb_footprint_plugin.version import __version__
@@ -148,10 +148,12 @@ def _check_quiet(ctx: Context, run: str, files: List[dict]) -> None:
 def _check_writers(ctx: Context, run: str) -> None:
     """A run a process on this machine holds a file of open for writing is left alone: its next
     records would follow the file into the vault, out of TensorBoard's sight."""
-    found = find_writers(files_under(ctx.abs(run), exclude=[ctx.state, ctx.vault.root]))
+    try:  # every depth, no link followed: each file asked about through its folder's descriptor
+        found = writers_at(ctx, run, [ctx.state, ctx.vault.root])
+    except txn.Refused as e:  # a link on the way to the run
+        raise TransactionError(e.reason, e.code or Failure.REFUSED) from None
     if found.holders:
-        raise TransactionError(f"run {run!r} is being written: "
-                               + describe_holders(found.holders, lambda p: os.path.relpath(p, ctx.logdir))
+        raise TransactionError(f"run {run!r} is being written: " + describe_holders(found.holders)
                                + "; left alone", Skip.OPEN_FOR_WRITING)
 
 

@@ -34,7 +34,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from collections.abc import Sequence
-from typing import Dict, Iterable, List, Optional, Tuple, Union
+from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 PROC = "/proc"
 O_ACCMODE = 0o3
@@ -230,15 +230,16 @@ def _take_and_drop_read_lease(fd: int) -> bool:
     raise OSError(err, os.strerror(err))
 
 
-def _lease_probe(path: str, key: Optional[FileKey]) -> Optional[bool]:
+def _lease_probe(path: str, key: Optional[FileKey], dir_fd: Optional[int] = None) -> Optional[bool]:
     """``no_writer_anywhere(path)``; with ``key``, None unless the file opened is that inode
-    (the name may have been given to another file since it was looked at)."""
+    (the name may have been given to another file since it was looked at); with ``dir_fd``,
+    ``path`` is a name in that folder (a walk's, ``FilesFound``): nothing on the way is followed."""
     o_path = getattr(os, "O_PATH", 0)
     try:
         # an O_PATH descriptor opens nothing (no device, no FIFO): what it names is looked at
         # first, and only a regular file is then opened for reading, through it
         pfd = os.open(path, (o_path or os.O_RDONLY | os.O_NONBLOCK) | getattr(os, "O_NOFOLLOW", 0)
-                      | getattr(os, "O_NOCTTY", 0))
+                      | getattr(os, "O_NOCTTY", 0) | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError:
         return None
     fd = -1
@@ -308,15 +309,24 @@ def find_writers(paths: Iterable[str], *, proc: str = PROC) -> WriterScan:
     any and no process is looked at (``cleared_by_lease``); else ``/proc`` is walked.
     """
     t0 = time.monotonic()
-    paths = paths if isinstance(paths, Sequence) else list(paths)
-    wanted = _keys(paths)
+    named = paths if isinstance(paths, Sequence) else list(paths)
+    return _scan(named, _keys(named), lambda i, key: _lease_probe(named[i], key), proc, t0)
+
+
+#: how ``_scan`` asks the kernel about one file: (its index in the names, the inode it must
+#: still be, or None for whatever the name holds now) -> ``no_writer_anywhere``'s answer
+Probe = Callable[[int, Optional[FileKey]], Optional[bool]]
+
+
+def _scan(paths: Sequence[str], wanted: Dict[FileKey, Names], probe: Probe, proc: str, t0: float) -> WriterScan:
+    """``find_writers`` over ``wanted`` (each file's key -> its index in ``paths``)."""
     if not sys.platform.startswith("linux") or not os.path.isdir(os.path.join(proc, "self", "fd")):
         return WriterScan(supported=False, seconds=time.monotonic() - t0)
     res = WriterScan(supported=True)
     if not wanted:
         res.seconds = time.monotonic() - t0
         return res
-    if proc == PROC and len(wanted) <= LEASE_FIRST_MAX and _all_leased(wanted, paths):
+    if proc == PROC and len(wanted) <= LEASE_FIRST_MAX and _all_leased(wanted, probe):
         res.cleared_by_lease = len(wanted)
         res.seconds = time.monotonic() - t0
         return res
@@ -367,40 +377,94 @@ def find_writers(paths: Iterable[str], *, proc: str = PROC) -> WriterScan:
                 res.holders.append(Holder(pid=pid, command=cmd, fd=fd, path=p,
                                           access="write" if acc == os.O_WRONLY else "read-write"))
     if res.uninspected:
-        _rule_out(res, wanted, paths)
+        _rule_out(res, wanted, paths, probe)
     res.seconds = time.monotonic() - t0
     return res
 
 
-def _all_leased(wanted: Dict[FileKey, Names], named: Sequence[str]) -> bool:
+def _all_leased(wanted: Dict[FileKey, Names], probe: Probe) -> bool:
     """Whether the kernel grants a read lease on every file of ``wanted`` (each the inode it was
     when looked at), i.e. no descriptor or writable mapping anywhere writes one of them. The
     first refusal or "cannot tell" stops: the walk over ``/proc`` then names who writes."""
-    return all(_lease_probe(named[_names(names)[0]], key) is True for key, names in wanted.items())
+    return all(probe(_names(names)[0], key) is True for key, names in wanted.items())
 
 
-def _rule_out(res: WriterScan, wanted: Dict[FileKey, Names], named: Sequence[str]) -> None:
+def _rule_out(res: WriterScan, wanted: Dict[FileKey, Names], named: Sequence[str], probe: Probe) -> None:
     """Clear the uninspected processes when the kernel shows that none of the files not
     already accounted for (a holder found) is open for writing anywhere: then none of them
     writes one. One file it cannot answer for, or finds written by nobody we saw, keeps them."""
     held = {h.path for h in res.holders}
     for names in wanted.values():
-        paths = [named[i] for i in _names(names)]
-        if any(p in held for p in paths):
+        if any(named[i] in held for i in _names(names)):
             continue
-        if no_writer_anywhere(paths[0]) is not True:
+        if probe(_names(names)[0], None) is not True:
             return
     res.ruled_out, res.uninspected, res.uninspected_pids = res.uninspected, 0, []
 
 
-def files_under(root: str, exclude: Iterable[str] = ()) -> List[str]:
-    """Regular files below ``root`` (symlinks not followed, ``exclude`` directories skipped)."""
-    skip = {os.path.abspath(e) for e in exclude}
-    out = []
-    for dirpath, dirs, files in os.walk(root, followlinks=False):
-        dirs[:] = [d for d in dirs if os.path.join(dirpath, d) not in skip]
-        out.extend(os.path.join(dirpath, n) for n in files)
-    return out
+class FilesFound:
+    """The regular files a walk that follows no link met (``engine.standing``'s), for
+    ``writers_among``: each by the walk's name for it, keyed by the ``(st_dev, st_ino)`` of the
+    walk's own lstat (no second stat of a file), and, while there are at most
+    ``LEASE_FIRST_MAX``, by its name in its folder with a descriptor of that folder, through
+    which the lease is asked (``O_NOFOLLOW``): no path is resolved again, so a folder of the run
+    swapped for a link since is never followed, and nothing outside the run is opened or
+    stat'ed (invariant 4). More files: the descriptors are let go (the ``/proc`` walk, which
+    needs them not, answers) and a file the kernel would be asked about is "cannot tell".
+    Holds at most ``LEASE_FIRST_MAX`` descriptors; ``close`` (or ``with``) lets them go."""
+
+    def __init__(self) -> None:
+        self.names: List[str] = []
+        self.keys: Dict[FileKey, Names] = {}
+        self._at: Optional[List[Tuple[int, str]]] = []  # (index in _fds, name in that folder)
+        self._fds: List[int] = []
+        self._folder: Optional[object] = None  # the walk's token of the folder _fds[-1] is a copy of
+
+    def add(self, path: str, name: str, st: os.stat_result, dir_fd: int, folder: object) -> None:
+        """``name`` met in the folder open at ``dir_fd`` (``folder``: the walk's token for that
+        folder, as a descriptor's number is reused once closed), called ``path``, with its lstat;
+        anything but a regular file is no file a writer holds."""
+        if not stat.S_ISREG(st.st_mode):
+            return
+        i = len(self.names)
+        self.names.append(path)
+        key = st.st_dev << 64 | st.st_ino
+        had = self.keys.get(key)
+        self.keys[key] = i if had is None else _names(had) + (i,)
+        if self._at is None:
+            return
+        if len(self.names) > LEASE_FIRST_MAX:
+            self.close()  # the /proc walk answers for this many: no descriptor is needed
+            return
+        if folder is not self._folder or not self._fds:
+            self._fds.append(os.dup(dir_fd))
+            self._folder = folder
+        self._at.append((len(self._fds) - 1, name))
+
+    def probe(self, i: int, key: Optional[FileKey]) -> Optional[bool]:
+        """``no_writer_anywhere`` of the ``i``-th file, opened in its folder; None (cannot tell)
+        once the descriptors are let go."""
+        if self._at is None:
+            return None
+        fdi, name = self._at[i]
+        return _lease_probe(name, key, self._fds[fdi])
+
+    def close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds, self._at, self._folder = [], None, None
+
+    def __enter__(self) -> "FilesFound":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def writers_among(found: FilesFound, *, proc: str = PROC) -> WriterScan:
+    """``find_writers`` over the files of a walk (``FilesFound``), each ``Holder`` named as the
+    walk named its file: no path is stat'ed or opened again but through its folder's descriptor."""
+    return _scan(found.names, found.keys, found.probe, proc, time.monotonic())
 
 
 def describe_holders(holders: List[Holder], rel=lambda p: p) -> str:
@@ -415,4 +479,5 @@ def describe_holders(holders: List[Holder], rel=lambda p: p) -> str:
     return "; ".join(parts)
 
 
-__all__ = ["Holder", "WriterScan", "JoinedPaths", "find_writers", "files_under", "describe_holders", "no_writer_anywhere"]
+__all__ = ["Holder", "WriterScan", "JoinedPaths", "FilesFound", "find_writers", "writers_among", "describe_holders",
+           "no_writer_anywhere"]
