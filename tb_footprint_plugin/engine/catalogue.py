@@ -229,11 +229,14 @@ def manifest_binding(ctx: Context):
     """What a manifest's ``logdir_id`` must be to count as this logdir's: the identity (a dict
     with ``id``), None (no identity yet: only manifests without an id, by their path: ``is_own``),
     or False (a foreign state directory: nothing in it is ours). A missing identity.json is
-    the identity ``trust.bind`` would adopt: the one id the state's own records carry.
+    the identity ``trust.bind`` would adopt: the one id the state's own records carry
+    (``trust.adoptable_ids``).
 
     A damaged identity.json hides no backup: the manifests bind themselves. Each one names its
     logdir and carries the state's id; when those whose logdir is this one agree on one id,
-    that id stands for the identity (as ``trust.bind`` takes it back for a deleted one). This
+    that id stands for the identity (as ``trust.bind`` takes it back for a deleted one), a
+    manifest outside the state folder counting only when the state's own change log or a
+    journal names its operation (``trust.adoptable_ids``, the one rule). This
     trusts nothing an attacker who can write identity.json could not claim anyway (they could
     write a well-formed one), while state planted from another logdir still names that logdir,
     or, planted at this very path, carries an id other than the one this logdir's manifests
@@ -246,11 +249,14 @@ def manifest_binding(ctx: Context):
     else:
         if bound is not None:
             return bound
-        # none yet: the id adopting would take back (the state's own records', never a shared
-        # vault's: a new logdir made where another one stood must not take that one's id)
+        # none yet: the id adopting would take back (``trust.adoptable_ids``: a recorded vault's
+        # only where the state's own change log corroborates it: a new logdir made where another
+        # one stood must not take that one's id)
         ids = trust.adoptable_ids(ctx.logdir, ctx.state)
         return {"id": ids.pop()} if len(ids) == 1 else None
-    ids = trust.own_ids(ctx.logdir, ctx.state, known_vaults(ctx))
+    # damaged: the id a repair would take back from these vaults, by the same rule (the command's
+    # --backup-dir included, its ids corroborated alike: review R10 F9's narrower variant)
+    ids = trust.adoptable_ids(ctx.logdir, ctx.state, known_vaults(ctx))
     return {"id": ids.pop() if len(ids) == 1 else None}
 
 

@@ -38,13 +38,15 @@ import time
 from typing import Iterable, Iterator, List, Optional
 
 from tb_footprint_plugin.codes import Finding
+from tb_footprint_plugin.engine.changelog_files import named_operations
 from tb_footprint_plugin.storage.regular import open_regular, open_regular_fd, read_capped
 from tb_footprint_plugin.plan.model import Action
-from tb_footprint_plugin.storage.paths import UnsafePath, contained, is_op_id, is_sha256, plausible_mtime_ns, safe_rel
+from tb_footprint_plugin.storage.paths import (UnsafePath, contained, is_op_id, is_sha256, plausible_mtime_ns,
+                                              recorded_vaults, safe_rel)
 
 __all__ = ["Untrusted", "JsonLines", "bind", "check_journal", "check_manifest", "cut_back_to", "is_op_id", "is_sha256",
            "read_json_lines", "parse_json_lines", "read_json_file", "identity_damage", "repair_identity", "own_ids",
-           "journal_vault",
+           "adoptable_ids", "adopt_moved_state", "foreign_state_words", "journal_vault",
            "fold_states", "logged_manifest_states"]
 
 IDENTITY_NAME = "identity.json"
@@ -300,8 +302,9 @@ def bind(logdir: str, state: str, *, adopt: bool = True) -> Optional[dict]:
         if not adopt:
             return None
         # an identity.json deleted by hand: the id this logdir's own manifests carry is taken
-        # back (a new one would disown them); anyone able to plant those could write
-        # identity.json itself, so this grants nothing
+        # back (a new one would disown them), a recorded vault's only where this state's own
+        # change log names the operation (``adoptable_ids``); anyone able to plant those could
+        # write identity.json itself, so this grants nothing
         ids = adoptable_ids(logdir, state)
         mine = _new_identity(logdir, st, ids.pop() if len(ids) == 1 else None)
         # created only where none exists: workers starting at once on a new logdir (a job
@@ -396,8 +399,9 @@ def identity_damage(logdir: str, state: str) -> Optional[Untrusted]:
 def repair_identity(logdir: str, state: str, vault_roots: Iterable[str] = ()) -> Optional[dict]:
     """Rebuild a damaged identity.json: the damaged file is set aside
     (``identity.json.damaged-<time>``, kept for a post-mortem) and a new identity written for
-    this logdir with the one id its own manifests and journals carry (``own_ids``), so none of
-    them is disowned. Returns ``{"identity", "aside", "id_from"}``; None when nothing is damaged.
+    this logdir with the one id its own records carry (``adoptable_ids``: a manifest in one of
+    ``vault_roots`` only when the state's own change log or a journal names its operation), so
+    none of them is disowned. Returns ``{"identity", "aside", "id_from"}``; None when nothing is damaged.
     ``Untrusted(IDENTITY_DAMAGED)`` and nothing changed when they carry several ids: which one
     is this logdir's cannot be told, so nothing is guessed."""
     from tb_footprint_plugin.storage.files import create_json
@@ -405,7 +409,7 @@ def repair_identity(logdir: str, state: str, vault_roots: Iterable[str] = ()) ->
     damage = identity_damage(logdir, state)
     if damage is None:
         return None
-    ids = own_ids(logdir, state, vault_roots)
+    ids = adoptable_ids(logdir, state, vault_roots)
     if len(ids) > 1:
         raise Untrusted(IDENTITY_DAMAGED, damage.file,
                         f"{damage.detail}; not rebuilt: this logdir's manifests and journals carry {len(ids)} "
@@ -532,53 +536,96 @@ def logged_manifest_states(root: str) -> List[dict]:
 
 def own_ids(logdir: str, state: str, vault_roots: Iterable[str] = ()) -> set:
     """The logdir ids carried by the manifests (in ``state`` and ``vault_roots``) and the
-    journals whose own ``logdir`` field is this logdir: what binds them when identity.json is
-    missing or damaged. Unreadable files are skipped here (reported where they are listed)."""
-    ids = set()
+    journals whose own ``logdir`` field is this logdir. Unreadable files are skipped here
+    (reported where they are listed). What binds a missing or damaged identity.json is
+    ``adoptable_ids``: a vault's manifests name this path for any logdir that ever stood here."""
+    found = _manifests_in([state, *vault_roots]) + [begin for _op, begin in _journal_begins(state)]
+    return {i for i in (_carried_id(m, logdir) for m in found) if i is not None}
+
+
+def adoptable_ids(logdir: str, state: str, vault_roots: Optional[Iterable[str]] = None) -> set:
+    """The ids a missing or damaged identity.json is taken back from (the one rule: ``bind``,
+    ``repair_identity``, ``catalogue.manifest_binding``): those the state folder's own manifests
+    and journals carry (``own_ids``), and those of manifests in ``vault_roots`` (default: the
+    vaults the state's ``vaults.json`` records) that name this logdir AND whose operation this
+    state folder's own change log (``changelog_files.named_operations``) or one of its journals
+    names.
+
+    An external ``--backup-dir`` holds a logdir's manifests there only, so without them a deleted
+    identity.json adopted a new id and hid every earlier operation (review R10 F6). A vault's
+    manifests alone never do: they name this path for any logdir that stood here, and a new logdir
+    made where a renamed one stood, given (and recording) its ``--backup-dir``, would take that
+    one's id and own its retirements, its purge deleting them (R10 F1, F9). Its state folder is
+    new: its change log names none of that logdir's operations, which were logged in the state
+    folder that moved with it."""
+    ids = own_ids(logdir, state)
+    roots = recorded_vaults(state) if vault_roots is None else list(vault_roots)
+    roots = [r for r in roots if not _same_dir(r, state)]
+    if not roots:
+        return ids
+    candidates: dict = {}  # op id -> the ids its manifests carry
+    for m in _manifests_in(roots):
+        lid, op = _carried_id(m, logdir), m.get("op_id") if isinstance(m, dict) else None
+        if lid is not None and lid not in ids and is_op_id(op):
+            candidates.setdefault(op, set()).add(lid)
+    if not candidates:
+        return ids
+    named = {op for op, _begin in _journal_begins(state) if op in candidates}
+    named |= named_operations(state, set(candidates) - named, MAX_STATE_BYTES)
+    for op in named:
+        ids |= candidates[op]
+    return ids
+
+
+def _manifests_in(roots: Iterable[str]) -> List[dict]:
+    """The manifests of the vaults ``roots`` as read (untrusted): their ``ops/*.json`` files and
+    the newest state of each operation their operation log holds. Unreadable ones are skipped."""
     files = []
-    for root in [state, *vault_roots]:
+    roots = list(roots)
+    for root in roots:
         ops = os.path.join(root, "ops")
         try:
             files += [os.path.join(ops, n) for n in sorted(os.listdir(ops)) if n.endswith(".json")]
         except OSError:
             continue
-    journals = os.path.join(state, "journal")
-    try:
-        jfiles = [os.path.join(journals, n) for n in sorted(os.listdir(journals)) if n.endswith(".jsonl")]
-    except OSError:
-        jfiles = []
     found = []
     for p in files:
         try:
             found.append(read_json_file(p))
         except (OSError, Untrusted):
             continue
-    for root in [state, *vault_roots]:
+    for root in roots:
         found += logged_manifest_states(root)
-    for p in jfiles:
+    return found
+
+
+def _journal_begins(state: str) -> List[tuple]:
+    """(op id named, first record) of each journal of the state folder: the op id its begin
+    record names (else its file's name)."""
+    journals = os.path.join(state, "journal")
+    try:
+        names = [n for n in sorted(os.listdir(journals)) if n.endswith(".jsonl")]
+    except OSError:
+        return []
+    out = []
+    for n in names:
         try:
-            recs = read_json_lines(p).records
+            recs = read_json_lines(os.path.join(journals, n)).records
         except OSError:
             continue
         if recs:
-            found.append(recs[0])
-    for m in found:
-        if (isinstance(m, dict) and isinstance(m.get("logdir_id"), str) and re.match(r"^[0-9a-f]{32}$", m["logdir_id"])
-                and isinstance(m.get("logdir"), str) and _same_dir(m["logdir"], logdir)):
-            ids.add(m["logdir_id"])
-    return ids
+            op = recs[0].get("op_id")
+            out.append((op if is_op_id(op) else n[:-len(".jsonl")], recs[0]))
+    return out
 
 
-def adoptable_ids(logdir: str, state: str) -> set:
-    """The ids a missing identity.json is taken back from (``own_ids``): the state folder's own
-    manifests and journals only. Not the vaults its ``vaults.json`` records (review R10 F9): a
-    new logdir made where another one stood records that one's ``--backup-dir`` at its first
-    verb, before its identity is adopted, and would take that logdir's id from the manifests
-    there that name this path — owning its retirements, its purge deleting them. So a logdir
-    whose backups are only in an external vault adopts a new id when identity.json is deleted
-    (R10 F6: its earlier operations hidden, never lost; ``identity.json`` written back with the
-    old id shows them)."""
-    return own_ids(logdir, state)
+def _carried_id(m, logdir: str) -> Optional[str]:
+    """The logdir id a manifest or journal begin record (untrusted) carries, when its own
+    ``logdir`` field is this logdir; else None."""
+    if (isinstance(m, dict) and isinstance(m.get("logdir_id"), str) and re.match(r"^[0-9a-f]{32}$", m["logdir_id"])
+            and isinstance(m.get("logdir"), str) and _same_dir(m["logdir"], logdir)):
+        return m["logdir_id"]
+    return None
 
 
 # ---------------------------------------------------------------------------------------
