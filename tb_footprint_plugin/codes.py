@@ -44,11 +44,13 @@ class Skip(Code):
     NOT_ON_STORE = "not_supported_on_store"  # the plan needs a step this object store run cannot take yet
     ALREADY_RESTORED = "already_restored"  # the operation was restored before: its originals are back
     PLAN_CHANGED = "plan_changed"  # the run's plan is not the one the user confirmed (it changed meanwhile): plan again
+    OTHERS_RUN = "others_run"  # another user owns the run's folder or a file it would change: its owner acts on it (opt in: --include-others-runs)
 
 
-#: Skips that pass with time: a resumed batch tries these runs again.
+#: Skips that pass with time, or with the user's say: a resumed batch tries these runs again
+#: (another user's run: a rerun with --include-others-runs must not find it "already skipped").
 PASSING_SKIPS = frozenset({Skip.ACTIVE, Skip.LOCKED, Skip.OPEN_FOR_WRITING, Skip.CHANGED_BY_OTHER,
-                           Skip.UNFINISHED, Skip.PLAN_CHANGED})
+                           Skip.UNFINISHED, Skip.PLAN_CHANGED, Skip.OTHERS_RUN})
 
 
 class Failure(Code):
@@ -156,10 +158,12 @@ class Finding(Code):
     OTHER_USERS_STATE = "other_users_state"  # another user's state folder in the logdir: its backups are not yours to use
     LOGDIR_NOT_STICKY = "logdir_not_sticky"  # others may write the logdir, no sticky bit: they can move the state folder away
     STATE_MOVED = "state_moved"  # this logdir's state folder (ours, its identity) stands under another name in the logdir
+    PREFIX_MOVED = "prefix_moved"  # a bucket logdir's manifest names backups under the prefix it was made at (the logdir was moved or copied since): its restore must run there, or the prefix be moved back
     HARD_LINKED = "hard_linked_elsewhere"  # a planned original has other hard links (a snapshot's): its swap frees nothing while they stand
     PINS_UNSETTLED = "pins_unsettled"  # backups pinned by an operation with neither a journal nor a manifest: kept, named, never purged
     LEDGER_WRITE_FAILED = "ledger_write_failed"  # a batch ledger's mark was not written (the detail names the run); the run's outcome stands
     ORIGINAL_NOT_IN_PLACE = "original_not_in_place"  # a rollback found a key not holding the original its journal recorded (the reduced bytes or anything else): its backup kept, restorable
+    OTHERS_RUN_TAKEN = "others_run_taken"  # another user's run reduced or retired on request (--include-others-runs): its originals are in your vault (the path)
     FOLDER_NOT_SETTLED = "folder_not_settled"  # a recorded folder reached only through a link kept its mode and time (its files are back): named, never followed
     # why a record read from the state was refused as untrusted input (``engine.trust.Untrusted``)
     BAD_RECORD = "bad_record"  # a journal or manifest record of the wrong shape or types
