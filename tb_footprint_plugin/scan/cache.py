@@ -265,6 +265,24 @@ class ScanCache:
             self._src = None
 
 
+def cached_stats(cache, f):
+    """The ``EventFileStats`` ``cache`` (a ``ScanCache`` or ``RemoteScanCache``) holds for the
+    walk's file ``f`` if its key still matches, else None."""
+    from tb_footprint_plugin.scan.eventfile import EventFileStats
+
+    cached = cache.get(f.rel, f.cache_key)
+    if cached is not None:
+        # the cache is read back from disk: an entry of another shape, or one whose sizes do
+        # not add up to the file's, is read again instead of believed
+        try:
+            stats = EventFileStats.from_dict(cached)
+            if stats.size == f.size and sum(stats.category_bytes().values()) == f.size:
+                return stats
+        except (KeyError, TypeError, ValueError, AttributeError):
+            pass
+    return None
+
+
 def _sweep(folder: str, older_than: float = 3600.0) -> None:
     """Remove the temp caches of scans killed before their save: a live scan writes its own
     every few milliseconds, so one untouched for an hour is nobody's."""

@@ -29,7 +29,8 @@ from tb_footprint_plugin.storage.paths import (STATE_DIR_NAME, VAULT_HOLDINGS, c
                                               state_dir)
 from tb_footprint_plugin.storage.remote import is_remote
 from tb_footprint_plugin.storage.store import RangeReader, Store, StoreFailure
-from tb_footprint_plugin.scan.cache import ScanCache
+from tb_footprint_plugin.scan.cache import ScanCache, cached_stats
+from tb_footprint_plugin.scan.parse_pool import ParsePool, parse_ahead
 
 Progress = Callable[[int, int], None]
 
@@ -67,8 +68,10 @@ def scan(
     # each run's footprint made as the walk goes
     found = walk_runs(logdir, warnings, exclude=exclude, tally=tally, unreadable=unreadable)
     cache = ScanCache(cache_dir(logdir) if use_cache else None, write=write_cache)
-    fp = _assemble(logdir, found, warnings, cache, use_cache=use_cache, write_cache=write_cache,
-                   progress=progress, vault_bytes=lambda: _backup_bytes(sdir, backup_dir), started=started)
+    with ParsePool() as pool:  # a big logdir's event files parsed on the other cores too
+        fp = _assemble(logdir, found, warnings, cache, use_cache=use_cache, write_cache=write_cache,
+                       progress=progress, vault_bytes=lambda: _backup_bytes(sdir, backup_dir), started=started,
+                       pool=pool)
     fp.disk = tally
     fp.unreadable = unreadable
     return fp
@@ -196,9 +199,10 @@ def _failing(e: OSError) -> Callable[[int, int], bytes]:
 def _assemble(logdir: str, found: Iterator[FoundRun], found_warnings: List[str], cache: ScanCache, *,
               use_cache: bool, write_cache: bool, progress: Optional[Progress], vault_bytes: Callable[[], int],
               opener: Optional[Callable] = None, started: Optional[float] = None,
-              total_event_files: Optional[int] = None) -> LogdirFootprint:
+              total_event_files: Optional[int] = None, pool: Optional[ParsePool] = None) -> LogdirFootprint:
     """Footprints of discovered runs (event files read or served from the cache), and totals;
-    ``found``: the runs as the walk yields them (``found_warnings`` filled as it goes);
+    ``found``: the runs as the walk yields them (``found_warnings`` filled as it goes); ``pool``:
+    where local event files are parsed ahead (``parse_ahead``);
     ``started``: when the walk or listing began (``scanned_at``); ``total_event_files``: for the
     progress, when known before (a listing); else the event files found so far."""
     counters = {"read": 0, "cached": 0}
@@ -214,9 +218,11 @@ def _assemble(logdir: str, found: Iterator[FoundRun], found_warnings: List[str],
     try:
         # each run's walk is let go once its footprint is made: memory holds the footprints and
         # one run's walk, never the whole logdir's walk beside them (the scan's peak at 100,000 runs)
-        for r in found:
+        ahead = (parse_ahead(found, pool, lambda f: cached_stats(cache, f), _is_summary_event)
+                 if pool is not None and opener is None else ((r, None) for r in found))
+        for r, ready in ahead:
             seen[1] += sum(1 for f in r.files if _is_summary_event(f))
-            runs.append(_run_footprint(r, cache, counters, tick, opener, names))
+            runs.append(_run_footprint(r, cache, counters, tick, opener, names, ready))
         # (-bytes, name) in two stable sorts on what the runs hold: a key tuple a run was ~100 bytes
         # at the scan's peak
         runs.sort(key=lambda r: r.name)
@@ -272,34 +278,33 @@ def _is_summary_event(f: FoundFile) -> bool:
     return not f.is_symlink and cat.is_summary_event_file_name(os.path.basename(f.rel))
 
 
-def _event_stats(f: FoundFile, cache: ScanCache, counters: dict, opener: Optional[Callable] = None):
-    from tb_footprint_plugin.scan.eventfile import EventFileStats, event_file_stats
+def _event_stats(f: FoundFile, cache: ScanCache, counters: dict, opener: Optional[Callable] = None,
+                 ready: Optional[Dict[str, tuple]] = None):
+    from tb_footprint_plugin.scan.eventfile import event_file_stats
 
-    key = f.cache_key
-    cached = cache.get(f.rel, key)
-    if cached is not None:
-        # the cache is read back from disk: an entry of another shape, or one whose sizes do
-        # not add up to the file's, is read again instead of believed
-        try:
-            stats = EventFileStats.from_dict(cached)
-            if stats.size == f.size and sum(stats.category_bytes().values()) == f.size:
-                counters["cached"] += 1
-                return stats
-        except (KeyError, TypeError, ValueError, AttributeError):
-            pass
-    source = opener(f) if opener else f.abspath
-    stats = event_file_stats(source, display_name=display(f.rel), size=f.size)
+    if ready is None:
+        stats, from_cache = cached_stats(cache, f), True
+    else:  # the cache was asked already
+        stats, from_cache = ready.get(f.rel, (None, False))
+    if stats is not None and from_cache:
+        counters["cached"] += 1
+        return stats
+    if stats is None:
+        source = opener(f) if opener else f.abspath
+        stats = event_file_stats(source, display_name=display(f.rel), size=f.size)
     counters["read"] += 1
     # A file being appended to changes key on every scan anyway; caching it is harmless.
     if stats.status != "unreadable":
-        cache.put(f.rel, key, stats.to_dict())
+        cache.put(f.rel, f.cache_key, stats.to_dict())
     return stats
 
 
 def _run_footprint(found: FoundRun, cache: ScanCache, counters: dict, tick,
-                   opener: Optional[Callable] = None, names: Optional[Dict[str, str]] = None) -> RunFootprint:
+                   opener: Optional[Callable] = None, names: Optional[Dict[str, str]] = None,
+                   ready: Optional[Dict[str, tuple]] = None) -> RunFootprint:
     """One run's footprint. ``names``: the scan's own table of category and tag names, so a name
-    100,000 runs share is one string (each cache hit parses its own copies)."""
+    100,000 runs share is one string (each cache hit parses its own copies); ``ready``: its event
+    files' stats already at hand (``parse_ahead``: a file not in it was neither cached nor parsed)."""
     names = {} if names is None else names  # also: a tuple of tags -> the one list of them
     run = RunFootprint(
         name=found.name, path=found.name, has_event_files=found.has_event_files, uid=found.uid
@@ -310,7 +315,7 @@ def _run_footprint(found: FoundRun, cache: ScanCache, counters: dict, tick,
         run.newest_mtime = max(run.newest_mtime, f.mtime)
         run.total_bytes += f.size
         if _is_summary_event(f):
-            event_stats.append((f, _event_stats(f, cache, counters, opener)))
+            event_stats.append((f, _event_stats(f, cache, counters, opener, ready)))
             tick()
             continue
         category = cat.SYMLINK if f.is_symlink else cat.classify_file(

@@ -1,0 +1,291 @@
+"""Event files of a big local logdir parsed on the machine's other cores (issue #28 item 1).
+
+A cold scan of many small runs is mostly ``eventfile.event_file_stats`` (~0.8 ms CPU for a 43 kB
+event file), one file after another on one core, where TensorBoard's data server loads the same
+logdir on all of them. ``ParsePool`` hands the event files a scan must read to worker processes,
+in order, a bounded number at a time, and gives back their stats in the order the scan asked.
+
+* Only when it pays: a scan parses its first ``START_AFTER`` files itself (a logdir of a few
+  hundred runs never starts a process) and the pool starts only with more than one usable CPU.
+* The workers are fresh interpreters (``python -m tb_footprint_plugin.scan.parse_pool``), never a
+  fork of the scanning process (TensorBoard's, with its threads and locks) and never a re-import
+  of the caller's ``__main__``. They read the files the walk found, by the paths it found,
+  exactly as the scan would (``event_file_stats``: no link followed that the scan would not
+  follow), and write nothing: each answers one JSON line of ``EventFileStats.to_dict()``.
+* Memory stays flat: at most ``IN_FLIGHT`` files a worker are asked ahead, at most ``RUNS_AHEAD``
+  runs held; answers are taken in the order asked (each worker answers its requests in order).
+* The scanning process is never idle: a file no worker has room for is its own to parse.
+* Nothing is lost if a worker fails: a worker that dies or answers anything else than a stats
+  document is let go, and that file and every later one are parsed in the scanning process, so
+  the scan's result is the same.
+
+``TB_FOOTPRINT_SCAN_WORKERS`` sets the number of workers (0: none).
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+from collections import deque
+from typing import Callable, Deque, Dict, Iterator, List, Optional, Tuple
+
+from tb_footprint_plugin.scan import passes
+from tb_footprint_plugin.scan.discovery import FoundFile, FoundRun, display
+
+__all__ = ["ParsePool", "START_AFTER", "parse_ahead", "workers_wanted", "main"]
+
+#: event files a scan parses itself before it starts the pool (~0.4 s of parsing; a worker's
+#: start is ~0.25 s CPU of imports, on another core while the scan goes on)
+START_AFTER = 500
+#: files asked of one worker and not yet taken; beyond, the scanning process parses them
+IN_FLIGHT = 8
+#: bytes of requests a worker may have unanswered (its input pipe holds 64 kB)
+PIPE_ROOM = 32 << 10
+#: at most this many workers, whatever the machine
+MAX_WORKERS = 8
+#: runs a scan holds ahead of the one it makes (``parse_ahead``), whatever they hold
+RUNS_AHEAD = 1024
+ENV = "TB_FOOTPRINT_SCAN_WORKERS"
+#: what a worker runs (``python -m``)
+WORKER_MODULE = "tb_footprint_plugin.scan.parse_pool"
+
+
+def workers_wanted() -> int:
+    """Workers a big scan starts: ``TB_FOOTPRINT_SCAN_WORKERS`` if set, else the usable CPUs
+    (none on one CPU: the scanning process would only share its core)."""
+    raw = os.environ.get(ENV, "").strip()
+    if raw:
+        try:
+            return max(0, min(int(raw), MAX_WORKERS))
+        except ValueError:
+            return 0
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return min(cpus, MAX_WORKERS) if cpus > 1 else 0
+
+
+class _Worker:
+    """One worker process; its answers read without blocking (``poll``) into ``answers``."""
+
+    def __init__(self) -> None:
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env[ENV] = "0"  # a worker never starts workers
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", WORKER_MODULE],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            env=env, close_fds=True, bufsize=0)
+        self.fd = self.proc.stdout.fileno()
+        os.set_blocking(self.fd, False)
+        self.pending = 0  # asked, not yet taken
+        self.queued = 0  # bytes of those requests
+        self.sizes: Deque[int] = deque()
+        self.answers: Deque[bytes] = deque()
+        self._part = b""
+        self.gone = False
+
+    def has_room(self, line: bytes) -> bool:
+        # the requests not yet answered fit the pipe (64 kB) with room to spare, so writing one
+        # never waits on a worker that waits on us to read its answers
+        return self.pending < IN_FLIGHT and self.queued + len(line) <= PIPE_ROOM
+
+    def ask(self, line: bytes) -> None:
+        self.proc.stdin.write(line)
+        self.pending += 1
+        self.queued += len(line)
+        self.sizes.append(len(line))
+
+    def poll(self, wait: bool = False) -> None:
+        """Read what the worker answered so far (``wait``: until there is an answer or it ended)."""
+        while not self.gone:
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                if not wait or self.answers:
+                    return
+                select.select([self.fd], [], [])
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.gone = True
+                return
+            lines = (self._part + chunk).split(b"\n")
+            self._part = lines.pop()
+            self.answers.extend(lines)
+
+    def answer(self) -> Optional[dict]:
+        """The next answer (waiting for it), or None when the worker is gone or talks nonsense."""
+        self.pending -= 1
+        self.queued -= self.sizes.popleft()
+        if not self.answers:
+            self.poll(wait=True)
+        if not self.answers:
+            return None
+        try:
+            doc = json.loads(self.answers.popleft())
+        except ValueError:
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def close(self) -> None:
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class ParsePool:
+    """Event files asked in order (``ask``), stats given back in the same order (``take``).
+
+    ``ask`` returns False when the file is not for the pool (before ``START_AFTER`` files, with
+    no workers, when every worker has ``IN_FLIGHT`` files asked, or after a worker failed): the
+    caller parses it itself. So the scanning process is never idle while the workers start or
+    while the machine is busy: it does what they have no room for. Use as a context manager:
+    the workers end with it."""
+
+    def __init__(self, workers: Optional[int] = None, start_after: Optional[int] = None) -> None:
+        self._want = workers_wanted() if workers is None else workers
+        self._start_after = START_AFTER if start_after is None else start_after
+        self._seen = 0
+        self._workers: List[_Worker] = []
+        self._next = 0
+        self._order: Deque[Tuple[_Worker, str, str, Optional[int]]] = deque()
+        self._broken = False
+        self.parsed = 0  # files the workers parsed
+
+    def __enter__(self) -> "ParsePool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def ask(self, path: str, name: str, size: Optional[int]) -> bool:
+        """Hand ``path`` to a worker; False when the caller is to parse it itself."""
+        self._seen += 1
+        if self._broken or self._want < 1 or self._seen <= self._start_after:
+            return False
+        if not self._workers:
+            try:
+                self._workers = [_Worker() for _ in range(self._want)]
+            except OSError:
+                self._broken = True
+                self.close()
+                return False
+        line = json.dumps([path, name, size]).encode("utf-8") + b"\n"
+        for _ in range(len(self._workers)):
+            w = self._workers[self._next % len(self._workers)]
+            self._next += 1
+            if w.has_room(line):
+                break
+        else:
+            return False
+        try:
+            w.ask(line)
+        except OSError:  # a worker gone: every later file is the scan's own
+            self._broken = True
+            return False
+        self._order.append((w, path, name, size))
+        return True
+
+    def answered(self, count: int) -> bool:
+        """True when the oldest ``count`` files asked are answered (``take`` will not wait)."""
+        if self._broken:
+            return True
+        need: Dict[int, int] = {}
+        for w, *_ in list(self._order)[:count]:
+            need[id(w)] = need.get(id(w), 0) + 1
+        for w in self._workers:
+            n = need.get(id(w), 0)
+            if n and len(w.answers) < n:
+                w.poll()
+                if len(w.answers) < n and not w.gone:
+                    return False
+        return True
+
+    def take(self):
+        """The ``EventFileStats`` of the oldest file asked (parsed here if its worker failed)."""
+        from tb_footprint_plugin.scan.eventfile import EventFileStats, event_file_stats
+
+        w, path, name, size = self._order.popleft()
+        doc = None if self._broken else w.answer()
+        if doc is not None:
+            try:
+                stats = EventFileStats.from_dict(doc)
+                self.parsed += 1
+                return stats
+            except (KeyError, TypeError, ValueError, AttributeError):
+                pass
+        self._broken = True
+        return event_file_stats(path, display_name=name, size=size)
+
+    def close(self) -> None:
+        """End the workers (each exits once its input closes)."""
+        workers, self._workers = self._workers, []
+        for w in workers:
+            w.close()
+
+
+def parse_ahead(found: Iterator[FoundRun], pool: ParsePool, cached: Callable[[FoundFile], object],
+                is_event: Callable[[FoundFile], bool]) -> Iterator[Tuple[FoundRun, Dict[str, tuple]]]:
+    """``(run, ready)`` for each run of ``found``, in order. ``ready``: event file rel -> (stats,
+    served by the cache): the files ``cached`` serves and those ``pool`` parsed, asked ahead while
+    it has room and at most ``RUNS_AHEAD`` runs ahead; every other event file (``is_event``) is
+    the caller's to parse (one a reduce keeps its pass of: ``passes.wanted``; one before the pool
+    starts)."""
+    window: Deque[Tuple[FoundRun, Dict[str, tuple], List[str]]] = deque()
+
+    def finished(run: FoundRun, ready: Dict[str, tuple], asked: List[str]):
+        for rel in asked:
+            ready[rel] = (pool.take(), False)
+        return run, ready
+
+    for run in found:
+        ready: Dict[str, tuple] = {}
+        asked: List[str] = []
+        for f in run.files:
+            if not is_event(f):
+                continue
+            stats = cached(f)
+            if stats is not None:
+                ready[f.rel] = (stats, True)
+            elif not passes.wanted(f.abspath, f.size) and pool.ask(f.abspath, display(f.rel), f.size):
+                asked.append(f.rel)
+        window.append((run, ready, asked))
+        # the oldest run as soon as its files are answered (the workers then have room again)
+        while window and (len(window) > RUNS_AHEAD or pool.answered(len(window[0][2]))):
+            yield finished(*window.popleft())
+    while window:
+        yield finished(*window.popleft())
+
+
+def main() -> int:
+    """A worker: a JSON line ``[path, display name, size]`` in, a line of its stats out."""
+    from tb_footprint_plugin.scan.eventfile import event_file_stats
+
+    out = sys.stdout.buffer
+    for line in sys.stdin.buffer:
+        try:
+            path, name, size = json.loads(line)
+            doc = event_file_stats(path, display_name=name, size=size).to_dict()
+            answer = json.dumps(doc, separators=(",", ":"))
+        except Exception as e:  # noqa: BLE001 - the scan parses this file itself and meets it there
+            answer = json.dumps({"failed": type(e).__name__})
+        out.write(answer.encode("utf-8") + b"\n")
+        out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
