@@ -42,6 +42,15 @@ def is_entry(record) -> bool:
     return isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)
 
 
+def log_names(state: str) -> list:
+    """The names of the change logs in the disk state folder ``state`` (sorted; none when it
+    cannot be listed): what is read before any vault is, a new state folder having none."""
+    try:
+        return sorted(n for n in os.listdir(state) if is_log_name(n))
+    except OSError:
+        return []
+
+
 def named_operations(state: str, among: Iterable[str], limit: int) -> FrozenSet[str]:
     """Those of the op ids ``among`` that an entry of a change log of the disk state folder
     ``state`` names (its ``op_id``). Each log is read a block at a time, at most the whole lines
@@ -52,11 +61,7 @@ def named_operations(state: str, among: Iterable[str], limit: int) -> FrozenSet[
     found: set = set()
     if not wanted:
         return frozenset()
-    try:
-        names = sorted(n for n in os.listdir(state) if is_log_name(n))
-    except OSError:
-        return frozenset()
-    for name in names:
+    for name in log_names(state):
         try:
             f = open_regular(os.path.join(state, name), buffering=0)
         except OSError:
@@ -93,4 +98,4 @@ def _read_ops(f, limit: int, wanted: set, found: set) -> None:
     # what follows the last newline is a torn append, or past ``limit``: no entry
 
 
-__all__ = ["HISTORY_NAME", "SEALED", "WORKER_FILE", "is_entry", "is_log_name", "named_operations"]
+__all__ = ["HISTORY_NAME", "SEALED", "WORKER_FILE", "is_entry", "is_log_name", "log_names", "named_operations"]

@@ -38,7 +38,7 @@ import time
 from typing import Iterable, Iterator, List, Optional
 
 from tb_footprint_plugin.codes import Finding
-from tb_footprint_plugin.engine.changelog_files import named_operations
+from tb_footprint_plugin.engine.changelog_files import log_names, named_operations
 from tb_footprint_plugin.storage.regular import open_regular, open_regular_fd, read_capped
 from tb_footprint_plugin.plan.model import Action
 from tb_footprint_plugin.storage.paths import (UnsafePath, contained, is_op_id, is_sha256, plausible_mtime_ns,
@@ -561,8 +561,9 @@ def adoptable_ids(logdir: str, state: str, vault_roots: Optional[Iterable[str]] 
     ids = own_ids(logdir, state)
     roots = recorded_vaults(state) if vault_roots is None else list(vault_roots)
     roots = [r for r in roots if not _same_dir(r, state)]
-    if not roots:
-        return ids
+    journals = _journal_begins(state)
+    if not roots or not (journals or log_names(state)):
+        return ids  # nothing could corroborate one (a new state folder): no vault is read
     candidates: dict = {}  # op id -> the ids its manifests carry
     for m in _manifests_in(roots):
         lid, op = _carried_id(m, logdir), m.get("op_id") if isinstance(m, dict) else None
@@ -570,7 +571,7 @@ def adoptable_ids(logdir: str, state: str, vault_roots: Optional[Iterable[str]] 
             candidates.setdefault(op, set()).add(lid)
     if not candidates:
         return ids
-    named = {op for op, _begin in _journal_begins(state) if op in candidates}
+    named = {op for op, _begin in journals if op in candidates}
     named |= named_operations(state, set(candidates) - named, MAX_STATE_BYTES)
     for op in named:
         ids |= candidates[op]
