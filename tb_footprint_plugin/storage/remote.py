@@ -225,6 +225,28 @@ def is_folder_marker(name: str, info: dict) -> bool:
     return name.endswith("/") and not int(info.get("size") or 0)
 
 
+def az_named(container: str, names: List[str], infos: List[dict], base: str) -> Dict[str, dict]:
+    """adlfs's details of a listing's blobs (``_details``, a private call) by each blob's key as
+    stored: adlfs strips a trailing "/" from the name, which tells a folder marker from a file
+    (``is_folder_marker``), so each blob's own name is put back. The details are one a blob, in
+    its order (adlfs 2026.8); each pair is checked to name the same blob (the detail's name is the
+    blob's with its trailing "/" stripped), so another order or count in another adlfs never pairs
+    a marker's name with another blob: the listing fails, coded ``LIST_FAILED``, naming ``base``."""
+    if len(names) != len(infos):
+        raise RemoteError(StoreError.LIST_FAILED, f"az://{base}: listing failed (the client detailed "
+                          f"{len(infos)} of {len(names)} blobs listed)")
+    out: Dict[str, dict] = {}
+    for name, info in zip(names, infos):
+        key = f"{container}/{name}"
+        if str(info.get("name", "")).rstrip("/") != key.rstrip("/"):
+            raise RemoteError(StoreError.LIST_FAILED, f"az://{base}: listing failed (the client's details of "
+                              f"{key!r} name {info.get('name')!r})")
+        if info.get("type") == "file":
+            info["name"] = key
+            out[key] = info
+    return out
+
+
 @dataclass
 class ObjectInfo:
     """One object found by a listing."""
@@ -518,7 +540,7 @@ class RemoteFS:
         self._forget_listings(base)
         try:
             found = self.find_objects(base)
-        except FileNotFoundError:
+        except (FileNotFoundError, RemoteError):  # a RemoteError is coded and named already
             raise
         except OSError as e:
             shared = shared_error(e, self.url, self.protocol, f"{self.scheme}://{base}", self.unsigned)
@@ -597,11 +619,7 @@ class RemoteFS:
                 infos = await self.fs._details(blobs)
             except ResourceNotFoundError:
                 infos = []
-        for blob, info in zip(blobs, infos):
-            # adlfs names a blob without its trailing "/" (one detail a blob, in order): the key
-            # as stored, so that a folder marker is told as on the other stores
-            info["name"] = f"{container}/{blob.name}"
-        return {i["name"]: i for i in infos if i.get("type") == "file"}
+        return az_named(container, [b.name for b in blobs], infos, base)
 
     def _forget_listings(self, base: str) -> None:
         """Drop fsspec's cached listings of ``base``, its parents and every folder under it. A
