@@ -104,10 +104,16 @@ def test_a_scan_on_workers_is_the_one_process_scan_exactly(tmp_path, monkeypatch
     monkeypatch.setenv(parse_pool.ENV, "2")
     monkeypatch.setattr(parse_pool, "START_AFTER", 3)  # the first 3 files the scan's own
     monkeypatch.setattr(parse_pool, "IN_FLIGHT", 2)  # and some no worker has room for
+    # the scan parses what its workers have not answered when it needs it: once as it comes ...
+    stealing = scan(str(logdir), use_cache=False, write_cache=False)
+    assert footprint(stealing) == footprint(alone)
+    # ... and once waiting for every answer
+    monkeypatch.setattr(parse_pool, "STEAL", False)
+    counted["parsed"] = 0
     shared = scan(str(logdir))
     assert footprint(shared) == footprint(alone)
     assert shared.files_read == alone.files_read and shared.files_cached == 0
-    assert len(counted["pids"]) == 2 and counted["parsed"] > 0, counted
+    assert len(counted["pids"]) == 4 and counted["parsed"] > 0, counted
     assert all(_gone(pid) for pid in counted["pids"])
     # the cache the shared scan wrote serves every event file of the next scan
     again = scan(str(logdir))

@@ -14,7 +14,9 @@ in order, a bounded number at a time, and gives back their stats in the order th
   follow), and write nothing: each answers one JSON line of ``EventFileStats.to_dict()``.
 * Memory stays flat: at most ``IN_FLIGHT`` files a worker are asked ahead, at most ``RUNS_AHEAD``
   runs held; answers are taken in the order asked (each worker answers its requests in order).
-* The scanning process is never idle: a file no worker has room for is its own to parse.
+* The scanning process is never idle and never waits: it parses the files no worker has room
+  for as it walks, and a file not answered yet when its run's turn comes (the workers started
+  late or the machine is busy) it parses itself, the worker's answer dropped when it comes.
 * Nothing is lost if a worker fails: a worker that dies or answers anything else than a stats
   document is let go, and that file and every later one are parsed in the scanning process, so
   the scan's result is the same.
@@ -48,6 +50,8 @@ MAX_WORKERS = 8
 #: runs a scan holds ahead of the one it makes (``parse_ahead``), whatever they hold
 RUNS_AHEAD = 1024
 ENV = "TB_FOOTPRINT_SCAN_WORKERS"
+#: a file not answered when its run's turn comes is parsed by the scan, not waited for
+STEAL = True
 #: what a worker runs (``python -m``)
 WORKER_MODULE = "tb_footprint_plugin.scan.parse_pool"
 
@@ -82,9 +86,10 @@ class _Worker:
             env=env, close_fds=True, bufsize=0)
         self.fd = self.proc.stdout.fileno()
         os.set_blocking(self.fd, False)
-        self.pending = 0  # asked, not yet taken
+        self.pending = 0  # asked, not yet answered
         self.queued = 0  # bytes of those requests
         self.sizes: Deque[int] = deque()
+        self.skip = 0  # answers to drop as they come: files the scan parsed itself meanwhile
         self.answers: Deque[bytes] = deque()
         self._part = b""
         self.gone = False
@@ -117,16 +122,34 @@ class _Worker:
                 return
             lines = (self._part + chunk).split(b"\n")
             self._part = lines.pop()
-            self.answers.extend(lines)
+            for line in lines:
+                if self.skip:
+                    self.skip -= 1
+                    self._done()
+                else:
+                    self.answers.append(line)
+
+    def _done(self) -> None:
+        self.pending -= 1
+        self.queued -= self.sizes.popleft()
+
+    def ready(self) -> bool:
+        """True when the oldest file asked and not taken is answered (or the worker is gone)."""
+        if not self.answers:
+            self.poll()
+        return bool(self.answers) or self.gone
+
+    def drop_next(self) -> None:
+        """Forget the answer to the oldest file asked and not taken (the scan parsed it)."""
+        self.skip += 1
 
     def answer(self) -> Optional[dict]:
         """The next answer (waiting for it), or None when the worker is gone or talks nonsense."""
-        self.pending -= 1
-        self.queued -= self.sizes.popleft()
         if not self.answers:
             self.poll(wait=True)
         if not self.answers:
             return None
+        self._done()
         try:
             doc = json.loads(self.answers.popleft())
         except ValueError:
@@ -164,6 +187,7 @@ class ParsePool:
         self._order: Deque[Tuple[_Worker, str, str, Optional[int]]] = deque()
         self._broken = False
         self.parsed = 0  # files the workers parsed
+        self.stolen = 0  # files asked that the scan parsed itself, not to wait for them
 
     def __enter__(self) -> "ParsePool":
         return self
@@ -200,11 +224,12 @@ class ParsePool:
         return True
 
     def answered(self, count: int) -> bool:
-        """True when the oldest ``count`` files asked are answered (``take`` will not wait)."""
-        if self._broken:
+        """True when the oldest ``count`` files asked are answered (``take`` will not parse)."""
+        if self._broken or not count:
             return True
         need: Dict[int, int] = {}
-        for w, *_ in list(self._order)[:count]:
+        for i in range(count):
+            w = self._order[i][0]
             need[id(w)] = need.get(id(w), 0) + 1
         for w in self._workers:
             n = need.get(id(w), 0)
@@ -214,20 +239,27 @@ class ParsePool:
                     return False
         return True
 
-    def take(self):
-        """The ``EventFileStats`` of the oldest file asked (parsed here if its worker failed)."""
+    def take(self, steal: Optional[bool] = None):
+        """The ``EventFileStats`` of the oldest file asked: its worker's answer, else (``steal``,
+        default ``STEAL``: when it is not there yet; or when the worker failed) parsed here, the
+        answer dropped."""
         from tb_footprint_plugin.scan.eventfile import EventFileStats, event_file_stats
 
+        steal = STEAL if steal is None else steal
         w, path, name, size = self._order.popleft()
-        doc = None if self._broken else w.answer()
-        if doc is not None:
-            try:
-                stats = EventFileStats.from_dict(doc)
-                self.parsed += 1
-                return stats
-            except (KeyError, TypeError, ValueError, AttributeError):
-                pass
-        self._broken = True
+        if not self._broken and (not steal or w.ready()):
+            doc = w.answer()
+            if doc is not None:
+                try:
+                    stats = EventFileStats.from_dict(doc)
+                    self.parsed += 1
+                    return stats
+                except (KeyError, TypeError, ValueError, AttributeError):
+                    pass
+            self._broken = True  # a worker gone or talking nonsense: the rest is the scan's own
+        elif not self._broken:
+            w.drop_next()
+            self.stolen += 1
         return event_file_stats(path, display_name=name, size=size)
 
     def close(self) -> None:
@@ -240,10 +272,12 @@ class ParsePool:
 def parse_ahead(found: Iterator[FoundRun], pool: ParsePool, cached: Callable[[FoundFile], object],
                 is_event: Callable[[FoundFile], bool]) -> Iterator[Tuple[FoundRun, Dict[str, tuple]]]:
     """``(run, ready)`` for each run of ``found``, in order. ``ready``: event file rel -> (stats,
-    served by the cache): the files ``cached`` serves and those ``pool`` parsed, asked ahead while
-    it has room and at most ``RUNS_AHEAD`` runs ahead; every other event file (``is_event``) is
-    the caller's to parse (one a reduce keeps its pass of: ``passes.wanted``; one before the pool
-    starts)."""
+    served by the cache): what ``cached`` serves, what ``pool``'s workers parsed (asked while they
+    have room) and what this process parsed meanwhile (the files they had no room for, and any
+    they had not answered when its run's turn came). At most ``RUNS_AHEAD`` runs are held. A file
+    a reduce keeps its pass of (``passes.wanted``) is left to the caller."""
+    from tb_footprint_plugin.scan.eventfile import event_file_stats
+
     window: Deque[Tuple[FoundRun, Dict[str, tuple], List[str]]] = deque()
 
     def finished(run: FoundRun, ready: Dict[str, tuple], asked: List[str]):
@@ -260,10 +294,14 @@ def parse_ahead(found: Iterator[FoundRun], pool: ParsePool, cached: Callable[[Fo
             stats = cached(f)
             if stats is not None:
                 ready[f.rel] = (stats, True)
-            elif not passes.wanted(f.abspath, f.size) and pool.ask(f.abspath, display(f.rel), f.size):
+            elif passes.wanted(f.abspath, f.size):
+                continue
+            elif pool.ask(f.abspath, display(f.rel), f.size):
                 asked.append(f.rel)
+            else:
+                ready[f.rel] = (event_file_stats(f.abspath, display_name=display(f.rel), size=f.size), False)
         window.append((run, ready, asked))
-        # the oldest run as soon as its files are answered (the workers then have room again)
+        # the oldest runs whose files are answered (their workers then have room again)
         while window and (len(window) > RUNS_AHEAD or pool.answered(len(window[0][2]))):
             yield finished(*window.popleft())
     while window:
