@@ -194,3 +194,28 @@ def _unchain(top: str) -> None:
         os.rmdir(os.path.join(top, "d"))
         os.rename(os.path.join(top, "x"), os.path.join(top, "d"))
     shutil.rmtree(os.path.join(top, "d"))
+
+
+def test_out_of_descriptors_for_the_leases_the_proc_walk_still_names_the_writer(tmp_path, monkeypatch):
+    """Guard (passes before too): a folder's descriptor kept for the leases that cannot be had
+    (the process's limit) leaves the answer to the walk over /proc, which still names the writer."""
+    logdir = tmp_path / "logs"
+    _run(logdir)
+    held = logdir / "r" / "sub" / "notes.bin"
+    code = "import sys; f = open(sys.argv[1], 'ab'); print('open', flush=True); sys.stdin.read()"
+    p = subprocess.Popen([sys.executable, "-c", code, str(held)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "open"
+
+        def no_dup(fd):
+            raise OSError(24, "Too many open files")
+        monkeypatch.setattr(os, "dup", no_dup)
+        with pytest.raises(TransactionError) as e:
+            preflight.check_writers(Context(str(logdir)), types.SimpleNamespace(run="r"))
+        monkeypatch.undo()
+        assert e.value.code == Skip.OPEN_FOR_WRITING
+        assert f"r/sub/notes.bin: open for writing by pid {p.pid}" in str(e.value), str(e.value)
+    finally:
+        p.stdin.close()
+        p.wait(10)

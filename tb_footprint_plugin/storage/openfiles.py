@@ -437,7 +437,11 @@ class FilesFound:
             self.close()  # the /proc walk answers for this many: no descriptor is needed
             return
         if folder is not self._folder or not self._fds:
-            self._fds.append(os.dup(dir_fd))
+            try:
+                self._fds.append(os.dup(dir_fd))
+            except OSError:  # out of descriptors: the /proc walk answers, needing none
+                self.close()
+                return
             self._folder = folder
         self._at.append((len(self._fds) - 1, name))
 
