@@ -7,10 +7,11 @@ file at any depth of the run open for writing, every file met and asked about th
 folder's descriptor, so a folder of the run swapped for a link (to ``/etc``, another user's
 home, a FIFO) is a name, never followed, opened or stat'ed through.
 
-The walk (``walk_at``) goes by descriptors, each folder opened in its parent with ``O_NOFOLLOW``,
+The walk (``walk_at``; ``entries_at`` from a run's path, which the reduce's quiet-period look in
+``preflight`` reads too) goes by descriptors, each folder opened in its parent with ``O_NOFOLLOW``,
 a folder at a time from a stack (no recursion: a chain of folders thousands deep is no
-RecursionError, review R10 F4), holding a folder's descriptor only while a subfolder of it is
-still to be opened (a chain holds one).
+RecursionError, review R10 F4), holding a folder's descriptor while names of it are left to look
+at (a chain holds one).
 """
 from __future__ import annotations
 
