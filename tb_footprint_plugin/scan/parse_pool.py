@@ -7,7 +7,7 @@ in order, a bounded number at a time, and gives back their stats in the order th
 
 * Only when it pays: a scan parses its first ``START_AFTER`` files itself (a logdir of a few
   hundred runs never starts a process) and the pool starts only with more than one usable CPU.
-* The workers are fresh interpreters (``python -m tb_footprint_plugin.scan.parse_pool``), never a
+* The workers are fresh interpreters (``parse_pool.main``, on the scan's own ``sys.path``), never a
   fork of the scanning process (TensorBoard's, with its threads and locks) and never a re-import
   of the caller's ``__main__``. They read the files the walk found, by the paths it found,
   exactly as the scan would (``event_file_stats``: no link followed that the scan would not
@@ -52,13 +52,15 @@ RUNS_AHEAD = 1024
 ENV = "TB_FOOTPRINT_SCAN_WORKERS"
 #: a file not answered when its run's turn comes is parsed by the scan, not waited for
 STEAL = True
-#: what a worker runs (``python -m``)
+#: the module whose ``main`` a worker runs
 WORKER_MODULE = "tb_footprint_plugin.scan.parse_pool"
 
 
 def workers_wanted() -> int:
     """Workers a big scan starts: ``TB_FOOTPRINT_SCAN_WORKERS`` if set, else the usable CPUs
     (none on one CPU: the scanning process would only share its core)."""
+    if not sys.executable or getattr(sys, "frozen", False):
+        return 0  # no interpreter to start
     raw = os.environ.get(ENV, "").strip()
     if raw:
         try:
@@ -76,12 +78,15 @@ class _Worker:
     """One worker process; its answers read without blocking (``poll``) into ``answers``."""
 
     def __init__(self) -> None:
-        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ)
-        env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env[ENV] = "0"  # a worker never starts workers
+        # this process's own sys.path: the worker imports the very modules the scan runs (a
+        # checkout's, not an older copy installed elsewhere), and no PYTHONPATH put before the
+        # standard library
+        boot = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
+                f"from {WORKER_MODULE} import main; sys.exit(main())")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", WORKER_MODULE],
+            [sys.executable, "-c", boot, json.dumps(sys.path)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             env=env, close_fds=True, bufsize=0)
         self.fd = self.proc.stdout.fileno()
