@@ -70,3 +70,27 @@ def test_nothing_to_adopt_where_the_state_is_bound_here(tmp_path):
     api.retire(str(logdir), api.retire_rule(runs=["train"], include_nested=True), dry_run=False)
     assert api.adopt_moved_state(str(logdir)) is None
     assert [m["run"] for m in api.retired(str(logdir))] == ["train"]
+
+
+def test_a_new_folder_at_the_same_path_is_told_to_adopt_not_to_restore_there(tmp_path):
+    """Review R11 G5: the logdir restored from a backup to where it was (a new inode at the very
+    path its state was made for; equally a mount that does not keep inode numbers). The refusal
+    said "if <this path> is that logdir ... restore them there": the restore that had just refused.
+    It now says this folder is a new one at that path and offers the adoption, which works."""
+    logdir = copy_real("tf/keras_profiled", tmp_path / "L")
+    before = user_files(logdir)
+    rep = api.retire(str(logdir), api.retire_rule(runs=["train"], include_nested=True), dry_run=False)
+    assert [o.status for o in rep.outcomes] == ["verified"]
+    shutil.copytree(logdir, tmp_path / "backup", symlinks=True, copy_function=shutil.copy2)
+    shutil.rmtree(logdir)
+    shutil.copytree(tmp_path / "backup", logdir, symlinks=True, copy_function=shutil.copy2)
+    with pytest.raises(api.TransactionError) as e:
+        api.restore(str(logdir), run="train")
+    words = str(e.value)
+    assert e.value.code == Failure.RESTORE_BLOCKED, e.value
+    assert "restore them there" not in words, words
+    assert "a new one at the very path the state was made for" in words and "--adopt-moved-state" in words, words
+    assert api.adopt_moved_state(str(logdir))
+    outs = api.restore(str(logdir), run="train")
+    assert [o.status for o in outs] == ["restored"], [o.to_dict() for o in outs]
+    assert user_files(logdir) == before

@@ -316,7 +316,7 @@ def bind(logdir: str, state: str, *, adopt: bool = True) -> Optional[dict]:
         if ident is None:
             raise Untrusted(BAD_RECORD, identity_path(state), "created by another process and gone again; left as it is")
     if ident["ino"] != st.st_ino:
-        raise Untrusted(FOREIGN_STATE, identity_path(state), foreign_state_words(ident, st, state))
+        raise Untrusted(FOREIGN_STATE, identity_path(state), foreign_state_words(ident, st, state, logdir))
     return ident
 
 
@@ -361,19 +361,29 @@ def adopt_moved_state(logdir: str, state: str) -> Optional[dict]:
     return mine
 
 
-def foreign_state_words(ident: dict, st: os.stat_result, state: str) -> str:
+def foreign_state_words(ident: dict, st: os.stat_result, state: str, logdir: Optional[str] = None) -> str:
     """Why a state folder bound to another directory is not used, and what keeps its backups:
     it may hold the only copies of retired runs and of reduced files' originals (review R10 F7:
     a logdir moved to another filesystem gets a new inode, and "move it aside to start afresh",
-    followed by deleting what was set aside, lost them)."""
+    followed by deleting what was set aside, lost them). ``logdir``: where it was found, so a new
+    folder at the very path it was made for is told apart (review R11 G5: "restore them there"
+    sent the user back to the restore that had just refused)."""
     made_for = ident.get("logdir")
     gone = isinstance(made_for, str) and not os.path.lexists(made_for)
     adopt = ("`tb-footprint recover LOGDIR --adopt-moved-state` binds this state to this logdir again, its id kept "
              "(only for a move: were it a copy whose original was renamed, both would own the same backups)")
-    where = (f"{made_for!r} no longer exists: if this logdir was moved from there (a move to another filesystem "
-             f"is a copy, with a new inode), {adopt}" if gone else
-             f"if {made_for!r} is that logdir, they are its own: restore them there; if it is a new folder made "
-             f"after this logdir was moved away, {adopt}")
+    here = isinstance(made_for, str) and logdir is not None and \
+        os.path.realpath(made_for) == os.path.realpath(logdir)
+    if here:
+        where = ("this folder is a new one at the very path the state was made for (the logdir restored from a "
+                 "backup or recreated there, or a mount that does not keep inode numbers): if it holds the same "
+                 f"logdir, {adopt}")
+    elif gone:
+        where = (f"{made_for!r} no longer exists: if this logdir was moved from there (a move to another "
+                 f"filesystem is a copy, with a new inode), {adopt}")
+    else:
+        where = (f"if {made_for!r} is that logdir, they are its own: restore them there; if it is a new folder "
+                 f"made after this logdir was moved away, {adopt}")
     return (f"this state directory belongs to another directory (made for {made_for!r}, inode {ident['ino']}; "
             f"this logdir is inode {st.st_ino}): it was copied or planted here, or this logdir was moved from "
             "another filesystem. Its journals are not replayed and its backups not used. Keep it: it may hold "
