@@ -151,3 +151,39 @@ def test_workers_wanted_follows_the_setting(monkeypatch):
     monkeypatch.delenv(parse_pool.ENV)
     cpus = len(os.sched_getaffinity(0))
     assert parse_pool.workers_wanted() == (min(cpus, parse_pool.MAX_WORKERS) if cpus > 1 else 0)
+
+
+def test_workers_run_nothing_planted_in_the_current_folder_or_pythonpath(tmp_path, monkeypatch, counted):
+    """Review R11 G8: a scan's workers started as ``python -m`` (or ``-c``) put the current folder
+    first on their sys.path, so a tb_footprint_plugin/ or json.py planted in a shared logdir the user
+    stands in ran as that user. They start isolated, as the compaction worker does."""
+    logdir = mixed_logdir(tmp_path)
+    marker = tmp_path / "PWNED"
+    for where in (logdir, tmp_path / "elsewhere"):
+        planted = where / "tb_footprint_plugin"
+        planted.mkdir(parents=True)
+        (planted / "__init__.py").write_text(f"open({str(marker)!r}, 'a').write('package ')\n")
+        for mod in ("json", "select", "numpy"):
+            (where / f"{mod}.py").write_text(f"open({str(marker)!r}, 'a').write('{mod} ')\n")
+    monkeypatch.chdir(logdir)  # the user stands in the shared logdir
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv(parse_pool.ENV, "2")
+    monkeypatch.setattr(parse_pool, "START_AFTER", 0)
+    monkeypatch.setattr(parse_pool, "STEAL", False)  # every file asked is parsed by a worker
+    fp = scan(".", use_cache=False, write_cache=False)
+    assert not marker.exists(), marker.read_text()
+    assert fp.files_read > counted["parsed"] > 0 and len(counted["pids"]) == 2
+
+
+def test_no_interpreter_no_workers(tmp_path, monkeypatch, counted):
+    logdir = mixed_logdir(tmp_path)
+    monkeypatch.setenv(parse_pool.ENV, "0")
+    alone = scan(str(logdir), use_cache=False, write_cache=False)
+    monkeypatch.setenv(parse_pool.ENV, "2")
+    monkeypatch.setattr(parse_pool, "START_AFTER", 0)
+    monkeypatch.setattr(parse_pool.sys, "executable", None)
+    assert parse_pool.workers_wanted() == 0
+    with parse_pool.ParsePool(workers=2, start_after=0) as pool:  # asked for workers all the same
+        assert pool.ask(str(logdir / "bad/events.out.tfevents.3.empty"), "x", 0) is False
+    assert footprint(scan(str(logdir), use_cache=False, write_cache=False)) == footprint(alone)
+    assert counted["pids"] == []

@@ -7,8 +7,9 @@ in order, a bounded number at a time, and gives back their stats in the order th
 
 * Only when it pays: a scan parses its first ``START_AFTER`` files itself (a logdir of a few
   hundred runs never starts a process) and the pool starts only with more than one usable CPU.
-* The workers are fresh interpreters (``parse_pool.main``, on the scan's own ``sys.path``), never a
-  fork of the scanning process (TensorBoard's, with its threads and locks) and never a re-import
+* The workers are fresh interpreters started isolated (``python -I``: never the current folder,
+  PYTHON* variables or user site-packages on their path; review R11 G8), never a fork of the
+  scanning process (TensorBoard's, with its threads and locks) and never a re-import
   of the caller's ``__main__``. They read the files the walk found, by the paths it found,
   exactly as the scan would (``event_file_stats``: no link followed that the scan would not
   follow), and write nothing: each answers one JSON line of ``EventFileStats.to_dict()``.
@@ -25,6 +26,7 @@ in order, a bounded number at a time, and gives back their stats in the order th
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import select
@@ -78,15 +80,19 @@ class _Worker:
     """One worker process; its answers read without blocking (``poll``) into ``answers``."""
 
     def __init__(self) -> None:
+        if not sys.executable:
+            raise OSError(errno.ENOENT, "no Python interpreter to start a scan worker with")
+        # the worker imports this very package from where this process did (a checkout, a wheel),
+        # isolated (-I), as the compaction worker (review R9 F1, R11 G8): never the current folder
+        # (a shared logdir one may stand in: ``python -m`` and ``-c`` put it first on sys.path, so
+        # a planted tb_footprint_plugin/ or json.py ran as the user), nor PYTHON* variables, nor
+        # user site-packages; started in / for good measure (it opens absolute paths only)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        boot = f"import sys; sys.path.insert(0, sys.argv[1]); from {WORKER_MODULE} import main; sys.exit(main())"
         env = dict(os.environ)
         env[ENV] = "0"  # a worker never starts workers
-        # this process's own sys.path: the worker imports the very modules the scan runs (a
-        # checkout's, not an older copy installed elsewhere), and no PYTHONPATH put before the
-        # standard library
-        boot = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
-                f"from {WORKER_MODULE} import main; sys.exit(main())")
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", boot, json.dumps(sys.path)],
+            [sys.executable, "-I", "-c", boot, root], cwd="/",
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             env=env, close_fds=True, bufsize=0)
         self.fd = self.proc.stdout.fileno()
@@ -207,8 +213,9 @@ class ParsePool:
             return False
         if not self._workers:
             try:
-                self._workers = [_Worker() for _ in range(self._want)]
-            except OSError:
+                for _ in range(self._want):
+                    self._workers.append(_Worker())
+            except Exception:  # noqa: BLE001 - no workers (any start failure): the scan parses alone
                 self._broken = True
                 self.close()
                 return False
