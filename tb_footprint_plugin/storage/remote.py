@@ -515,10 +515,14 @@ class RemoteFS:
 
     # --- names ------------------------------------------------------------------------------
     def path(self, rel: str = "") -> str:
-        """Store path (no scheme) of ``rel`` under the root; '' or '.' is the root itself."""
-        rel = rel.strip("/")
+        """Store path (no scheme) of ``rel`` under the root; '' or '.' is the root itself. A key
+        ending in '/' is refused (``ValueError``), never taken for the key without it: 'x/' and
+        'x' are two objects on S3, so an operation on the listed 'x/' must never act on 'x'."""
+        rel = rel.lstrip("/")
         if rel in ("", "."):
             return self.root
+        if rel.endswith("/"):
+            raise ValueError(f"{rel}: not a plain relative key under {self.url} (it ends in '/')")
         parts = rel.split("/")
         if any(p in ("", ".", "..") for p in parts):
             raise ValueError(f"{rel}: not a plain relative key under {self.url}")
@@ -553,8 +557,11 @@ class RemoteFS:
         plen = len(root) + 1
         for name, info in found.items():
             if is_folder_marker(name, info):
-                continue  # looked at before the "/" goes: stripped, it was a 0-byte file of the run
-            name = name.rstrip("/")
+                continue  # looked at on the key as stored: stripped, it was a 0-byte file of the run
+            # any other key ending in '/' (it holds bytes) keeps its own name: without the '/' it
+            # named another key ('x', maybe another object on S3), which an operation would then
+            # act on; with it, it is a key no call addresses (``check_key``, ``path``): named by the
+            # scan and in a refusal, never copied, deleted or put back
             if name.startswith("/") and not root.startswith("/"):
                 # a filesystem that names its paths from "/" (memory://, sftp://, hdfs://): the
                 # same object as the root's own spelling; compared as is, every key was passed

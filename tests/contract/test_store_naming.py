@@ -26,10 +26,11 @@ def test_a_keys_store_path_and_url_name_the_object_its_key_writes(buckets, schem
     assert store.url == b.url(prefix) and store.scheme == b.url(prefix).split("://")[0]
     assert store.protocol == {"s3": "s3", "gs": "gcs", "az": "az"}[scheme]
     assert store.path() == store.path(".") == store.path("/") == store.root == b.key(prefix)
-    assert store.path("run/a.bin") == store.path("/run/a.bin/") == f"{store.root}/run/a.bin"
+    assert store.path("run/a.bin") == store.path("/run/a.bin") == f"{store.root}/run/a.bin"
     assert store.url_of("run/a.bin") == f"{store.scheme}://{store.root}/run/a.bin"
     assert store.url_of() == store.url
-    for bad in ("a/../b", "..", "a//b", "./a"):
+    # 'run/a.bin/' is another object than 'run/a.bin' (S3 holds both): never taken for it
+    for bad in ("a/../b", "..", "a//b", "./a", "run/a.bin/", "/run/a.bin/"):
         with pytest.raises(ValueError):
             store.path(bad)
     assert store.stats.to_dict() == before  # names cost no request
