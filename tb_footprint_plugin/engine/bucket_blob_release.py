@@ -10,6 +10,7 @@ from typing import List, Optional
 from tb_footprint_plugin.codes import Finding, Outcome
 from tb_footprint_plugin.engine.bucket_blob_claims import Claims
 from tb_footprint_plugin.engine.bucket_blobs import names_in_bucket
+from tb_footprint_plugin.engine.bucket_identity import claimed_here
 from tb_footprint_plugin.engine.bucket_state import BucketTxnError, BucketVault, STORE_FAILURES
 from tb_footprint_plugin.storage.blobstore import BlobFailure
 from tb_footprint_plugin.storage.lock import Locked, release, try_exclusive
@@ -77,17 +78,19 @@ def folder_orphans(ostore: ObjectStore, vault: BucketVault, manifests_read: Opti
         return []
     try:
         bv.store.reload()
-        mine = [r for r in bv.store.refs() if bv.store.owner in bv.store.owners(r.sha)]
-        named = names_in_bucket(ostore, vault, manifests_read) if mine else None
+        mine, earlier = claimed_here(bv)
+        named = names_in_bucket(ostore, vault, manifests_read) if mine or earlier else None
     except BlobFailure:
         return []  # its index does not read: said by the verbs that read it
     if not isinstance(named, tuple):
         return []
-    orphans = [r for r in mine if r.sha not in named[0] and r.sha not in named[1]]
+    gone = {sha for _, sha in named[1]}
+    orphans = [r for r in mine if r.sha not in named[0] and r.sha not in gone]
+    out = [_earlier_row(bv, [r for r in earlier if r.sha not in named[0]])] if earlier else []
     if not orphans:
-        return []
+        return [row for row in out if row is not None]
     n = sum(r.size for r in orphans)
-    return [{"code": Finding.ORPHAN_BLOBS, "op_id": None, "run": None, "path": bv.folder, "bytes": n,
+    return [row for row in out if row is not None] + [{"code": Finding.ORPHAN_BLOBS, "op_id": None, "run": None, "path": bv.folder, "bytes": n,
              "count": len(orphans),
              "detail": f"{bv.folder}: {len(orphans)} backup blob(s) of this logdir ({n} bytes before compression) "
                        "that no manifest or journal in the bucket names: kept, never purged — they may be the only "
@@ -95,6 +98,21 @@ def folder_orphans(ostore: ObjectStore, vault: BucketVault, manifests_read: Opti
                        "by hand), or what an operation killed or rolled back by an older version left; nothing "
                        "frees them today (a purge forgets only what a manifest lets go; a reduction or retirement "
                        "rolled back releases its own at its end)"}]
+
+
+def _earlier_row(bv, refs) -> Optional[dict]:
+    """``status``'s finding of the blobs this logdir claimed at an earlier location (its prefix
+    moved since, review R11 G2) that no manifest or journal here needs any more: kept (a copy of
+    the logdir left at the old place may still need them), said with what frees them."""
+    if not refs:
+        return None
+    n = sum(r.size for r in refs)
+    return {"code": Finding.ORPHAN_BLOBS, "op_id": None, "run": None, "path": bv.folder, "bytes": n,
+            "count": len(refs),
+            "detail": f"{bv.folder}: {len(refs)} backup blob(s) ({n} bytes before compression) claimed by this "
+                      "logdir where it stood before (its prefix was moved, or its id object lost) that no manifest "
+                      "or journal here names: kept for that earlier location, never purged from here — a copy of "
+                      "this logdir left there may still need them"}
 
 
 __all__ = ["folder_orphans", "gave_back", "release_rolled_back"]

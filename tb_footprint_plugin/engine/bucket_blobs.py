@@ -54,6 +54,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 from tb_footprint_plugin.codes import BlobError, Failure, Skip, StoreError
 from tb_footprint_plugin.engine import manifest
 from tb_footprint_plugin.engine.bucket_blob_claims import noting_in
+from tb_footprint_plugin.engine.bucket_identity import BLOB_OWNER, claimed_here, dropped_claims, entry_claimed, let_go_owner
 from tb_footprint_plugin.engine.catalogue_rules import entry_released
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.journal_object import pending_objects
@@ -180,6 +181,12 @@ def backup_entries(ostore: ObjectStore, vault: BucketVault, entries: List[dict])
     if not todo or bv is None:
         return failed
     got: Dict[int, str] = {}  # index in todo -> sha of the bytes read
+    try:
+        owner = bv.claim()  # the logdir's id made before its first blob is claimed under it
+    except (BucketTxnError, *STORE_FAILURES) as e:
+        for en in entries:
+            failed.setdefault(en["run"], e)
+        return failed
     claims = noting_in(bv)
     fresh: Set[int] = set()  # index in todo of a blob this logdir had not claimed before this add
 
@@ -232,6 +239,7 @@ def backup_entries(ostore: ObjectStore, vault: BucketVault, entries: List[dict])
             continue
         f["sha256"] = sha
         f["backup_checksums"] = {"sha256": sha}
+        f[BLOB_OWNER] = owner  # the claim a restore reads and only this owner's purge drops
         if claims is not None:
             claims.note(str(en.get("op")), sha, i in fresh)
     return failed
@@ -246,7 +254,7 @@ def put_back(ostore: ObjectStore, vault: BucketVault, f: dict, *, if_version: Op
     sha = f.get("sha256")
     if not is_sha256(sha):
         raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: no verified backup of it in the blob vault")
-    if bv.store.owner not in bv.store.owners(sha):
+    if not entry_claimed(bv, f):
         # manifests are untrusted: a blob this logdir never added (another logdir's, sharing the
         # folder) is never copied into this bucket, whatever a manifest names
         raise BucketTxnError(Failure.REFUSED, f"{f['path']}: names a blob of {bv.folder} this logdir did not add")
@@ -317,7 +325,7 @@ def entry_failure(vault: BucketVault, f: dict) -> Optional[BlobFailure]:
     failure (``CORRUPT``: bytes there that do not hash). Each blob read once."""
     bv = vault.blobs
     sha = f.get("sha256")
-    if bv is None or not is_sha256(sha) or not os.path.isdir(bv.folder) or bv.store.owner not in bv.store.owners(sha):
+    if bv is None or not entry_claimed(bv, f):
         return BlobFailure(BlobError.MISSING, "not claimed by this logdir in its blob folder", sha=sha)
     return bv.store.check(sha)
 
@@ -353,17 +361,18 @@ def missing_blobs(vault: BucketVault, files: List[dict], reread: bool = True, *,
         raise BucketTxnError(Failure.STORE_ERROR, f"{bv.folder}: the blob vault's index does not read ({e}); "
                              f"{then}") from None
     for f in todo:
-        if not is_sha256(f.get("sha256")) or not os.path.isdir(bv.folder) or \
-                bv.store.owner not in bv.store.owners(f["sha256"]) or not bv.store.candidates(f["sha256"]):
+        if not entry_claimed(bv, f) or not bv.store.candidates(f["sha256"]):
             raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: its backup is no longer in {bv.folder} "
                                  f"(forgotten since it was added); {then}")
 
 
-def named_digests(doc, out: Set[str], let_go: Optional[Set[str]] = None, purged: bool = False) -> bool:
+def named_digests(doc, out: Set[str], let_go: Optional[Set[Tuple[Optional[str], str]]] = None,
+                  purged: bool = False) -> bool:
     """Add the digests a manifest or journal names to ``out``, and those it let go (``purged``:
-    every one; else the entries its restore released) to ``let_go``; False when it is not
-    readable. The one rule of what names a blob: the forget (``collect``) and the purge
-    preview's figure (``bucket_purge.folder_frees``) both ask it."""
+    every one; else the entries its restore released) to ``let_go``, each with the owner its entry
+    records (``let_go_owner``: None for 3f68b74's); False when it is not readable. The one rule of
+    what names a blob: the forget (``collect``) and the purge preview's figure
+    (``bucket_purge.folder_frees``) both ask it, and ``dropped_claims`` which claims go."""
     if not isinstance(doc, dict) or doc.get("corrupt"):
         return False
     runs = doc.get("runs") if isinstance(doc.get("runs"), list) else [doc]
@@ -375,7 +384,7 @@ def named_digests(doc, out: Set[str], let_go: Optional[Set[str]] = None, purged:
             # an entry its restore let go (a restore that left another original) names it no more
             if purged or entry_released(doc, f):
                 if let_go is not None:
-                    let_go.add(f["sha256"])
+                    let_go.add((let_go_owner(f), f["sha256"]))
             else:
                 out.add(f["sha256"])
     return True
@@ -392,13 +401,14 @@ def _purged(doc, file: str) -> bool:
 
 def names_in_bucket(ostore: ObjectStore, vault: BucketVault, manifests_read: Optional[List[dict]] = None):
     """``(needed, let_go)``: the digests a journal or a manifest (not purged) of the bucket names,
-    and those a manifest lets go (marked purged, or an entry a restore released); the path of the
+    and those a manifest lets go (marked purged, or an entry a restore released) with the owner its
+    entry records (``named_digests``); the path of the
     first that is not readable instead (nothing may be forgotten then: it may name any blob).
     ``manifests_read``: the manifests as the caller read them in the one schema (``status``: no
     read twice), else listed and read here. A forget's caller holds the exclusive forget lock."""
     st = BucketState(ostore)
     needed: Set[str] = set()
-    let_go: Set[str] = set()
+    let_go: Set[Tuple[Optional[str], str]] = set()
     # journals first: an operation's journal names its digests until its manifest exists and
     # goes only after, so one that commits between the two listings is named by one of them
     # (the journal folder through its one listing, ``journal_object.pending_objects``)
@@ -420,14 +430,17 @@ def names_in_bucket(ostore: ObjectStore, vault: BucketVault, manifests_read: Opt
 
 
 def collect(ostore: ObjectStore, vault: BucketVault) -> dict:
-    """Purge's step on the blob vault: under the exclusive lock, forget the blobs this logdir
-    added that a manifest in the bucket lets go (marked purged: by a purge, or a restore's
-    release; or an entry a restore released) and no manifest (not purged) or journal names.
-    Positive evidence only (review R9 F8): a blob nothing names at all (its manifest gone without
-    a purge: a sync with ``--delete``, a lifecycle rule, a tidy by hand; an operation rolled back)
-    may be the only copy of a run: an orphan, kept and counted (``orphans``, ``orphan_bytes``), as
-    a disk vault keeps its ``orphan_blobs``. Returns the blob store's figures, or
-    ``{"blocked": why}`` when a manifest or journal could not be read."""
+    """Purge's step on the blob vault: under the exclusive lock, drop this logdir's claims
+    (``dropped_claims``) on the blobs a manifest in the bucket lets go (marked purged: by a purge,
+    or a restore's release; or an entry a restore released) and no manifest (not purged) or
+    journal names; a blob goes when no owner claims it any more. Positive evidence only (review
+    R9 F8): a blob nothing names at all (its manifest gone without a purge: a sync with
+    ``--delete``, a lifecycle rule, a tidy by hand; an operation rolled back) may be the only copy
+    of a run: an orphan, kept and counted (``orphans``, ``orphan_bytes``), as a disk vault keeps
+    its ``orphan_blobs``. Claims made at an earlier location of this logdir (moved since) are
+    never dropped (review R11 G2: a copy of it may still need them), counted (``earlier_location``).
+    Returns the blob store's figures, or ``{"blocked": why}`` when a manifest or journal could not
+    be read."""
     bv = vault.blobs
     if bv is None or not os.path.isdir(bv.folder):
         return {}  # no blob was ever added there
@@ -437,19 +450,29 @@ def collect(ostore: ObjectStore, vault: BucketVault) -> dict:
             return {"blocked": f"{named} is not readable; nothing forgotten"}
         needed, let_go = named
         bv.store.reload()
-        mine = [r for r in bv.store.refs() if bv.store.owner in bv.store.owners(r.sha)]
-        drop = [r.sha for r in mine if r.sha in let_go and r.sha not in needed]
-        orphans = [r for r in mine if r.sha not in let_go and r.sha not in needed]
+        mine, earlier = claimed_here(bv)
+        drops = dropped_claims(bv, needed, let_go)
+        gone = {sha for _, sha in let_go}
+        orphans = [r for r in mine if r.sha not in gone and r.sha not in needed]
         kept = {"orphans": len(orphans), "orphan_bytes": sum(r.size for r in orphans)}
-        if not drop:
+        if earlier:
+            kept["earlier_location"] = len(earlier)
+        if not drops:
             return {"forgotten": 0, **kept}
+        total: dict = {}
         try:
-            return {**bv.store.forget(drop), **kept}
+            for owner, shas in drops.items():
+                for k, v in bv.store_as(owner).forget(shas).items():
+                    total[k] = total[k] + v if isinstance(v, (int, list)) and k in total else v
+            if len(drops) > 1:
+                bv.store.reload()
+            return {**total, **kept}
         except BlobFailure as e:
+            n = sum(len(v) for v in drops.values())
             raise BucketTxnError(Failure.STORE_ERROR, f"{bv.folder}: the blob vault could not forget "
-                                 f"{len(drop)} purged backup(s) yet ({e}); the next purge does it") from None
+                                 f"{n} purged backup(s) yet ({e}); the next purge does it") from None
 
 
-__all__ = ["IN_MEMORY", "KEPT_IN", "LEFT_AS_IT_WAS", "adding", "backup_entries", "blobs_of", "check_entry",
+__all__ = ["LEFT_AS_IT_WAS", "adding", "backup_entries", "blobs_of", "check_entry",
            "copy_from_blobs", "collect", "entry_failure", "entry_ok", "forget_lock", "is_blob_entry", "missing_blobs", "named_digests", "names_in_bucket", "names_our_backup", "plain_under",
            "put_back"]

@@ -11,6 +11,7 @@ from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import manifest, usage
 from tb_footprint_plugin.engine.health import history_findings
 from tb_footprint_plugin.engine.bucket_blobs import check_entry, entry_ok, is_blob_entry, names_our_backup, put_back
+from tb_footprint_plugin.engine.bucket_identity import entry_claimed
 from tb_footprint_plugin.engine.history import HISTORY, bucket_log
 from tb_footprint_plugin.engine.bucket_recover import damaged_journals, damaged_locks
 from tb_footprint_plugin.engine.bucket_state import (
@@ -428,8 +429,7 @@ def _left_in_vault(ostore: ObjectStore, vault: BucketVault, m: dict) -> List[dic
             bv = vault.blobs
             blob, sha = bv.folder, f["sha256"]
             # the folder's index says whether this logdir's blob is there (no read of its bytes)
-            present = os.path.isdir(bv.folder) and bv.store.owner in bv.store.owners(sha) \
-                and bool(bv.store.candidates(sha))
+            present = entry_claimed(bv, f) and bool(bv.store.candidates(sha))
         else:
             blob, sha = vault_url(ostore, f["backup"]), None
             present = BucketState.of(ostore).head(f["backup"]) is not None

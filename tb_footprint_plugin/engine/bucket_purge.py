@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Collection, Iterator, List, Optional, Set
+from typing import Collection, Iterator, List, Optional, Set, Tuple
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine import faults, manifest, purge_run, txn
@@ -20,6 +20,7 @@ from tb_footprint_plugin.engine.bucket_putback import delete_copies, store_delet
 from tb_footprint_plugin.engine.context import CancelToken
 from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_by_restore, kept_row, originals_lost
 from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry, named_digests
+from tb_footprint_plugin.engine.bucket_identity import dropped_claims
 from tb_footprint_plugin.engine.catalogue_rules import entry_released, is_rolled_back_keeping
 from tb_footprint_plugin.engine.bucket_catalogue import manifests, own_manifests
 from tb_footprint_plugin.engine.bucket_state import (
@@ -246,15 +247,17 @@ def folder_frees(vault: BucketVault, every: List[dict], chosen: List[dict]) -> O
         return None
     picked = {id(m) for m in chosen}
     needed: Set[str] = set()
-    let_go: Set[str] = set()
+    let_go: Set[Tuple[Optional[str], str]] = set()
     for m in every:  # the forget's own rule of what names a blob (``collect``)
         named_digests(m, needed, let_go, bool(m["backup_purged"]) or id(m) in picked)
     try:
         bv.store.reload()
     except BlobFailure:
         return None  # its index does not read: the purge's forget says so
-    return sum(r.length for r in bv.store.refs() if r.sha in let_go and r.sha not in needed
-               and bv.store.owners(r.sha) == {bv.store.owner})
+    drops = dropped_claims(bv, needed, let_go)
+    freed = {sha for sha in set().union(*drops.values())
+             if bv.store.owners(sha) <= {o for o, shas in drops.items() if sha in shas}}
+    return sum(r.length for r in bv.store.refs() if r.sha in freed)
 
 
 def _size(m: dict) -> int:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Code, Failure, Outcome, Skip, StoreError
-from tb_footprint_plugin.engine import bucket_lease
+from tb_footprint_plugin.engine import bucket_identity, bucket_lease
 from tb_footprint_plugin.engine.bucket_objects import BucketState
 from tb_footprint_plugin.engine.context import TransactionError
 from tb_footprint_plugin.engine.context import failure_code as neutral_failure_code
@@ -109,18 +109,74 @@ class BlobVault:
         """The blob vault in ``folder`` for the logdir whose store is ``logdir``; ``NotPrivate`` when the folder
         exists and is not a folder of ours. It is made (0700) at its first use, not here: a plan
         or a status names it without writing anything. Its blobs are claimed under an owner name
-        of that logdir, so another logdir sharing the folder never loses one to this one's purge."""
+        of that logdir (``engine.bucket_identity``: its id and where it stands), so another logdir
+        sharing the folder, or a new one at this one's old URL, never loses one to this one's purge."""
         self.folder = os.path.abspath(folder)
         if os.path.lexists(self.folder):
             ensure_private_dir(self.folder)
-        logdir = ObjectStore.of(logdir)  # its client would name the same owner, unchecked: the engine takes the store
-        who = hashlib.sha256(f"{logdir.protocol}://{logdir.root}".encode("utf-8", "surrogateescape")).hexdigest()[:32]
-        self.owner = f"bucket:{who}"
+        self.logdir = ObjectStore.of(logdir)  # its client would name the same owner, unchecked: the engine takes the store
+        #: 3f68b74's owner (the URL's hash): the owner of a blob entry that records none
+        self.legacy_owner = bucket_identity.legacy_owner(self.logdir)
+        self.place = bucket_identity.place_of(self.logdir)
+        self._id: Optional[str] = None  # the logdir's id, once read (or made)
+        self._id_read = False
         self._store: Optional[BlobStore] = None
 
     @property
+    def logdir_id(self) -> Optional[str]:
+        """The logdir's id (``bucket_identity.IDENTITY``, read once), None when it has none or its
+        object is not ours (then no owner of an id stands here: only the legacy one)."""
+        if not self._id_read:
+            try:
+                self._id = bucket_identity.read_id(self.logdir)
+            except bucket_identity.IdentityRefused:
+                self._id = None
+            self._id_read = True
+        return self._id
+
+    @property
+    def owner(self) -> str:
+        """The owner this logdir claims blobs under now: ``bucket:<id>:<place>`` once it has an id
+        (``claim``), else the legacy owner (nothing was added under an id here yet)."""
+        i = self.logdir_id
+        return bucket_identity.owner_name(i, self.place) if i is not None else self.legacy_owner
+
+    def claim(self) -> str:
+        """Before blobs are added: the logdir's id made if it has none (create-only), the store
+        from then on claiming under ``bucket:<id>:<place>``; returns that owner.
+        ``BucketTxnError(REFUSED)`` naming the id object when it is not ours."""
+        if self.logdir_id is None:
+            try:
+                self._id = bucket_identity.ensure_id(self.logdir)
+            except bucket_identity.IdentityRefused as e:
+                raise BucketTxnError(e.code, str(e)) from None
+            self._id_read = True
+            self._store = None  # made again under the new owner
+        return self.owner
+
+    def forgettable(self) -> List[str]:
+        """The owners whose claims a purge of this logdir may drop: the current one and the legacy
+        one of this URL (3f68b74's entries), never an earlier location's (a moved logdir's old claims
+        stay: a copy of it, or a new logdir at its old URL, may still need them)."""
+        return list(dict.fromkeys([self.owner, self.legacy_owner]))
+
+    def is_ours(self, owner: str) -> bool:
+        """Whether a blob entry may name ``owner`` (untrusted input) for this logdir's restore: the
+        legacy owner of this URL (as 3f68b74 checked), or an owner of this logdir's id wherever it
+        stood (a moved logdir restores), or of this place (its id object lost: as the URL's hash did)."""
+        if owner == self.legacy_owner:
+            return True
+        got = bucket_identity.split_owner(owner)
+        return got is not None and ((self.logdir_id is not None and got[0] == self.logdir_id) or got[1] == self.place)
+
+    def store_as(self, owner: str) -> BlobStore:
+        """A ``BlobStore`` of the folder that forgets as ``owner`` (one of ``forgettable``)."""
+        return self.store if owner == self.store.owner else BlobStore(PosixStore(self.folder), owner=owner)
+
+    @property
     def store(self) -> BlobStore:
-        """The ``BlobStore`` over a ``PosixStore`` at the folder (made, or checked ours, first)."""
+        """The ``BlobStore`` over a ``PosixStore`` at the folder (made, or checked ours, first),
+        adding and forgetting as ``owner``."""
         if self._store is None:
             ensure_private_dir(self.folder)
             self._store = BlobStore(PosixStore(self.folder), owner=self.owner)

@@ -1,0 +1,201 @@
+"""Who owns a bucket logdir's claims in a local folder of blobs (``--backup-dir FOLDER``), review
+R11 G2: the one rule of the owner names, and the logdir's id object they are made from.
+
+A folder of blobs (``storage.blobstore``) counts claims by owner: a blob goes when no owner
+claims it any more, and a purge drops only its own owner's claims. Until 3f68b74 the owner was a
+hash of the logdir's URL alone (``legacy_owner``): a logdir moved to another prefix (``aws s3 mv
+--recursive``) could not restore (its claims were another URL's), a new logdir at the old URL
+owned the moved one's claims (its purge dropped them: the moved one's only copies went), and the
+same URL on two endpoints or storage accounts (MinIO and AWS, dev and prod) was one owner.
+
+Now the owner is ``bucket:<id>:<place>``:
+
+* ``id``: a random id in ``<logdir>/.tb-footprint/identity.json``, created once (create-only)
+  at the first blob added; it moves with the logdir's state, so a new logdir at an old URL has
+  another one;
+* ``place``: a hash of where the logdir stands (protocol, endpoint or storage account, bucket
+  and prefix): a moved logdir, or a copy of one (same id), is another owner from then on.
+
+Each blob entry of a journal or manifest records the owner it was claimed under
+(``blob_owner``; none in 3f68b74's: the legacy owner of the logdir's URL). A restore reads a
+blob claimed by the owner its entry names when that owner is this logdir's (its id, or its
+place: ``is_ours``), wherever the logdir stands now; a purge drops only the claims of the
+owners that stand here (``forgettable``: the current owner and, for 3f68b74's entries, the
+legacy one), never an earlier location's: a moved logdir's old claims stay (leaked, named by
+``status``), and no new logdir at the old URL can drop them.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import secrets
+from typing import Dict, List, Optional, Set, Tuple
+
+from tb_footprint_plugin.codes import Failure, StoreError
+from tb_footprint_plugin.engine.bucket_objects import BucketState
+from tb_footprint_plugin.storage.paths import STATE_DIR_NAME, is_sha256
+from tb_footprint_plugin.storage.store import StoreFailure
+from tb_footprint_plugin.storage.store_object import ObjectStore
+
+#: the logdir's id object, relative to the logdir
+IDENTITY = f"{STATE_DIR_NAME}/identity.json"
+#: a current owner name: ``bucket:<id>:<place>``
+_OWNER = re.compile(r"^bucket:([0-9a-f]{32}):([0-9a-f]{24})$")
+_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+class IdentityRefused(Exception):
+    """The logdir's id object is there but is not one of ours (untrusted input): no blob is added
+    under a made-up owner; ``code`` a ``codes.py`` code, the message names the object."""
+
+    def __init__(self, code, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def legacy_owner(store: ObjectStore) -> str:
+    """The owner 3f68b74 and before claimed a logdir's blobs under: its URL's hash, nothing else."""
+    return "bucket:" + hashlib.sha256(f"{store.protocol}://{store.root}".encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+def endpoint_of(store: ObjectStore) -> str:
+    """Which service the store's client talks to, as its settings name it: an S3 endpoint URL
+    (none: AWS), an Azure storage account (or a connection string's account and endpoint), a GCS
+    endpoint (an emulator's); '' when none is set. Read from the client's settings (no request);
+    one a client reads elsewhere (an endpoint in ``~/.aws/config``) is not seen: then two services
+    are told apart by their URL alone, as before."""
+    fs = getattr(getattr(store, "rfs", None), "fs", None)
+    parts = []
+    for attr in ("endpoint_url", "_location", "account_name", "account_host"):  # s3fs, gcsfs, adlfs
+        try:
+            v = getattr(fs, attr, None)
+        except Exception:  # noqa: BLE001 - a client's property that cannot answer names no endpoint
+            v = None
+        if isinstance(v, str) and v:
+            parts.append(v.strip().rstrip("/").lower())
+    if not parts and isinstance(getattr(fs, "client_kwargs", None), dict):
+        v = fs.client_kwargs.get("endpoint_url")
+        if isinstance(v, str) and v:
+            parts.append(v.strip().rstrip("/").lower())
+    conn = getattr(fs, "connection_string", None)
+    if isinstance(conn, str):  # Azurite's or a named account's: its account and blob endpoint, never its key
+        for item in conn.split(";"):
+            k, _, v = item.partition("=")
+            if k.strip().lower() in ("accountname", "blobendpoint"):
+                parts.append(v.strip().rstrip("/").lower())
+    return "|".join(dict.fromkeys(parts))
+
+
+def place_of(store: ObjectStore) -> str:
+    """Where the logdir stands (protocol, endpoint or account, bucket/prefix), hashed."""
+    where = f"{store.protocol}\0{endpoint_of(store)}\0{store.root}"
+    return hashlib.sha256(where.encode("utf-8", "surrogateescape")).hexdigest()[:24]
+
+
+def owner_name(logdir_id: str, place: str) -> str:
+    return f"bucket:{logdir_id}:{place}"
+
+
+def split_owner(owner) -> Optional[tuple]:
+    """(id, place) of a current owner name, None for anything else (a legacy one included)."""
+    m = _OWNER.match(owner) if isinstance(owner, str) else None
+    return (m.group(1), m.group(2)) if m else None
+
+
+def read_id(store: ObjectStore) -> Optional[str]:
+    """The logdir's id (``IDENTITY``); None when there is none; ``IdentityRefused`` when the object
+    is there and is not an id of ours. One read."""
+    doc, _ = BucketState.of(store).read(store.path(IDENTITY))
+    if doc is None:
+        return None
+    got = doc.get("id") if isinstance(doc, dict) else None
+    if not (isinstance(got, str) and _ID.match(got)):
+        raise IdentityRefused(Failure.REFUSED, f"{store.url_of(IDENTITY)}: not a logdir id of ours (unreadable or "
+                              "of another format); no backup is added to a folder of blobs under it: move it "
+                              "aside if it is not this tool's")
+    return got
+
+
+def ensure_id(store: ObjectStore) -> str:
+    """The logdir's id, created (create-only: two workers agree on the first one written) when it
+    has none. ``IdentityRefused`` for one that is not ours; a failed write is the store's
+    ``StoreFailure``."""
+    got = read_id(store)
+    if got is not None:
+        return got
+    new = secrets.token_hex(16)
+    try:
+        BucketState.of(store).create(store.path(IDENTITY), {"id": new, "made_at": store.url})
+    except StoreFailure as e:
+        if e.code != StoreError.ALREADY_EXISTS:
+            raise
+        got = read_id(store)
+        if got is None:
+            raise
+        return got
+    return new
+
+
+#: a blob entry's field naming the owner its blob was claimed under (``engine.bucket_identity``);
+#: none in 3f68b74's entries (their owner is the legacy one of the logdir's URL)
+BLOB_OWNER = "blob_owner"
+
+
+def entry_owner(bv, f: dict) -> Optional[str]:
+    """The one rule of which owner a journal's or manifest's blob entry (untrusted) belongs to:
+    the owner it records when that is this logdir's (``BlobVault.is_ours``: its id wherever it
+    stood, or its place), the legacy owner of the logdir's URL when it records none (3f68b74's
+    entries, as they were read), None for an owner of someone else (never read for this logdir)."""
+    got = f.get(BLOB_OWNER) if isinstance(f, dict) else None
+    if got is None:
+        return bv.legacy_owner
+    return got if isinstance(got, str) and bv.is_ours(got) else None
+
+
+def entry_claimed(bv, f: dict) -> bool:
+    """Whether ``f``'s blob is claimed in the folder by the owner its entry belongs to (``entry_owner``)."""
+    owner = entry_owner(bv, f)
+    sha = f.get("sha256")
+    return owner is not None and is_sha256(sha) and os.path.isdir(bv.folder) and owner in bv.store.owners(sha)
+
+
+def let_go_owner(f: dict) -> Optional[str]:
+    """The owner a let-go entry's claim is dropped for, as the entry records it (None: 3f68b74's, the
+    legacy owner); a purge drops it only when it is one of its ``BlobVault.forgettable``."""
+    got = f.get(BLOB_OWNER)
+    return got if isinstance(got, str) else None
+
+
+def dropped_claims(bv, needed: Set[str], let_go: Set[Tuple[Optional[str], str]]) -> Dict[str, List[str]]:
+    """owner -> the digests whose claim by that owner a purge drops: let go by an entry naming that
+    owner (none named: the legacy one), named by no manifest (not purged) or journal at all, and
+    claimed now by that owner, which must be one of ``BlobVault.forgettable`` (an earlier
+    location's claims stay). The one rule of the forget (``collect``) and its preview
+    (``bucket_purge.folder_frees``); the folder's index as last read."""
+    out: Dict[str, List[str]] = {}
+    for owner in bv.forgettable():
+        shas = sorted({sha for o, sha in let_go if (o if o is not None else bv.legacy_owner) == owner
+                       and sha not in needed and owner in bv.store.owners(sha)})
+        if shas:
+            out[owner] = shas
+    return out
+
+
+def claimed_here(bv) -> Tuple[list, list]:
+    """(refs claimed by an owner that stands here (``forgettable``), refs claimed only by an
+    owner of this logdir's id or place that does not: an earlier location's, or an id lost),
+    from the folder's index as last read."""
+    here = set(bv.forgettable())
+    mine, earlier = [], []
+    for r in bv.store.refs():
+        owners = bv.store.owners(r.sha)
+        if owners & here:
+            mine.append(r)
+        elif any(bv.is_ours(o) for o in owners):
+            earlier.append(r)
+    return mine, earlier
+
+
+__all__ = ["BLOB_OWNER", "IDENTITY", "claimed_here", "dropped_claims", "entry_claimed", "entry_owner", "let_go_owner", "IdentityRefused", "endpoint_of", "ensure_id", "legacy_owner", "owner_name", "place_of",
+           "read_id", "split_owner"]
