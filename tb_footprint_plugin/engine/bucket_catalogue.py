@@ -13,6 +13,7 @@ from tb_footprint_plugin.engine.health import history_findings
 from tb_footprint_plugin.engine.bucket_blobs import check_entry, entry_ok, is_blob_entry, names_our_backup, put_back
 from tb_footprint_plugin.engine.bucket_identity import entry_claimed
 from tb_footprint_plugin.engine.history import HISTORY, bucket_log
+from tb_footprint_plugin.engine.bucket_moved import MADE_AT, made_at_words, map_moved
 from tb_footprint_plugin.engine.bucket_recover import damaged_journals, damaged_locks
 from tb_footprint_plugin.engine.bucket_state import (
     BucketState,
@@ -80,6 +81,7 @@ def read_listed(ostore: ObjectStore, vault: BucketVault, wanted: Iterable[tuple]
     once and yielded one by one in its order: ``manifests``' reader and its rules (memory: the
     few in flight, not the vault's every manifest)."""
     st = BucketState(ostore)
+    seen: dict = {}  # the old prefixes listed by this reading (``bucket_moved``)
 
     def read(item):
         p = f"{vault.root}/{item[0]}"
@@ -87,16 +89,18 @@ def read_listed(ostore: ObjectStore, vault: BucketVault, wanted: Iterable[tuple]
 
     # read a few at once: one after the other, a vault of 10,000 operations took minutes to list
     for p, doc, version in map_ordered(read, wanted):
-        m = usable_manifest(ostore, p, doc, version, problems) if doc is not None else None
+        m = usable_manifest(ostore, p, doc, version, problems, seen) if doc is not None else None
         if m is not None:
             yield m
 
 
 def usable_manifest(ostore: ObjectStore, p: str, doc: dict, version: Optional[str],
-                    problems: Optional[List[dict]] = None) -> Optional[dict]:
+                    problems: Optional[List[dict]] = None, seen: Optional[dict] = None) -> Optional[dict]:
     """The manifest object at store path ``p`` (``doc``, as read or as written, at ``version``)
     in the one schema with ``_version``/``_path``, or None when it is no usable manifest (named in
-    ``problems``, ``Finding.MANIFEST_DAMAGED``): ``read_listed``'s rule, for every reader."""
+    ``problems``, ``Finding.MANIFEST_DAMAGED``): ``read_listed``'s rule, for every reader. The
+    backup keys of one made at another prefix this logdir was moved from are read where they
+    stand now (``bucket_moved.map_moved``; ``seen``: the old prefixes this reading listed)."""
     url = vault_url(ostore, p)
     why, code = None, None
     try:
@@ -113,7 +117,7 @@ def usable_manifest(ostore: ObjectStore, p: str, doc: dict, version: Optional[st
         return None
     m["_version"] = version
     m["_path"] = p
-    return m
+    return map_moved(ostore, p, m, seen)
 
 
 def own_manifests(ostore: ObjectStore, vault: BucketVault, found: List[dict], refused: List[dict]) -> List[dict]:
@@ -126,6 +130,10 @@ def own_manifests(ostore: ObjectStore, vault: BucketVault, found: List[dict], re
             out.append(m)
             continue
         url = vault_url(ostore, m["_path"])
+        if m.get(MADE_AT):  # a copy of a logdir that stands at the prefix it names: said so
+            refused.append({"code": Finding.PREFIX_MOVED, "file": url, "op_id": m["op_id"], "run": m["run"],
+                            "detail": f"{url}: {made_at_words(m[MADE_AT])}"})
+            continue
         refused.append({"code": Failure.REFUSED, "file": url, "op_id": m["op_id"], "run": m["run"],
                         "detail": f"{url}: names a backup outside the vault; never acted on, left in place"})
     return out
@@ -281,6 +289,9 @@ def status(ostore: ObjectStore, vault: BucketVault) -> dict:
     pending = sorted(k.rsplit("/", 1)[-1].rsplit(".", 1)[0] for k, _ in journals)
     ops, vault_bytes, freed_now, problems = [], 0, 0, []
     found = manifests(ostore, vault, problems)
+    # one naming a backup outside the vault (planted, or this logdir's copy of another: R11 G3) is
+    # named, as purge and re-check name it
+    own_manifests(ostore, vault, found, problems)
     for m in found:
         size = sum(int(f.get("size") or 0) for f in m.get("files", []))
         if not m["backup_purged"]:

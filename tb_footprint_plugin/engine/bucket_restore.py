@@ -24,6 +24,7 @@ from typing import Callable, Dict, List, Optional
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import faults, putback, txn
 from tb_footprint_plugin.engine.bucket_blobs import blobs_of, check_entry, is_blob_entry, names_our_backup, put_back
+from tb_footprint_plugin.engine.bucket_moved import outside_words
 from tb_footprint_plugin.engine.bucket_putback import ObjectPutBack, beside_at_free_name
 from tb_footprint_plugin.engine.bucket_state import (
     BucketState,
@@ -49,11 +50,7 @@ from tb_footprint_plugin.engine.retire_rules import new_run_refusal
 from tb_footprint_plugin.engine.manifest import read as read_manifest
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.vault import who
-from tb_footprint_plugin.storage.remote import (
-    ObjectInfo,
-    content_checksums,
-    same_content,
-)
+from tb_footprint_plugin.storage.remote import ObjectInfo, content_checksums, same_content
 from tb_footprint_plugin.storage.paths import is_sha256
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_object import ObjectStore, listing_of
@@ -196,7 +193,7 @@ class ObjectRestore(ObjectPutBack):
         plain: List[dict] = []
         for f in m["files"]:
             if not names_our_backup(vault, f):
-                raise BucketTxnError(Failure.REFUSED, "manifest names a backup outside the vault")
+                raise BucketTxnError(Failure.REFUSED, outside_words(m, "manifest names a backup outside the vault"))
             # the journal written from it must be one the next start acts on: keys inside the run
             if not str(f["path"]).startswith(run_prefix(run)) or \
                     (f.get("final") and not str(f["final"]).startswith(run_prefix(run))):

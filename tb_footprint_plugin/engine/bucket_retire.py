@@ -58,6 +58,7 @@ from tb_footprint_plugin.codes import BlobError, Code, Failure, Finding, Outcome
 from tb_footprint_plugin.engine import faults, lease, manifest, txn
 from tb_footprint_plugin.engine import retire_run as one_retirement
 from tb_footprint_plugin.engine import unretire_run as one_unretire
+from tb_footprint_plugin.engine.bucket_moved import MADE_AT, outside_words
 from tb_footprint_plugin.engine.bucket_blobs import (KEPT_IN, adding, backup_entries, blobs_of, entry_failure,
                                                       entry_ok, is_blob_entry, put_back)
 from tb_footprint_plugin.engine.bucket_state import (
@@ -673,6 +674,8 @@ class BucketUnretire(one_unretire.UnretireLayout):
                 ostore.path(f["path"])
                 ours = entry_ok(f) and is_sha256(f.get("sha256")) if is_blob_entry(f) else \
                     str(f.get("backup", "")).startswith(prefix)
+                if not ours and m.get(MADE_AT):  # this logdir's copy of one standing at that prefix (R11 G3)
+                    raise BucketTxnError(Failure.REFUSED, f"{m.get('_path')}: {outside_words(m, '')}")
                 if not ours or not f["path"].startswith(run_prefix(run)):
                     raise BucketTxnError(Failure.REFUSED, f"{m.get('_path')}: names a key outside the run or the vault")
                 if is_blob_entry(f):
