@@ -153,6 +153,28 @@ def discover(logdir: str, exclude: Iterable[str] = ()) -> Discovery:
     return Discovery(runs=runs, warnings=warnings)
 
 
+#: what a logdir's state folder holds once a verb wrote there (a user's folder named like one
+#: holds none of them)
+STATE_MARKS = ("identity.json", "ops", "journal")
+
+
+def nested_state_words(rel: str) -> str:
+    """The scan's warning for a nested logdir's state folder it leaves out (review R11 G7)."""
+    return f"a nested logdir's state at {display(rel)}: left out"
+
+
+def is_state_folder(path: str) -> bool:
+    """True when the folder at ``path`` (not followed) holds what a state folder holds
+    (``STATE_MARKS``): a nested logdir's state, left out as the logdir's own is."""
+    for mark in STATE_MARKS:
+        try:
+            os.lstat(os.path.join(path, mark))
+            return True
+        except OSError:
+            continue
+    return False
+
+
 def _gone(e: OSError) -> bool:
     """A folder removed (or replaced by a file) since its parent was listed, as another worker's
     swap removes a profile folder: nothing is there to hide, so it is no unreadable folder."""
@@ -261,7 +283,12 @@ def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = (),
             bucket.files.append(ff)
         for d in sorted(subdirs, reverse=True):
             sub = os.path.join(dirpath, d)
-            if sub in excluded:
+            nested = bool(parts) and is_state_name(d) and is_state_folder(sub)
+            if sub in excluded or nested:
+                if nested:
+                    # a nested logdir's state (review R11 G7): its vault's backups are no run's files
+                    # of this logdir, to reduce, retire or purge
+                    warnings.append(nested_state_words(_rel(parts + (d,))))
                 if tally is not None:
                     tally.set_aside.append(sub)
                 continue  # the vault: its size is reported separately as backups
@@ -392,10 +419,17 @@ def discover_listing(logdir_url: str, objects: Dict[str, "ObjectInfo"],
     excluded = {p.strip("/") for p in exclude} | {STATE_DIR_NAME}
     # prefix parts -> (file names, subdirectory names)
     tree: Dict[Tuple[str, ...], Tuple[List[str], set]] = {(): ([], set())}
+    nested: set = set()  # nested logdirs' state folders left out (review R11 G7)
     for key in objects:
         parts = tuple(key.split("/"))
-        if any("/".join(parts[:i]) in excluded for i in range(1, len(parts))) or \
-                (len(parts) > 1 and is_state_name(parts[0])):  # every user's state folder
+        if any("/".join(parts[:i]) in excluded for i in range(1, len(parts))):
+            continue
+        # every user's state folder at any depth: a nested logdir's vault (server-side copies keyed
+        # like runs) is no run of this logdir (review R11 G7)
+        state_at = next((i for i in range(len(parts) - 1) if is_state_name(parts[i])), None)
+        if state_at is not None:
+            if state_at:
+                nested.add("/".join(parts[:state_at + 1]))
             continue
         if parts == (DEMO_MARKER,):
             continue  # the demo's bookkeeping, not a file of "(unattributed)" (as on disk)
@@ -404,7 +438,7 @@ def discover_listing(logdir_url: str, objects: Dict[str, "ObjectInfo"],
             tree.setdefault(parts[: i + 1], ([], set()))
         tree[parts[:-1]][0].append(parts[-1])
     runs: Dict[str, FoundRun] = {}
-    warnings: List[str] = []
+    warnings: List[str] = [nested_state_words(rel) for rel in sorted(nested)]
     stack: List[Tuple[Tuple[str, ...], Optional[str], int]] = [((), None, 0)]
     base = logdir_url.rstrip("/")
     while stack:
