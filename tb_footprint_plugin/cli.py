@@ -192,7 +192,15 @@ def _common(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+def _others_flag(ap: argparse.ArgumentParser, verb: str) -> None:
+    ap.add_argument("--include-others-runs", action="store_true",
+                    help=f"{verb} runs another user owns too (its folder, or a file it would change): by default "
+                         "they are left alone (others_run), since your vault would hold their originals out of "
+                         "their owner's reach; each one taken says whose vault holds it. Root too")
+
+
 def _filters(ap: argparse.ArgumentParser) -> None:
+    _others_flag(ap, "plan and reduce")
     ap.add_argument("--policy", default="archive",
                     help="archive (default), lossless, keep-latest[=N], or a JSON/TOML policy file")
     _selectors(ap, positional=False)
@@ -332,7 +340,7 @@ def cmd_plan(args) -> int:
     api.check_logdir(args.logdir, args.backup_dir)
     p = api.plan(args.logdir, policy, backup_dir=args.backup_dir, runs=args.runs,
                  run_glob=args.run_glob, min_size=args.min_size, older_than=args.older_than,
-                 quiet_period=args.quiet_period)
+                 quiet_period=args.quiet_period, include_others_runs=args.include_others_runs)
     _dump(p.to_dict()) if args.json else _print_plan(p, args.verbose)
     _warn_unsettled(args.logdir, args.backup_dir)
     return EXIT_OK
@@ -360,10 +368,17 @@ def cmd_policies(args) -> int:
     return EXIT_OK
 
 
+def _taken_said(o) -> str:
+    """Another user's run reduced or retired on request (finding ``others_run_taken``): its outcome's
+    words, whose vault holds it, on a line of their own."""
+    taken = any(f.get("code") == Finding.OTHERS_RUN_TAKEN for f in getattr(o, "findings", None) or [])
+    return f"\n    {o.reason}" if taken and o.reason else ""
+
+
 def _outcome_line(o) -> str:
     if o.status == Outcome.VERIFIED:
         return (f"✓ {shown(o.run)}: verified, {human_bytes(o.bytes_before)} → {human_bytes(o.bytes_after)}"
-                f" (saved {human_bytes(o.saved_bytes)}, op {o.op_id})") + _findings_said(o)
+                f" (saved {human_bytes(o.saved_bytes)}, op {o.op_id})") + _taken_said(o) + _findings_said(o)
     if o.status == Outcome.RESTORED:
         return f"✓ {shown(o.run)}: restored ({o.reason}; op {o.op_id})" + _findings_said(o)
     mark = "·" if o.status in (Outcome.SKIPPED, Outcome.DRY_RUN) else "✗"
@@ -640,7 +655,8 @@ def _reduce_kwargs(args) -> dict:
     return dict(backup_dir=args.backup_dir, policy=_policy(args), runs=args.runs, run_glob=args.run_glob,
                 min_size=args.min_size, older_than=args.older_than, quiet_period=args.quiet_period, jobs=args.jobs,
                 timeout=args.timeout, verify_backends=args.verify,
-                vault_format=getattr(args, "vault_format", None))
+                vault_format=getattr(args, "vault_format", None),
+                include_others_runs=args.include_others_runs)
 
 
 def _batch_head(logdirs: List[str], logdir: str, shard, report) -> None:
@@ -859,7 +875,8 @@ def _upfront_plans(args, logdirs: List[str], shard) -> list:
         if mine is not None and "://" not in ld:  # a bucket logdir is reduced whole (as reduce_logdir does)
             runs = [r for r in mine.get(os.path.abspath(ld), []) if runs is None or r in runs]
         p = api.plan(ld, _policy(args), backup_dir=args.backup_dir, runs=runs, run_glob=sel["run_glob"],
-                     min_size=args.min_size, older_than=args.older_than, quiet_period=args.quiet_period)
+                     min_size=args.min_size, older_than=args.older_than, quiet_period=args.quiet_period,
+                     include_others_runs=args.include_others_runs)
         # a resumed batch skips what its ledger settled: the question counts only what it will touch
         api.ledger_skips(p, _policy(args), backup_dir=args.backup_dir, ledger=args.ledger or "default", shard=shard)
         plans.append(p)
@@ -1868,6 +1885,7 @@ def _retire_parsers(sub) -> None:
     s.add_argument("--keep-list", default=None, help="file of run names or globs never to retire (one a line)")
     s.add_argument("--with-nested", action="store_true",
                    help="a run whose directory holds other runs takes them along (otherwise it is left alone)")
+    _others_flag(s, "retire")
     s.add_argument("--quiet-period", type=_arg(_number(parse_duration)), default=600.0, metavar="DURATION",
                    help="runs with a file changed this recently are being written: never retired (default 10m; "
                         "0 or more)")
@@ -1900,7 +1918,7 @@ def cmd_retire(args) -> int:
         rule = api.retire_rule(runs=args.runs or None, run_glob=args.run_glob, group=args.group,
                                older_than=args.older_than, min_size=args.min_size, keep_best=args.keep_best,
                                metric=args.metric, mode=args.mode, value=args.value, keep_list_file=args.keep_list,
-                               include_nested=args.with_nested)
+                               include_nested=args.with_nested, include_others_runs=args.include_others_runs)
     except OSError as e:  # --keep-list FILE unreadable
         raise UsageError(f"--keep-list {args.keep_list}: {e.strerror or e}") from None
     except ValueError as e:  # a rule that cannot mean anything
@@ -1944,7 +1962,8 @@ def cmd_retire(args) -> int:
 
 def _retire_line(o) -> str:
     if o.status == Outcome.VERIFIED:
-        return f"✓ {shown(o.run)}: retired, {human_bytes(o.bytes_before)} into the vault (op {o.op_id})"
+        return (f"✓ {shown(o.run)}: retired, {human_bytes(o.bytes_before)} into the vault (op {o.op_id})"
+                + _taken_said(o))
     return _outcome_line(o)
 
 

@@ -69,7 +69,8 @@ CHILD = textwrap.dedent("""
             state["armed"] = True  # the reduce's own copies are whole; the rollback's first is killed
             raise RuntimeError("a failure after the swap")
         faults.arm("reduce.swap", fail)
-        api.reduce_logdir(logdir, policy="archive", dry_run=False, verify_backends=("python",))
+        api.reduce_logdir(logdir, policy="archive", dry_run=False, verify_backends=("python",),
+                          include_others_runs=True)
     elif what == "unretire":
         api.restore(logdir, op=sys.argv[5])
     else:
@@ -130,7 +131,8 @@ def test_a_restore_killed_before_a_copy_set_mode_and_mtime_gives_them_back(tmp_p
     logdir = copy_real("tf", tmp_path / "logdir")
     _give_all(logdir)
     before = snapshot(logdir)
-    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",),
+                            include_others_runs=True)
     assert rep.ok and all(o.status == Outcome.VERIFIED for o in rep.outcomes if o.op_id)
     path = _killed_in_the_window(tmp_path, logdir, "restore")
     rel = os.path.relpath(path, logdir)
@@ -163,7 +165,7 @@ def test_an_unretire_killed_before_a_copy_set_mode_and_mtime_is_finished(tmp_pat
     logdir, run = copy_real("tf/keras_profiled", tmp_path / "logdir"), "train"
     _give_all(logdir)
     before = snapshot(logdir)
-    rep = api.retire(str(logdir), api.retire_rule(runs=[run]), dry_run=False)
+    rep = api.retire(str(logdir), api.retire_rule(runs=[run], include_others_runs=True), dry_run=False)
     assert rep.ok, rep.to_dict()
     path = _killed_in_the_window(tmp_path, logdir, "unretire", "", rep.outcomes[0].op_id)
     assert os.path.relpath(path, logdir).startswith(run + os.sep)
@@ -181,7 +183,8 @@ def test_late_records_killed_before_their_copy_set_the_owner_are_the_users(tmp_p
     logdir = tmp_path / "logdir"
     path = image_run(logdir / "run")
     _give_all(logdir)
-    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",),
+                            include_others_runs=True)
     assert rep.ok and rep.outcomes[0].status == Outcome.VERIFIED, [o.to_dict() for o in rep.outcomes]
     append_by_path(path, 1000)  # the user's resumed job appends to the reduced file
     killed = _killed_in_the_window(tmp_path, logdir, "restore", ".salvaged-")

@@ -35,7 +35,8 @@ def test_root_gives_back_the_owner_of_reduced_and_restored_files_and_folders(tmp
             os.chown(os.path.join(d, n), NOBODY, NOBODY, follow_symlinks=False)
     before = _owners(logdir)
     assert set(before.values()) == {(NOBODY, NOBODY)}
-    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, quiet_period=0, runs=["tf/summary_mix"])
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, quiet_period=0, runs=["tf/summary_mix"],
+                            include_others_runs=True)
     assert rep.ok and [o.run for o in rep.outcomes] == ["tf/summary_mix"], [o.to_dict() for o in rep.outcomes]
     # the rewritten event file, renamed into the original's place, is still the user's
     reduced = _owners(logdir)

@@ -55,7 +55,8 @@ def reduced(tmp_path):
     was = _state(path)
     # reduced as root (its verification's servers are not started from a forked child), then
     # the state and vault given to nobody: the run, its backup and its records are nobody's
-    rep = api.reduce_logdir(str(logdir), str(root / "vault"), policy="archive", dry_run=False, verify_backends=PY)
+    rep = api.reduce_logdir(str(logdir), str(root / "vault"), policy="archive", dry_run=False, verify_backends=PY,
+                            include_others_runs=True)
     assert rep.ok and rep.outcomes[0].status == "verified", [o.to_dict() for o in rep.outcomes]
     for d, ds, fs in os.walk(root):
         for n in [d] + [os.path.join(d, f) for f in fs + ds]:

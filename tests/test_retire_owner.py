@@ -56,7 +56,7 @@ def _users_logdir(tmp_path):
 
 def test_unretire_gives_back_the_owner_of_every_file_and_folder(tmp_path, vault):
     logdir, before = _users_logdir(tmp_path)
-    rep = api.retire(str(logdir), api.retire_rule(runs=["train"]), dry_run=False, backup_dir=vault)
+    rep = api.retire(str(logdir), api.retire_rule(runs=["train"], include_others_runs=True), dry_run=False, backup_dir=vault)
     assert rep.ok and [o.status for o in rep.outcomes] == ["verified"], rep.to_dict()
     assert not (logdir / "train").exists()
     (m,) = [m for m in api.operations(str(logdir), backup_dir=vault) if m.get("kind") == "retire"]
@@ -71,7 +71,7 @@ def test_unretire_gives_back_the_owner_of_every_file_and_folder(tmp_path, vault)
 def test_a_rolled_back_retirement_gives_back_the_owner(tmp_path, vault):
     logdir, before = _users_logdir(tmp_path)
     faults.arm("retire.delete")  # every file in the vault, every folder removed: then it fails
-    rep = api.retire(str(logdir), api.retire_rule(runs=["train"]), dry_run=False, backup_dir=vault)
+    rep = api.retire(str(logdir), api.retire_rule(runs=["train"], include_others_runs=True), dry_run=False, backup_dir=vault)
     assert [o.status for o in rep.outcomes] == ["rolled_back"], rep.to_dict()
     after = _owners(logdir)
     assert after.keys() == before.keys()

@@ -30,7 +30,7 @@ def test_the_late_records_a_restore_puts_back_are_the_users(tmp_path):
     logdir = tmp_path / "logdir"
     path = image_run(logdir / "run")
     _give_all(logdir)
-    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=PY)
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=PY, include_others_runs=True)
     assert rep.ok and rep.outcomes[0].status == "verified", [o.to_dict() for o in rep.outcomes]
     append_by_path(path, 1000)  # the user's resumed job appends to the reduced file
     (o,) = api.restore(str(logdir))
@@ -45,7 +45,7 @@ def test_the_records_a_start_salvages_from_a_grown_backup_are_the_users(tmp_path
     logdir = tmp_path / "logdir"
     path = image_run(logdir / "run")
     _give_all(logdir)
-    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=PY,
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=PY, include_others_runs=True,
                             vault_format="hardlink")
     assert rep.ok and rep.outcomes[0].status == "verified", [o.to_dict() for o in rep.outcomes]
     (m,) = [m for m in api.operations(str(logdir)) if m.get("kind") == "reduce"]

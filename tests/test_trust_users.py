@@ -45,9 +45,9 @@ def main(cmd, logdir, run=None, backup_dir=None):
     if cmd == "make":
         write_run(os.path.join(logdir, run), seed=len(run))
         return {}
-    if cmd == "reduce":
+    if cmd in ("reduce", "reduce-others"):  # reduce-others: --include-others-runs (review R10 F8)
         rep = api.reduce_logdir(logdir, backup_dir, policy="archive", dry_run=False, runs=[run], quiet_period=0,
-                                verify_backends=("python",))
+                                verify_backends=("python",), include_others_runs=cmd == "reduce-others")
         return {"outcomes": [o.to_dict() for o in rep.outcomes]}
     if cmd == "restore":
         return {"outcomes": [o.to_dict() for o in api.restore(logdir, run=run, backup_dir=backup_dir)]}
@@ -596,8 +596,10 @@ print("\n" + json.dumps({"outcomes": [o.to_dict() for o in rep.outcomes]}, defau
 def test_another_users_reduce_of_a_run_held_by_one_user_is_skipped_as_locked(users, shared):
     """A team logdir whose runs everyone may write: alice's state folder is ``.tb-footprint``,
     bob's ``.tb-footprint-u<bob>`` (separate lock files). While alice's reduce of a run is paused
-    between backup and commit, bob's reduce of that same run is skipped as ``locked``: the run
-    folder's own lock is shared by both. Alice's reduce then completes."""
+    between backup and commit, bob's reduce of that same run, asked to take others' runs too, is
+    skipped as ``locked``: the run folder's own lock is shared by both. Alice's reduce then
+    completes. Bob's reduce of alice's other run is left alone by default (``others_run``, review
+    R10 F8: his vault would hold her originals) and taken when he asks."""
     import time
 
     alice, bob = users
@@ -621,11 +623,15 @@ def test_another_users_reduce_of_a_run_held_by_one_user_is_skipped_as_locked(use
             assert time.time() < deadline, "alice's reduce never reached its pause"
             time.sleep(0.05)
         assert os.stat(shared / ".tb-footprint").st_uid == alice.uid
-        o = reduced(bob.tool("reduce", shared, "team"))
+        o = reduced(bob.tool("reduce-others", shared, "team"))
         assert o["status"] == "skipped" and o["code"] == "locked", o
         assert os.path.isdir(shared / f".tb-footprint-u{bob.uid}")
-        # another run is not held: bob reduces it meanwhile
-        assert reduced(bob.tool("reduce", shared, "other"))["status"] == "verified"
+        # another run is not held, but alice's: bob's reduce leaves it alone unless he asks
+        o = reduced(bob.tool("reduce", shared, "other"))
+        assert o["status"] == "skipped" and o["code"] == "others_run" and alice.name in o["reason"], o
+        o = reduced(bob.tool("reduce-others", shared, "other"))
+        assert o["status"] == "verified" and f"owned by {alice.name}" in o["reason"], o
+        assert "others_run_taken" in [f["code"] for f in o["findings"]], o
         (alice.home / "go").touch()
         out, err = a.communicate(timeout=600)
     finally:

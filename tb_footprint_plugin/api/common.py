@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from typing import Callable, List, Mapping, Optional, Sequence
 
+from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine.front import bucket_of, DEFAULT_BACKENDS, local_context, split_backup_dir  # noqa: F401 - re-exported
 from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD
@@ -37,3 +38,19 @@ def partition_name(logdir: str) -> str:
     local path after symlinks; workers that named one logdir by two paths split it differently
     and left runs in no shard)."""
     return logdir if is_remote(logdir) else os.path.realpath(logdir)
+
+
+def engine_vault(eng) -> Optional[str]:
+    """The vault a local engine backs up into (its ``--backup-dir``, else its state folder's), for
+    what is said of it; None where not known without opening more (a bucket's engine)."""
+    if eng.backup_dir:
+        return eng.backup_dir
+    ctx = getattr(eng, "ctx", None)  # a local engine's (lazy) context; a bucket engine has none
+    return ctx.vault.root if ctx is not None else None
+
+
+def say_taken(o, note: str, vault: Optional[str]) -> None:
+    """Another user's run reduced or retired on request (``plan.owners``): its outcome says whose
+    vault holds it, for people (``reason``) and programs (finding ``others_run_taken``, the vault)."""
+    o.reason = note if not o.reason else f"{o.reason}; {note}"
+    o.findings.append({"code": Finding.OTHERS_RUN_TAKEN, "path": vault})

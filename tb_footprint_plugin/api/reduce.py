@@ -21,12 +21,13 @@ from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT, VAULT_FORMATS
 from tb_footprint_plugin.plan.model import Plan
 from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD
-from tb_footprint_plugin.plan import shard as sharding
+from tb_footprint_plugin.plan import owners, shard as sharding
 from tb_footprint_plugin.plan.policies import get_policy
 from tb_footprint_plugin.scan import passes
 from tb_footprint_plugin.scan.model import LogdirFootprint
 from tb_footprint_plugin.storage import throttle
-from tb_footprint_plugin.api.common import DEFAULT_BACKENDS, logdir_keys, partition_name, RunProgress
+from tb_footprint_plugin.api.common import (DEFAULT_BACKENDS, engine_vault, logdir_keys, partition_name, RunProgress,
+                                            say_taken)
 from tb_footprint_plugin.api.settle import Interrupted, settle_interrupted
 from tb_footprint_plugin.api.reports import ReduceReport
 from tb_footprint_plugin.api.survey import (hold_to_confirmed, plan, scan_shard_sizes, selection_by_logdir,
@@ -59,6 +60,7 @@ def reduce_logdir(
     lease_seconds: Optional[float] = None,
     vault_format: Optional[str] = None,
     confirmed: Optional[Collection[str]] = None,
+    include_others_runs: bool = False,
 ) -> ReduceReport:
     """Reduce runs largest first, each as its own verified transaction.
 
@@ -84,6 +86,9 @@ def reduce_logdir(
     ``confirmed``: the ``plan_digest`` of each run's plan the user said yes to (``confirmed_digests``
     of the plan shown): a run whose plan is now another is left alone with ``Skip.PLAN_CHANGED``
     (``hold_to_confirmed``), the others reduced; None: no question was asked (``--yes``, a job).
+    ``include_others_runs``: reduce runs another user owns too (by default left alone with
+    ``Skip.OTHERS_RUN``, ``plan.owners``); each such run's outcome then says whose vault holds it
+    (its ``reason`` and a finding ``others_run_taken`` naming the vault).
     """
     if vault_format is not None and vault_format not in VAULT_FORMATS:
         raise ValueError(f"vault_format must be one of {', '.join(VAULT_FORMATS)}")
@@ -106,7 +111,7 @@ def reduce_logdir(
                        older_than=older_than, quiet_period=quiet_period, closed_files=closed_files, jobs=jobs,
                        timeout=timeout, ledger=ledger, progress=progress, on_outcome=on_outcome, cancel=cancel,
                        shard=shard, shard_with=shard_with, partition_sizes=partition_sizes,
-                       vault_format=vault_format, confirmed=confirmed)
+                       vault_format=vault_format, confirmed=confirmed, include_others_runs=include_others_runs)
     except KeyboardInterrupt as e:
         if dry_run or isinstance(e, Interrupted):
             raise
@@ -160,7 +165,8 @@ def reduce_logdirs(logdirs: Sequence[str], *, shard: Optional[Tuple[int, int]] =
 
 def _reduce(eng: Engine, logdir: str, pol, dry_run: bool, *, runs, run_glob, min_size, older_than, quiet_period,
             closed_files, jobs, timeout, ledger, progress, on_outcome, cancel, shard, shard_with, partition_sizes,
-            vault_format=DEFAULT_VAULT_FORMAT, confirmed: Optional[Collection[str]] = None) -> ReduceReport:
+            vault_format=DEFAULT_VAULT_FORMAT, confirmed: Optional[Collection[str]] = None,
+            include_others_runs: bool = False) -> ReduceReport:
     if not dry_run:
         eng.prepare_reduce()  # the vault ours, a remote vault remembered, before any backup is made
     # no run named: an unreadable folder outside every run is a warning, not a run left undone
@@ -191,7 +197,8 @@ def _reduce(eng: Engine, logdir: str, pol, dry_run: bool, *, runs, run_glob, min
             # the partition's own scan, or the bucket's listing: one scan per worker
             p = plan(logdir, pol, backup_dir=eng.backup_dir, runs=runs, run_glob=run_glob, min_size=min_size,
                      older_than=older_than, quiet_period=quiet_period, closed_files=closed_files,
-                     footprint=scans.get(key), vault_format=vault_format, engine=eng)
+                     footprint=scans.get(key), vault_format=vault_format, engine=eng,
+                     include_others_runs=include_others_runs)
             if confirmed is not None and not dry_run:
                 hold_to_confirmed(p, confirmed)  # what the user said yes to, or nothing for that run
         report = ReduceReport(dry_run=dry_run, plan=p, recovered=recovered, shard=shard, shard_runs=mine,
@@ -213,7 +220,7 @@ def _reduce(eng: Engine, logdir: str, pol, dry_run: bool, *, runs, run_glob, min
             report.ledger_path = book.path
             eng.settle_ledger(book.path)  # a custom --ledger PATH: the start settled only the default ones
         todo = _ledger_filter(book, p, report, on_outcome, recovered)
-        hooks = _Marks(book, report, progress, on_outcome)
+        hooks = _Marks(book, report, progress, on_outcome, _taken_notes(eng, p))
         report.outcomes += eng.reduce_runs(todo, policy=pol, vault_format=vault_format, jobs=jobs, timeout=timeout,
                                            cancel=cancel, progress=hooks.step, begin=hooks.begin if book else None,
                                            on_outcome=hooks.settled)
@@ -263,14 +270,26 @@ def _ledger_filter(book, p: Plan, report: ReduceReport, on_outcome,
     return todo
 
 
+def _taken_notes(eng: Engine, p: Plan) -> Dict[str, Tuple[str, Optional[str]]]:
+    """Run -> (what its outcome says, the vault) for each run of another user the plan takes on
+    request (``RunPlan.owner_uid``; none on a bucket: no owners there)."""
+    taken = {rp.run: rp.owner_uid for rp in p.runs if rp.owner_uid is not None and not rp.skipped}
+    if not taken:
+        return {}
+    vault = engine_vault(eng)
+    return {run: (owners.taken(uid, vault), vault) for run, uid in taken.items()}
+
+
 class _Marks:
     """What a batch's runs tell as they go (called by ``Engine.reduce_runs``, maybe from worker
     threads): each run's ledger marks (``reducing`` as it starts, ``verifying`` at its verify step,
     then ``done`` / ``failed`` / ``skipped``), its progress, the caller's ``on_outcome``."""
 
     def __init__(self, book, report: ReduceReport, progress: Optional[RunProgress],
-                 on_outcome: Optional[Callable[[RunOutcome], None]]):
+                 on_outcome: Optional[Callable[[RunOutcome], None]],
+                 taken: Optional[Mapping[str, Tuple[str, Optional[str]]]] = None):
         self.book, self.report, self.progress, self.on_outcome = book, report, progress, on_outcome
+        self.taken = taken or {}
 
     def begin(self, rp) -> None:
         """A failure raises: the run fails, untouched (the engine says so)."""
@@ -284,7 +303,10 @@ class _Marks:
 
     def settled(self, o: RunOutcome) -> None:
         """The run's last mark; one that fails is reported (``ledger_problems``), the run's outcome
-        stands (the ledger is a record: a rerun reduces a run it does not show done again)."""
+        stands (the ledger is a record: a rerun reduces a run it does not show done again). Another
+        user's run taken on request says whose vault holds it now (``plan.owners``)."""
+        if o.status == Outcome.VERIFIED and o.run in self.taken:
+            say_taken(o, *self.taken[o.run])
         book = self.book
         if book:
             state = {Outcome.VERIFIED: "done", Outcome.SKIPPED: "skipped"}.get(o.status, "failed")

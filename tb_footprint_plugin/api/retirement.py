@@ -14,7 +14,8 @@ from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD
 from tb_footprint_plugin.plan.retire import plan_retire, read_keep_list, RetireItem, RetirePlan, RetireRule
 from tb_footprint_plugin.scan.model import LogdirFootprint
 from tb_footprint_plugin.scan.scanner import scan
-from tb_footprint_plugin.api.common import RunProgress
+from tb_footprint_plugin.api.common import engine_vault, RunProgress, say_taken
+from tb_footprint_plugin.plan import owners
 from tb_footprint_plugin.api.reports import RunOutcomes
 
 
@@ -66,7 +67,9 @@ def retire(logdir: str, rule: RetireRule, *, dry_run: bool = True, backup_dir: O
     """Retire the runs ``rule`` selects, each as its own journaled operation (dry run by default).
 
     ``only`` (run names) limits the retirement to runs of the plan the user confirmed: a run the
-    rule selects now but that was not shown is left alone. On a bucket logdir each run is a bucket
+    rule selects now but that was not shown is left alone. A run another user owns is left alone
+    (``Skip.OTHERS_RUN``) unless ``rule.include_others_runs``; one taken says whose vault holds it
+    (``plan.owners``). On a bucket logdir each run is a bucket
     retirement (``engine.bucket_retire``), planned from one listing; ``progress`` is a disk's."""
     eng = open_engine(logdir, backup_dir, quiet_period=quiet_period)
     eng.check_retire()
@@ -94,6 +97,9 @@ def retire(logdir: str, rule: RetireRule, *, dry_run: bool = True, backup_dir: O
                            bytes_before=item.bytes, bytes_after=item.bytes)
         else:
             o = retire_one(item)
+            if item.owner_uid is not None and o.status == Outcome.VERIFIED:
+                vault = engine_vault(eng)
+                say_taken(o, owners.taken(item.owner_uid, vault), vault)
         report.outcomes.append(o)
         if on_outcome:
             on_outcome(o)

@@ -32,7 +32,7 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
          older_than: Optional[float] = None, quiet_period: float = DEFAULT_QUIET_PERIOD,
          footprint: Optional[LogdirFootprint] = None,
          closed_files: Optional[Mapping[str, float]] = None, vault_format: str = DEFAULT_VAULT_FORMAT,
-         engine=None) -> Plan:
+         engine=None, include_others_runs: bool = False) -> Plan:
     """The dry run: what ``policy`` would do. Writes nothing but its cache of selection outcomes
     (``scan.selcache``, beside the scan cache; the scan cache itself is not written).
 
@@ -46,7 +46,8 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     counts with (what is freed now and after purge; see ``reduce_logdir``). ``disk_in_use_bytes``:
     a local logdir and its vault(s) on disk now, as ``du`` counts them (from the scan's own walk);
     a bucket's, what it and its vault store now (from the scan's listing), as its reduce's report
-    counts it."""
+    counts it. A run another user owns is left alone (``Skip.OTHERS_RUN``) unless
+    ``include_others_runs`` (``plan.owners``)."""
     # the plan's notes are the engine's to say (``engine``: the reduce's own, whose requests it counts)
     eng = engine or open_engine(logdir, backup_dir, lazy=True)
     fp = footprint or scan(logdir, backup_dir=split_backup_dir(logdir, backup_dir)[0], write_cache=False)
@@ -64,7 +65,8 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     own = footprint is None and eng.lets_go_while_planning
     p = make_plan(fp, policy, runs=runs, min_size=min_size,
                   older_than=older_than, quiet_period=quiet_period, closed_files=closed_files,
-                  rewrite=traces, trace_after=traces.trace_after, on_planned=planned if own else None)
+                  rewrite=traces, trace_after=traces.trace_after, on_planned=planned if own else None,
+                  include_others_runs=include_others_runs)
     warning = traces.save(r.name for r in fp.runs)
     if warning:
         p.notes.append(warning)

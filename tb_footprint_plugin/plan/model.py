@@ -83,6 +83,9 @@ class RunPlan:
     #: ``bytes_before - allocated``): "removable" counts them (the data the plan removes), "freed
     #: now / after purge" do not (``disk_removable_bytes``, what ``du`` sees go)
     hole_bytes: int = 0
+    #: another user's uid owning the run's folder or a file it changes (``plan.owners``): left
+    #: alone with ``Skip.OTHERS_RUN``, or planned on request (``include_others_runs``); None: yours
+    owner_uid: Optional[int] = None
 
     @property
     def removable_bytes(self) -> int:

@@ -17,7 +17,7 @@ from tb_footprint_plugin.fmt import human_bytes, plural
 from tb_footprint_plugin.scan.model import LogdirFootprint, NO_ITEMS, NO_KEYS, RunFootprint, UNATTRIBUTED
 from tb_footprint_plugin.plan.content import Line, fit, plan_content
 from tb_footprint_plugin.plan.model import Action, Plan, RunPlan, SharedTexts
-from tb_footprint_plugin.plan import select
+from tb_footprint_plugin.plan import owners, select
 from tb_footprint_plugin.plan.policies import COMPRESS, DELETE, Policy, get_policy
 
 #: gzip -6 shrinks kineto's pretty-printed JSON ~19x (measured on the real fixtures). Only where
@@ -98,6 +98,7 @@ def make_plan(
     rewrite=None,
     trace_after=None,
     on_planned: Optional[Callable[[RunFootprint, RunPlan], None]] = None,
+    include_others_runs: bool = False,
 ) -> Plan:
     """Plan ``policy`` over ``footprint``; runs not selected by the filters are left out,
     active or unchanged runs are listed with ``skipped`` set. ``closed_files`` (see
@@ -108,7 +109,9 @@ def make_plan(
     gzip (options None) or the slim leaves (``transforms.plan_cache.PlanRewrites.trace_after``);
     without it, their sizes are estimates (``Action.estimated``).
     ``on_planned(run, run_plan)``: called once each run is planned (skips set), so a caller that
-    owns the scan may let go of the run's files before the next (``let_go``)."""
+    owns the scan may let go of the run's files before the next (``let_go``).
+    A run another user owns (its folder, or a file it would change: ``plan.owners``) is left alone
+    with ``Skip.OTHERS_RUN`` unless ``include_others_runs``; then planned, its ``owner_uid`` set."""
     pol = get_policy(policy)
     now = time.time() if now is None else now
     check_selection(footprint, runs, run_glob)
@@ -128,13 +131,20 @@ def make_plan(
             continue
         active = active_reason(newest_write(((f.path, f.mtime) for f in r.files), closed_files),
                                quiet_period, now)
-        # a run still being written is left alone: its rewrite is not worth analysing now
-        rp = plan_run(r, pol, None if active else rewrite, None if active else trace_after)
+        # a run still being written, or in another user's folder, is left alone: its rewrite is not
+        # worth analysing now
+        idle = not active and (include_others_runs or r.uid is None)
+        rp = plan_run(r, pol, rewrite if idle else None, trace_after if idle else None)
         rp.planned_at = footprint.scanned_at
-        if rp.actions and active:
+        uid = owners.others_uid_changed(r, rp.actions)
+        if uid is not None and not include_others_runs:
+            rp.skipped, rp.code, rp.owner_uid = owners.left_alone(uid, "reduces"), Skip.OTHERS_RUN, uid
+        elif rp.actions and active:
             rp.skipped, rp.code = active, Skip.ACTIVE
         elif not rp.actions:
             rp.skipped, rp.code = "nothing to reduce under this policy", Skip.NOTHING
+        else:
+            rp.owner_uid = uid  # taken on request: the outcome says whose vault holds it
         _share_texts(rp, texts)
         plans.append(rp)
         if on_planned is not None:
@@ -200,8 +210,8 @@ def leave_alone(plan: Plan, run: str, reason: str, code: str, writers: Optional[
     rp = plan.run(run)
     if rp is None or (rp.skipped and not rp.actions):
         return  # nothing planned for it anyway
-    if rp.code in UNREAD_SKIPS:
-        return  # not wholly seen: it stays left alone for that (the reduce must not take it up again)
+    if rp.code in UNREAD_SKIPS or rp.code == Skip.OTHERS_RUN:
+        return  # not wholly seen, or another user's: it stays left alone for that (it does not pass)
     rp.skipped, rp.code = reason, code
     if writers:
         rp.writers = list(writers)

@@ -6,7 +6,8 @@ the best N runs of the group by a scalar tag's last (or min/max) value and retir
 
 Never selected: runs marked to keep (a ``.keep`` file in the run directory, or a name or glob
 on the keep list), runs being written (a file changed within the quiet period), the logdir's
-own run ``.``. Nested runs are explicit: a run whose directory holds other runs is retired
+own run ``.``, another user's run (its folder or a file of its tree owned by another uid:
+``plan.owners``, ``Skip.OTHERS_RUN``) unless ``include_others_runs``. Nested runs are explicit: a run whose directory holds other runs is retired
 only with ``include_nested``, and then its plan names every run it takes along (those runs
 are never retired on their own in the same plan). Without it such a parent is left alone and
 says why; its nested runs can still be retired one by one.
@@ -26,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Dict, Iterable, List, Optional
 
 from tb_footprint_plugin.codes import RetireSkip, Skip
+from tb_footprint_plugin.plan import owners
 from tb_footprint_plugin.plan.select import matches, matches_any, missing_hint
 from tb_footprint_plugin.scan.metrics import run_metric
 from tb_footprint_plugin.scan.model import UNATTRIBUTED, LogdirFootprint
@@ -49,6 +51,8 @@ class RetireRule:
     value: str = "last"  # which value of the metric ranks a run: 'last' | 'min' | 'max'
     keep_list: List[str] = field(default_factory=list)
     include_nested: bool = False
+    #: take runs another user owns too (``plan.owners``); their outcomes say whose vault holds them
+    include_others_runs: bool = False
 
     def validate(self) -> None:
         """Raise ``ValueError`` for a rule that cannot mean anything."""
@@ -89,6 +93,8 @@ class RetireItem:
     metric: Optional[dict] = None  # MetricSummary.to_dict() with 'value' (the ranking value) and 'rank'
     reason: Optional[str] = None  # why (selected or not), for people
     code: Optional[str] = None  # a codes.RetireSkip / codes.Skip for a run left alone
+    #: another user's uid owning the run's tree (``plan.owners``): left alone, or taken on request
+    owner_uid: Optional[int] = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -225,8 +231,13 @@ def plan_retire(fp: LogdirFootprint, rule: RetireRule, *, quiet_period: float,
                           f"{', …' if len(kids) > 5 else ''}); retire them on their own, or take them along "
                           "(--with-nested)", RetireSkip.HOLDS_RUNS, metric=md)
             continue
+        # the whole tree moves: any of its runs' folders or files another user's (one rule: plan.owners)
+        uid = owners.others_uid_of(runs[m] for m in subtree[n])
+        if uid is not None and not rule.include_others_runs:
+            out[n] = item(n, False, owners.left_alone(uid, "retires"), Skip.OTHERS_RUN, metric=md, owner_uid=uid)
+            continue
         out[n] = item(n, True, base + (f"; takes along {len(kids)} nested run(s)" if kids else ""),
-                      takes_along=kids, metric=md)
+                      takes_along=kids, metric=md, owner_uid=uid)
     # a run inside a selected parent's tree moves with the parent: never a second operation
     parents = [i.run for i in out.values() if i.selected and i.takes_along]
     for n in list(out):

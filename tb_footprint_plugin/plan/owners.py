@@ -1,0 +1,70 @@
+"""Whose run it is: the one rule of every verb that changes or moves a run (reduce, retire, the tab).
+
+A run is another user's when its folder, or a file the plan would change, move or retire, is
+owned by another uid than the one running the tool (the scan's ``RunFootprint.uid`` and
+``FileEntry.uid``, set only then: no syscall here). Such a run is left alone by default with
+``Skip.OTHERS_RUN`` (review R10 F8: in a team logdir whose runs others may write, a teammate's
+reduce took a run into the teammate's private vault; its owner was never told and could not
+restore it). Root too: "yours" is the effective uid, so root opts in as anyone does. Taken with
+``include_others_runs``, the run's outcome says whose vault now holds it. A bucket has no owners.
+"""
+from __future__ import annotations
+
+import os
+import pwd
+from typing import Collection, Iterable, Optional, Sequence
+
+from tb_footprint_plugin.scan.model import RunFootprint
+
+#: what the opt-in is called where people type it (the CLI's flag; the API's ``include_others_runs``)
+OPT_IN = "--include-others-runs"
+
+
+def user_label(uid: int) -> str:
+    """``alice (uid 1001)``, or ``uid 1001`` for a uid with no name here."""
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError):
+        return f"uid {uid}"
+    return f"{name} (uid {uid})"
+
+
+def others_uid(run: RunFootprint, paths: Optional[Collection[str]] = None) -> Optional[int]:
+    """Another user's uid owning the run's folder or, of its files, one in ``paths`` (None: any
+    file of the run); None when all of those are the invoker's (or nobody's: a bucket)."""
+    if run.uid is not None:
+        return run.uid
+    for f in run.files:
+        if f.uid is not None and (paths is None or f.path in paths):
+            return f.uid
+    return None
+
+
+def others_uid_changed(run: RunFootprint, actions: Sequence) -> Optional[int]:
+    """``others_uid`` of the run's folder and the files ``actions`` (a run plan's) change or move;
+    None at once, with nothing built, for a run all the invoker's (the usual case)."""
+    if not actions or others_uid(run) is None:
+        return None
+    return others_uid(run, {a.path for a in actions})
+
+
+def others_uid_of(runs: Iterable[RunFootprint]) -> Optional[int]:
+    """``others_uid`` over whole runs (a retirement moves each run's whole tree)."""
+    return next((u for u in (others_uid(r) for r in runs) if u is not None), None)
+
+
+def left_alone(uid: int, verb: str) -> str:
+    """Why a run of ``uid`` is left alone (``verb``: "reduces", "retires")."""
+    return (f"owned by {user_label(uid)}: its owner {verb} it; nothing changed (your vault would hold "
+            f"its originals, out of its owner's reach: {OPT_IN} takes it anyway)")
+
+
+def taken(uid: int, vault: Optional[str]) -> str:
+    """What a run of ``uid`` taken with the opt-in says: whose vault holds it now."""
+    me = user_label(os.geteuid())
+    where = f" {vault}" if vault else ""
+    return (f"owned by {user_label(uid)}, taken on request ({OPT_IN}): its originals are in the vault of "
+            f"{me}{where}; only {me}'s `restore` brings them back and {me}'s `purge` deletes them — tell its owner")
+
+
+__all__ = ["OPT_IN", "user_label", "others_uid", "others_uid_changed", "others_uid_of", "left_alone", "taken"]
