@@ -150,7 +150,13 @@ def test_workers_wanted_follows_the_setting(monkeypatch):
     assert parse_pool.workers_wanted() == 0
     monkeypatch.delenv(parse_pool.ENV)
     cpus = len(os.sched_getaffinity(0))
+    # the cores the load leaves idle, none on a busy machine
+    monkeypatch.setattr(parse_pool.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert parse_pool.workers_wanted() == (min(cpus, parse_pool.MAX_WORKERS) if cpus > 1 else 0)
+    monkeypatch.setattr(parse_pool.os, "getloadavg", lambda: (cpus - 0.5, 0.0, 0.0))
+    assert parse_pool.workers_wanted() == 0
+    monkeypatch.setattr(parse_pool.os, "getloadavg", lambda: (float(cpus), 0.0, 0.0))
+    assert parse_pool.workers_wanted() == 0
 
 
 def test_workers_run_nothing_planted_in_the_current_folder_or_pythonpath(tmp_path, monkeypatch, counted):
