@@ -104,3 +104,34 @@ def test_unverified_reading_hops_the_same_records():
     data = event_like(rng)
     reader, recs = read(data, verify=False)
     assert recs == reference(data)[0] and reader.status == "ok"
+
+
+def test_a_small_file_is_read_by_one_read_into_one_buffer(tmp_path, monkeypatch):
+    """The read that finds the end of a small file ends it: no second buffer nor read (a cold scan
+    of many small runs paid a 1 MB buffer and a read more for each file)."""
+    data = event_like(random.Random(3))
+    path = tmp_path / "events.out.tfevents.1.h"
+    path.write_bytes(data)
+    buffers = []
+    real_mmap = tfrecord.mmap.mmap
+    monkeypatch.setattr(tfrecord.mmap, "mmap", lambda *a, **k: buffers.append(a) or real_mmap(*a, **k))
+
+    class Counted(io.FileIO):
+        reads = 0
+
+        def readinto(self, b):
+            Counted.reads += 1
+            return super().readinto(b)
+
+    with Counted(str(path), "rb") as f:
+        reader = RecordReader(f)
+        recs = [(r.offset, r.data) for r in reader]
+    assert recs == reference(data)[0] and reader.status == "ok" and reader.size == len(data)
+    assert Counted.reads == 2 and len(buffers) == 1, (Counted.reads, len(buffers))
+    # a file of exactly one read's size: the read after it finds the end
+    buffers.clear()
+    Counted.reads = 0
+    with Counted(str(path), "rb") as f:
+        reader = RecordReader(f, chunk_size=len(data))
+        assert [(r.offset, r.data) for r in reader] == recs and reader.status == "ok"
+    assert Counted.reads == 2, Counted.reads

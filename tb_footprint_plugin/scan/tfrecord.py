@@ -250,23 +250,24 @@ def _u32_view(buf: bytes) -> np.ndarray:
     return np.ndarray((len(buf) - 3,), dtype="<u4", buffer=buf, offset=0, strides=(1,))
 
 
-def _fill(f, readinto, buf, at: int, want: int) -> int:
-    """Read up to ``want`` bytes into ``buf[at:]``; fewer only at the end of the file."""
+def _fill(f, readinto, buf, at: int, want: int) -> Tuple[int, bool]:
+    """Read up to ``want`` bytes into ``buf[at:]``; fewer only at the end of the file. Returns
+    (bytes read, whether a read found the end: the next one would only ask again)."""
     if readinto is None:
         data = f.read(want)
         buf[at:at + len(data)] = data
-        return len(data)
+        return len(data), not data
     view = memoryview(buf)
     got = 0
     try:
         while got < want:
             n = readinto(view[at + got:at + want])
             if not n:
-                break
+                return got, True
             got += n
     finally:
         view.release()
-    return got
+    return got, False
 
 
 class _Stop(Exception):
@@ -405,9 +406,9 @@ class RecordReader:
                 before_reuse(buf)
             if tlen:
                 buf[:tlen] = prev[tail[0]:tail[1]]
-            got = 0 if eof else _fill(f, readinto, buf, tlen, want)
-            if not got:
-                eof = True
+            # a small file is read whole by the first read, which finds its end: no second buffer
+            # nor read for it (a cold scan of many small runs paid both for each file)
+            got, eof = (0, True) if eof else _fill(f, readinto, buf, tlen, want)
             end = tlen + got
             buf[end:end + len(_PAD)] = _PAD
             starts, sizes, pos, need = self._frame(buf, end, base)
