@@ -26,6 +26,7 @@ from tb_footprint_plugin.plan.planner import make_plan
 from tb_footprint_plugin.plan.retire import RetireRule, plan_retire
 from tb_footprint_plugin.scan.model import FileEntry, LogdirFootprint, RunFootprint
 from tb_footprint_plugin.scan.scanner import scan
+from test_plugin_routes import logdir, outside  # noqa: F401 (fixtures)
 
 STRANGER = 54321  # a uid with no name here: said "uid 54321"
 OLD = 1_600_000_000
@@ -200,3 +201,27 @@ def test_cli_says_it_and_takes_the_flag(tmp_path):
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     assert f"owned by uid {STRANGER}, taken on request" in r.stdout and "[others_run_taken]" in r.stdout, r.stdout
     shutil.rmtree(logdir, ignore_errors=True)
+
+
+def test_the_tab_shows_it_left_alone_and_its_reduce_leaves_it(logdir):  # noqa: F811 (the routes' fixture)
+    """The tab keeps the default: /plan shows another user's run skipped with its code and reason,
+    as any other skip, and a reduce asked for it from the tab leaves it as it is."""
+    from test_plugin_routes import App
+
+    _chown_tree(logdir / "big", STRANGER)
+    before = _tree(logdir / "big")
+    app = App(logdir)
+    try:
+        p = app.get("/plan", query_string={"run": ["big", "mid"]}).get_json()
+        views = {r["run"]: r for r in p["runs"]}
+        assert views["big"]["code"] == "others_run" and f"owned by uid {STRANGER}" in views["big"]["skipped"]
+        assert views["mid"]["code"] is None and views["mid"]["actions"]
+        r = app.post("/reduce", {"runs": ["big", "mid"], "digests": [views["big"]["digest"], views["mid"]["digest"]]})
+        assert r.status_code == 202, r.get_data(as_text=True)
+        job = app.wait_job(r.get_json()["job"]["id"])
+        by = {o["run"]: o for o in job["result"]["outcomes"]}
+        assert by["big"]["status"] == "skipped" and by["big"]["code"] == "others_run", by["big"]
+        assert by["mid"]["status"] == "verified", by["mid"]
+        assert _tree(logdir / "big") == before
+    finally:
+        app.close()
