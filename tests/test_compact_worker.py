@@ -8,6 +8,7 @@ start leaves the rounds here, and Ctrl-C (SIGINT to the whole foreground group) 
 """
 import os
 import signal
+import sys
 import time
 
 import pytest
@@ -107,7 +108,7 @@ def test_an_interrupt_stops_the_worker_and_the_settling_finishes_its_notes(tmp_p
 
 
 def test_a_worker_that_cannot_start_leaves_the_rounds_here(tmp_path, spied, monkeypatch):
-    monkeypatch.setattr(cm.sys, "executable", str(tmp_path / "no-such-python"))
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
     logdir = small_runs(tmp_path, runs=6)
     assert reduce(logdir).ok
     assert spied["workers"] == [] and [len(r) for r in spied["here"]] == [3, 3]
@@ -220,7 +221,7 @@ def test_no_interpreter_to_start_a_worker_with_leaves_the_rounds_here_and_every_
                                                                                              monkeypatch):
     """Review R9 F4: with ``sys.executable`` None the start raised TypeError out of ``submit``,
     after the commit: verified runs were reported failed."""
-    monkeypatch.setattr(cm.sys, "executable", None)
+    monkeypatch.setattr(sys, "executable", None)
     logdir = small_runs(tmp_path, runs=6)
     rep = reduce(logdir)
     assert rep.ok and [o.status for o in rep.outcomes] == ["verified"] * 6

@@ -12,10 +12,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
-import tb_footprint_plugin
-from tb_footprint_plugin.engine import compactor as cm
+from tb_footprint_plugin.storage.spawn import python_child
 from tb_footprint_plugin.engine.context import Context
 
 
@@ -23,9 +21,9 @@ def test_the_worker_goes_on_with_its_rounds_after_its_parent_is_gone(tmp_path):
     logdir = tmp_path / "logs"
     logdir.mkdir()
     ctx = Context(str(logdir))
-    root = os.path.dirname(os.path.dirname(os.path.abspath(tb_footprint_plugin.__file__)))
-    p = subprocess.Popen([sys.executable, "-I", "-c", cm._BOOT, root], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # started as the compaction worker is (``CompactWorker``)
+    p = subprocess.Popen(python_child("tb_footprint_plugin.engine.compact_worker", "main"), cwd="/",
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     head = {"logdir": ctx.logdir, "backup_dir": None, "vault": ctx.vault.root, "pack_below": 262144,
             "pack_batch": 256}
     p.stdin.write(json.dumps(head).encode() + b"\n")

@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 import threading
+from typing import List, Optional
 
 from tb_footprint_plugin.engine.compactor import compact_round
 from tb_footprint_plugin.engine.context import Context
@@ -39,8 +40,9 @@ def _reply(msg: dict) -> bool:
     return True
 
 
-def main() -> int:
-    """Run rounds until stdin ends or ``SIGTERM``; 0, or 2 when the first line is not a logdir."""
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run rounds until stdin ends or ``SIGTERM``; 0, or 2 when the first line is not a logdir.
+    ``argv``: none are taken (``storage.spawn.python_child`` passes the rest of its command line)."""
     stop = threading.Event()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

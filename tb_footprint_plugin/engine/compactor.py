@@ -33,15 +33,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 from typing import Dict, List, Optional, Tuple
-
-import tb_footprint_plugin
 
 from tb_footprint_plugin.engine import lease
 from tb_footprint_plugin.engine.catalogue import journal_blobs
@@ -51,18 +47,13 @@ from tb_footprint_plugin.engine.lease import LockRefused
 from tb_footprint_plugin.engine.run_lock import run_lock
 from tb_footprint_plugin.engine.vault import compact_operation, KEPT_BUSY, note_compaction, PACK_BATCH
 from tb_footprint_plugin.storage.paths import is_sha256
+from tb_footprint_plugin.storage.spawn import python_child
 
 #: one noted compaction: (op id, run, its backups' digests, its manifest or None: read again)
 Item = Tuple[str, str, List[str], Optional[dict]]
 
 #: a batch's rounds run in a worker process of their own (``CompactWorker``)
 USE_WORKER = True
-
-#: the worker's start: ``sys.path[0]`` the package root its parent imports from (``-I`` puts neither
-#: the current folder nor ``PYTHONPATH`` there)
-_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
-         "from tb_footprint_plugin.engine.compact_worker import main; sys.exit(main())")
-
 
 def this_process() -> dict:
     """This process as a compaction note's ``waits_for`` names it: ``{host, pid, pid_start}``."""
@@ -190,13 +181,10 @@ class CompactWorker:
     to the batch's end here or to the next start."""
 
     def __init__(self, ctx: Context):
-        if not sys.executable:
-            raise OSError(errno.ENOENT, "no Python interpreter to start the compaction worker with")
         # the child imports this very package from where this process did (a checkout, a wheel),
-        # isolated (-I): never the current folder (a shared logdir one may stand in, review R9
-        # F1: ``python -m`` put it first on sys.path), nor PYTHON* variables, nor user site-packages
-        root = os.path.dirname(os.path.dirname(os.path.abspath(tb_footprint_plugin.__file__)))
-        self.proc = subprocess.Popen([sys.executable, "-I", "-c", _BOOT, root],
+        # isolated: never the current folder (a shared logdir one may stand in, review R9 F1:
+        # ``python -m`` put it first on sys.path), nor PYTHON* variables, nor user site-packages
+        self.proc = subprocess.Popen(python_child("tb_footprint_plugin.engine.compact_worker", "main"), cwd="/",
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      close_fds=True)
         self.sent = 0  # rounds given

@@ -11,6 +11,12 @@ the window stays pending and is never delivered, and once in its own session no 
 reaches it. The helpers are stopped by us (SIGKILL, their stdin closing), never by a terminal's
 signal.
 
+Every Python child of ours starts through ``python_child`` (review R9 F1, R11 G8/G9): ``python -m
+mod`` (and ``-c``) put the CURRENT folder first on ``sys.path``, so a ``tb_footprint_plugin/`` or a
+``json.py`` planted in a shared logdir the user stands in ran as that user. The child boots from
+``-c`` code that imports nothing before it sets ``sys.path`` to the package root this process
+imports from plus the absolute entries only, and starts in ``/``.
+
 Why a thread of its own, not the caller's mask blocked and restored (review R7 F1): Python runs
 signal handlers in the main thread between bytecodes, and ``signal.pthread_sigmask`` is a Python
 wrapper; a handler that raises (the CLI's Ctrl-C and SIGTERM handlers do) between the block and the
@@ -19,13 +25,56 @@ started later with them. The spawning thread never runs a handler and dies with 
 thread's mask is ever restored and none can leak."""
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
+import sys
 import threading
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 #: what a terminal sends its foreground process group (Ctrl-C, Ctrl-\, Ctrl-Z)
 TERMINAL_SIGNALS = frozenset({signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP})
+
+
+#: the boot of a Python child (``python_child``): ``sys`` is built in, so nothing is looked up on
+#: ``sys.path`` before it holds the package root and absolute entries only ('' and '.' gone: the
+#: current folder); then ``module.function(argv)``, its return the exit status
+_BOOT = ("import sys; root = sys.argv[1]; "
+         "sys.path[:] = [root] + [p for p in sys.path if p.startswith('/') and p != root]; "
+         "from {module} import {function} as f; sys.exit(f(sys.argv[2:]))")
+
+
+#: the folder this package is imported from (``<root>/tb_footprint_plugin/storage/spawn.py``)
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def python_child(module: str, function: str, args: Sequence[str] = (), *,
+                 isolated: bool = True) -> List[str]:
+    """The command line of a Python child of ours: ``module.function(argv)`` (``argv`` the list
+    ``args``; its return the exit status), importing this very package from where this process did
+    (a checkout, a wheel), never from the current folder. ``isolated``: ``-I`` too (no
+    ``PYTHON*`` variables, no user site-packages) for a child that needs nothing beyond the
+    package's own imports; the verification's reader child is not, as it imports TensorBoard from
+    wherever this process does. Start it with ``cwd="/"`` and ``python_env``. ``OSError`` when
+    there is no interpreter to start."""
+    if not sys.executable or getattr(sys, "frozen", False):
+        raise OSError(2, "no Python interpreter to start a child with")
+    root = _PACKAGE_ROOT
+    boot = _BOOT.format(module=module, function=function)
+    return [sys.executable] + (["-I"] if isolated else []) + ["-c", boot, root] + list(args)
+
+
+def python_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """This process's environment for a ``python_child``, ``PYTHONPATH`` kept to its absolute
+    entries (an empty or relative one is the current folder at the child's start, where its
+    ``sitecustomize`` would be looked for), with ``extra`` set (its ``PYTHONPATH`` kept alike)."""
+    env = dict(os.environ, **(extra or {}))
+    kept = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p.startswith("/")]
+    if kept:
+        env["PYTHONPATH"] = os.pathsep.join(kept)
+    else:
+        env.pop("PYTHONPATH", None)
+    return env
 
 
 def popen_out_of_reach(args: Any, **kwargs: Any) -> subprocess.Popen:
@@ -76,4 +125,4 @@ def _stop(proc: Optional[subprocess.Popen]) -> None:
         pass
 
 
-__all__ = ["TERMINAL_SIGNALS", "popen_out_of_reach"]
+__all__ = ["TERMINAL_SIGNALS", "popen_out_of_reach", "python_child", "python_env"]

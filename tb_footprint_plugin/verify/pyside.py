@@ -45,7 +45,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Optional
 
-from tb_footprint_plugin.storage.spawn import popen_out_of_reach
+from tb_footprint_plugin.storage.spawn import popen_out_of_reach, python_child, python_env
 
 #: Seconds added to the caller's timeout for the child's interpreter start and imports.
 START_SLACK_S = 30.0
@@ -373,11 +373,6 @@ class PythonSide:
         if self.lazy and self.run_dir is None:
             return self  # ``go`` decides where the loader runs
         self.where = "child"
-        pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = dict(os.environ)
-        # The child must import this very package (a worktree may shadow an installed copy).
-        env["PYTHONPATH"] = os.pathsep.join(
-            [pkg_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         # Output goes through files, not pipes: a child blocked on a full pipe would stall.
         self._out = tempfile.TemporaryFile()
         self._err = tempfile.TemporaryFile()
@@ -386,9 +381,13 @@ class PythonSide:
             # loader killed by it was a failed verification, not the interrupt it was (review
             # R16 F13). Our end of its stdin is its lifeline (``LIFELINE``): the kernel closes it
             # when this process ends, however it ends, and the child then ends too.
+            # It imports this very package (a worktree may shadow an installed copy), never from the
+            # current folder (review R11 G9: ``python -m`` ran a package planted in a shared logdir
+            # one stands in), and TensorBoard from wherever this process does (not isolated).
             self._proc = popen_out_of_reach(  # the instant before its ``setsid`` too
-                [sys.executable, "-m", __name__, self.run_dir or "-", str(self.timeout_s), LIFELINE],
-                stdin=subprocess.PIPE, stdout=self._out, stderr=self._err, env=env)
+                python_child(__name__, "child_main", [self.run_dir or "-", str(self.timeout_s), LIFELINE],
+                             isolated=False),
+                stdin=subprocess.PIPE, stdout=self._out, stderr=self._err, env=python_env(), cwd="/")
         except OSError:
             self._proc = None  # no interpreter to start: result() reads in this process
         return self
@@ -572,11 +571,17 @@ def _main(argv: list) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    code = _main(sys.argv[1:])
+def child_main(argv: list) -> int:
+    """The reader child's entry (``storage.spawn.python_child``): ``argv`` is the run's folder (or
+    "-": told on stdin), the timeout, and ``LIFELINE``. Never returns: ends the process."""
+    code = _main(argv)
     # The answer is written and flushed, the loader's temporary logdir removed (``Reader``):
     # the interpreter's teardown of TensorBoard's modules (~0.2 s, measured) is time the
     # verification would wait for, with nothing left to do.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+if __name__ == "__main__":
+    child_main(sys.argv[1:])
