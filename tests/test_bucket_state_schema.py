@@ -167,6 +167,7 @@ def test_a_start_with_nothing_stale_lists_the_markers_once_and_reads_no_ledger_e
     # a live worker of this host keeps a marker (this process): never a reason to read its entries
     book = bucket_ledger.BucketLedger(ObjectStore(url), "drop-profiles", "0/2")
     book.mark("exp0/run000", "reducing", original_size_bytes=1)
+    book.flush()  # its batch's step: the run's start written, after the marker
     assert len(_keys(url, f"{STATE}/ledger-inflight/")) == 1
 
     seen.clear()

@@ -108,8 +108,9 @@ def test_the_question_before_a_resumed_bucket_reduce_skips_what_the_reduce_skips
 
     url, pol = _logdir(s3_bucket, tmp_path, n=3)
     rp = next(r for r in api.plan(url, pol, quiet_period=0).runs if r.actions)
-    BucketLedger(ObjectStore(url), "drop-profiles", "0/1").mark(
-        rp.run, "done", original_size_bytes=rp.bytes_before, after_size_bytes=rp.bytes_before, op_id="elsewhere")
+    other = BucketLedger(ObjectStore(url), "drop-profiles", "0/1")
+    other.mark(rp.run, "done", original_size_bytes=rp.bytes_before, after_size_bytes=rp.bytes_before, op_id="elsewhere")
+    other.flush()  # its batch's end
     q = api.plan(url, pol, quiet_period=0)
     assert api.ledger_skips(q, pol, ledger="default", shard=(0, 1)) == [rp.run]  # before: [] on a bucket
     rep = api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0, shard=(0, 1))

@@ -190,6 +190,7 @@ def test_hostile_ledger_objects_in_a_bucket_are_refused_with_codes(s3_bucket, tm
     ostore = ObjectStore(url)
     book = bucket_ledger.BucketLedger(ostore, "drop-profiles", "0/1")
     book.mark("exp0/run000", "done", original_size_bytes=100, after_size_bytes=10, op_id="x")
+    book.flush()  # the batch's end
     good = bucket_ledger._run_hash("exp1/run001")
     other = bucket_ledger._run_hash("exp0/run000")
     base = s3_bucket.key("logs/.tb-footprint/ledgers")
@@ -216,6 +217,7 @@ def test_status_reads_ledger_objects_another_worker_wrote_since_its_last_listing
     url = bucket.upload(make_logdir(tmp_path / "logs", 2), "logs")
     book = bucket_ledger.BucketLedger(ObjectStore(url), "drop-profiles", "0/1")
     book.mark("exp0/run000", "done", original_size_bytes=100, after_size_bytes=10, op_id="a")
+    book.flush()  # the batch's end
     assert sorted(api.status(url)["batch"]["runs"]) == ["exp0/run000"]
     # another machine (its own client, no shared cache) marks the second run in the same folder
     key = f"{bucket.key('logs/.tb-footprint/ledgers')}/shard-0-of-1/{bucket_ledger._run_hash('exp1/run001')}.json"

@@ -49,6 +49,7 @@ from tb_footprint_plugin.engine.bucket_steps import (backup_object, file_entry, 
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id
 from tb_footprint_plugin.engine.recovery_rules import CANCELLED_REASON, MAX_REASON, kept_words
 from tb_footprint_plugin.engine.journal import Rec
+from tb_footprint_plugin.engine.ledger_objects import write_waiting
 from tb_footprint_plugin.engine.lease import RunLease
 from tb_footprint_plugin.storage.remote import ObjectInfo
 from tb_footprint_plugin.storage.store_object import ObjectStore
@@ -192,9 +193,9 @@ class ObjectBatchReduce(txn.Txn):
         return True
 
     def journal(self, report: txn.Report) -> None:
-        """The batch's journal object, step ``planned``; refused, every run fails untouched and
-        its lock goes (``NotStarted``)."""
+        """The ledger's waiting start marks, then the journal object (``planned``); either refused, no run is touched."""
         try:
+            write_waiting()  # the ledger's marks of the runs' start, one write a worker (#28)
             self.jnl = new_journal(self.st, self.batch_id, {
                 "op": self.batch_id, "logdir": self.ostore.url, "step": Rec.PLANNED, "created": now_s(),
                 "vault": self.vault.root, "runs": self.entries, "logdir_objects": len(self.listing)})
@@ -248,6 +249,7 @@ class ObjectBatchReduce(txn.Txn):
         each dated with the time the commit record then carries (``finished_at``, a disk's commit
         time; no request more): a run's first backups are not its commit."""
         self._told(list(self.live), (("verify", 0.65),))
+        write_waiting()  # their ledger marks, one write a worker (#28); refused, the batch rolls back
         self.committed_at = now_s()
         for en in list(self.live):
             rp = self.plans[en["run"]]

@@ -1,8 +1,9 @@
 """A bucket logdir's batch ledger: the one ``engine.ledger.Ledger`` over the logdir's
-``ObjectStore`` (its bucket layout, ``engine.ledger_objects``: one object per (shard, run)), opened
-from the bucket engine's client, and the bucket's proof of a commit a dead worker's in-flight
-run needs before it is settled ``done``: no journal left in the bucket names its operation or run
-(``_journals_left``; a manifest alone proves nothing, it is written before the commit record).
+``ObjectStore`` (its bucket layout, ``engine.ledger_objects``: one object per worker and batch,
+written at the batch's steps), opened from the bucket engine's client, and the bucket's proof of a
+commit a dead worker's in-flight run needs before it is settled ``done``: no journal left in the
+bucket names its operation or run (``_journals_left``; a manifest alone proves nothing, it is
+written before the commit record).
 """
 from __future__ import annotations
 
@@ -25,13 +26,14 @@ def _store(ostore: ObjectStore) -> ObjectStore:
 
 
 class BucketLedger(Ledger):
-    """The ledger objects one worker (one shard) writes: ``Ledger`` over the logdir's store.
+    """The ledger objects one worker (one shard) writes, at its batches' steps: ``Ledger`` over the
+    logdir's store.
     ``listing``: the logdir's listing the batch made already (key -> info), so ``start`` lists
     nothing more."""
 
     def __init__(self, ostore: ObjectStore, policy: str, shard: Optional[str] = None,
                  listing: Optional[dict] = None):
-        super().__init__(_store(ostore), policy, None, shard, listing=listing)
+        super().__init__(_store(ostore), policy, None, shard, listing=listing, batched=True)
 
     @property
     def url(self) -> str:

@@ -6,8 +6,9 @@ A ``Ledger`` keeps one batch's (or one shard's) entries on a ``Store``, in the l
 * ``o_append`` (a folder: ``engine.ledger_file``): one file, its first line a snapshot, each mark
   after it an appended line, compacted at a batch's start and end; several processes share it
   under an ``flock`` (no mark lost between them);
-* ``conditional_rewrite`` (a bucket: ``engine.ledger_objects``): one object per (shard, run),
-  two PUTs a run, and an in-flight marker per worker; nothing written at a start.
+* ``conditional_rewrite`` (a bucket: ``engine.ledger_objects``): one object per worker and
+  batch holding every run's marks, written at the batch's steps (three PUTs a batch), and an
+  in-flight marker per worker; nothing written at a start.
 
 What an entry is and may hold, the resume rule (``should_run``), when a ``done`` entry stands
 against a new mark (``keeps_done``), the marks themselves (``Ledger.mark``: who and when, the
@@ -52,10 +53,12 @@ class Ledger:
     """One batch's ledger (one shard's in a sharded batch). ``where``: the ledger file's path (a
     folder's layout), or a ``Store`` whose ``capabilities.append`` chooses the layout (a folder
     store: the file ``key`` in it, by default the shard's ``ledger_name``; a bucket: the shard's
-    objects, ``listing`` the batch's listing they are found in, or their ``folder``)."""
+    objects, ``listing`` the batch's listing they are found in, or their ``folder``; ``batched``:
+    a bucket's marks written at the batch's steps, ``engine.ledger_objects``, else each as made)."""
 
     def __init__(self, where, policy: str, logdir: Optional[str] = None, shard: Optional[str] = None, *,
-                 key: Optional[str] = None, listing: Optional[dict] = None, folder: Optional[str] = None):
+                 key: Optional[str] = None, listing: Optional[dict] = None, folder: Optional[str] = None,
+                 batched: bool = False):
         self.policy = policy
         self.logdir = logdir
         #: written into every transition: which worker did it
@@ -70,7 +73,7 @@ class Ledger:
                 self.layout = FileLayout(os.path.join(where.root, key or ledger_name(_shard_pair(shard))),
                                          policy, logdir, store=where)
             else:
-                self.layout = ObjectLayout(where, policy, shard, self.who, listing, folder)
+                self.layout = ObjectLayout(where, policy, shard, self.who, listing, folder, batched)
         else:
             self.layout = FileLayout(os.fspath(where), policy, logdir)
 
@@ -103,8 +106,9 @@ class Ledger:
             return dict(data["runs"])
 
     def mark(self, run: str, state: str, **fields) -> None:
-        """Record a transition of ``run`` durably (a line, or one PUT). A mark a ``done`` entry
-        stands against (``keeps_done``) is not written. Safe from several threads."""
+        """Record a transition of ``run`` durably (a line, or one PUT; a ``batched`` bucket's at the
+        batch's steps). A mark a ``done`` entry stands against (``keeps_done``) is not written.
+        Safe from several threads."""
         with self.layout.locked():
             data = self.layout.current()
             known = self.layout.known(run, data, state)
@@ -118,17 +122,23 @@ class Ledger:
         wrote it), ``policy`` its own where entries of several policies share the ledger. Written
         only while the run's entry is still ``e``, the one judged (review R2-5: a live worker that
         marked the run since keeps its mark): a folder's file is read again under its ``flock``
-        and its entry compared (``FileLayout.write_settled``); a bucket's object is put on condition
-        of the version the listing this ledger was opened with gave it (``ObjectLayout.write_settled``).
-        Returns whether it was written."""
+        and its entry compared (``FileLayout.write_settled``); a bucket's goes into this settling's
+        own object ordered as the mark it settles, after which a live worker's mark still tells
+        (``ObjectLayout.write_settled``; written by ``flush``). Returns whether it was written."""
         who = dict(self.who, shard=e.get("shard"))
         with self.layout.locked():
             return self.layout.write_settled(run, e, lambda entry: marked(entry, state, fields, who), state, policy)
 
     def compact(self) -> None:
-        """The end of a batch: a folder's file rewritten as its snapshot alone; nothing on a bucket."""
+        """The end of a batch: a folder's file rewritten as its snapshot alone; a bucket's marks
+        that wait written."""
         with self.layout.locked():
             self.layout.compact()
+
+    def flush(self) -> None:
+        """Every mark written (a bucket's wait for the batch's steps; a folder's are written already)."""
+        with self.layout.locked():
+            self.layout.flush()
 
     def should_run(self, entry: Optional[dict], current_bytes: Optional[int] = None) -> bool:
         """The resume rule (``ledger_entries.should_run``)."""
@@ -200,6 +210,10 @@ def settle_runs(book: Ledger, stale: Iterable[Tuple[str, dict, Optional[str]]],
             left = True  # its entry changed since it was judged: the next start judges it again
         elif state == "done":
             done.append(run)
+    try:
+        book.flush()  # a bucket's settlings are written together
+    except OSError:
+        return [], True
     return done, left
 
 
@@ -343,6 +357,7 @@ def record_rolled_back_objects(store: Store, folder: str, op_ids: Iterable[str])
                 verified=False, code=Recovery.ROLLED_BACK,
                 error="interrupted; its worker thread rolled it back before the commit point"), pol or ""):
             out.append(run)
+    book.flush()  # one PUT for them all
     return out
 
 

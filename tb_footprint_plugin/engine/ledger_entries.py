@@ -29,7 +29,8 @@ _ENTRY_INTS = ("original_size_bytes", "after_size_bytes", "pid", "pid_start")
 _ENTRY_STRS = ("host", "shard", "op_id", "code", "error")
 MAX_ERROR_CHARS = 8192
 #: every field a ledger entry may carry; others are dropped on reading (nothing uses them)
-_ENTRY_FIELDS = {"state", "updated_at", "reduced_ratio", "verified", *_ENTRY_INTS, *_ENTRY_STRS}
+#: (``of_mark``: a settling's, the time of the mark it settled; a bucket's ``ledger_objects.order``)
+_ENTRY_FIELDS = {"state", "updated_at", "of_mark", "reduced_ratio", "verified", *_ENTRY_INTS, *_ENTRY_STRS}
 #: refusals named one by one per ledger in a merged view (the rest are counted)
 MAX_REPORTED = 20
 
@@ -51,8 +52,9 @@ def check_entry(run, e, file: str) -> dict:
         raise bad(f"is a {type(e).__name__}, not an object")
     if e.get("state", "pending") not in STATES:
         raise bad(f"unknown state {str(e.get('state'))[:40]!r}")
-    if "updated_at" in e and not _finite(e["updated_at"]):
-        raise bad("updated_at is not a finite number")
+    for k in ("updated_at", "of_mark"):
+        if k in e and not _finite(e[k]):
+            raise bad(f"{k} is not a finite number")
     for k in _ENTRY_INTS:
         if e.get(k) is not None and not (isinstance(e[k], int) and not isinstance(e[k], bool) and e[k] >= 0):
             raise bad(f"{k} is not a non-negative integer")
@@ -93,6 +95,7 @@ def marked(entry: dict, state: str, fields: dict, who: dict) -> dict:
     worker ``who``: the error cut to what ``check_entry`` accepts, the time of the mark."""
     if isinstance(fields.get("error"), str):
         fields = dict(fields, error=fields["error"][:MAX_ERROR_CHARS])
+    entry.pop("of_mark", None)  # a new mark: ordered by its own time, whatever it was read as
     entry.update(fields, state=state, updated_at=time.time(), **who)
     return entry
 

@@ -285,6 +285,9 @@ class FileLayout:
         if self._tail != (0, False) or self.problems:
             self.write_whole(data)
 
+    def flush(self) -> None:
+        """Nothing waits: each mark was appended as it was made."""
+
     def write_whole(self, data: dict) -> None:
         """The file rewritten as its snapshot alone: one compact JSON document, as earlier
         versions wrote it."""

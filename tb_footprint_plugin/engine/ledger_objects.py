@@ -1,31 +1,44 @@
 """A ledger's bucket layout (a store whose ``capabilities.append`` is ``conditional_rewrite``):
-one small object per (shard, run).
+one small object per worker and batch, holding every run's last mark (issue #28 item 5).
 
 A bucket has no append and no lock a file could be rewritten under, and rewriting one ledger
 object per transition would upload the whole ledger three times a run (quadratic in the batch).
-So each shard writes each of its runs' state to its own object,
-``<logdir>/.tb-footprint/ledgers/shard-I-of-N/<sha256(run)[:32]>.json`` =
-``{version, run, policy, entry}``, with the entries of ``engine.ledger_entries``: two small
-PUTs per run (``reducing``, then ``done`` / ``failed`` / ``skipped``). No two workers of one
-batch share an object unless they run the same shard at once, and then the newer write wins.
+So each worker writes its marks into objects of its own,
+``<logdir>/.tb-footprint/ledgers/shard-I-of-N/w-<token>-<n>.json`` = ``{version, kind: "marks",
+runs: {run: {policy, entry}}}`` (``token`` the ledger's, ``n`` its batch), with the entries of
+``engine.ledger_entries``, at the batch's steps only, not one PUT per mark:
+
+* a ``reducing`` mark (a run's start) waits for the batch's journal step: ``write_waiting``
+  writes every mark waiting (the batch's runs all in flight, in one PUT) after the worker's
+  in-flight marker, so from the journal on a kill is found by the next start; its ``verifying``
+  marks wait for the batch's verify step (one PUT more); a run whose transaction does not call
+  it (a rewrite) is written with its first ``verifying`` mark, still before its commit record;
+* later marks wait, and the mark that leaves none of the worker's written runs in flight writes
+  the object again (every outcome of the batch, one PUT), deletes the marker and closes the
+  object: the next batch writes ``n + 1``; ``compact`` (the reduce's end) writes what still waits.
+
+A batch of N runs costs its worker five requests (marker, three PUTs, marker delete), not 3N + 2.
+Objects written by earlier versions, one per (shard, run) (``<sha256(run)[:32]>.json`` =
+``{version, run, policy, entry}``), are still read. Of several objects naming one run in one
+folder the newest mark tells (``newest``): its ``updated_at``, or for a settling's mark the time of
+the mark it settled (``of_mark``), ahead of that mark itself; a live worker's mark made since stays.
 
 ``read_entries`` reads objects back as untrusted input: an object whose key is not a ledger key,
-whose run does not hash to its key, or whose entry fails ``check_entry`` is refused with a code
-and reported, never used.
+an old object whose run does not hash to its key, or an entry that fails ``check_entry`` is
+refused with a code and reported, never used.
 
-A worker killed between a run's commit and its "done" PUT (the batch's journal and locks gone,
-so recovery has nothing to settle) would leave the run ``reducing`` for good. So while a worker
-has runs in flight it keeps one marker object, ``<logdir>/.tb-footprint/ledger-inflight/<folder>/
-<sha256(host, pid, start, token)[:32]>.json`` = ``{version, host, pid, pid_start, folder, since}``:
-put at its first in-flight mark, deleted once none is in flight (two requests a batch, not a
-run). The token is the ledger's own: two batches of one process (the TensorBoard plugin runs
-several jobs) keep two markers, and one's end or settling leaves the other's. A start lists the
-markers once (``engine.ledger.settle_stale_objects``) and reads a folder's entries only for a
-marker whose worker is gone.
+A worker killed between a run's commit and its written "done" (the batch's journal and locks
+gone, so recovery has nothing to settle) would leave the run ``verifying`` for good. So while a
+worker has runs written in flight it keeps one marker object, ``<logdir>/.tb-footprint/
+ledger-inflight/<folder>/<sha256(host, pid, start, token)[:32]>.json`` = ``{version, host, pid,
+pid_start, folder, since}``: put before its first in-flight write, deleted once none is in flight.
+The token is the ledger's own: two batches of one process (the TensorBoard plugin runs several
+jobs) keep two markers, and one's end or settling leaves the other's. A start lists the markers
+once (``engine.ledger.settle_stale_objects``) and reads a folder's entries only for a marker whose
+worker is gone.
 
-A batch reads its shard's entries once, at its start (one GET per entry — none in a fresh batch —
-found in the listing of the logdir the reduce made anyway, so no listing more); ``start`` writes
-nothing (a ``pending`` PUT per run would double the ledger's requests).
+A batch reads its shard's entries once, at its start (one GET per object, found in the listing
+of the logdir the reduce made anyway, so no listing more); ``start`` writes nothing.
 """
 from __future__ import annotations
 
@@ -51,13 +64,18 @@ LEDGERS = f"{STATE_DIR_NAME}/ledgers"
 #: the in-flight markers of live (or killed) workers, one per worker and ledger folder (module doc)
 INFLIGHT = f"{STATE_DIR_NAME}/ledger-inflight"
 MAX_ENTRY_BYTES = 256 * 1024
-_KEY = re.compile(r"^ledgers/(shard-\d+-of-\d+|batch)/([0-9a-f]{32})\.json$")
+#: a worker's object of marks: a batch's runs (``plan.cost.BATCH_RUNS``), or a reduce's skips
+MAX_MARKS_BYTES = 16 * 1024 * 1024
+#: an object of one run's entry (earlier versions: ``run_hash``) or of a worker's marks (``marks_key``)
+_KEY = re.compile(r"^ledgers/(shard-\d+-of-\d+|batch)/(?:([0-9a-f]{32})|w-([0-9a-f]{32})-(\d{1,9}))\.json$")
 MARKER = re.compile(r"^(shard-\d+-of-\d+|batch)/([0-9a-f]{32})\.json$")
 MAX_MARKER_BYTES = 4096
 #: the markers this process's ledgers hold now (``<folder>/<name>.json``) -> the thread that opened
 #: the ledger: an interrupt settles its own batch's only (``held_by``)
 _HELD: Dict[str, int] = {}
 _HELD_LOCK = threading.Lock()
+#: per thread, the layouts whose runs' start (``reducing``) waits to be written (``write_waiting``)
+_WAITING = threading.local()
 
 
 def run_hash(run: str) -> str:
@@ -74,7 +92,32 @@ def folder_of(shard: Optional[str]) -> str:
 
 
 def entry_key(folder: str, run: str) -> str:
+    """The object of one run's entry, as versions before the objects of marks wrote it."""
     return f"{LEDGERS}/{folder}/{run_hash(run)}.json"
+
+
+def marks_key(folder: str, token: str, n: int) -> str:
+    """The object of a worker's marks: its ledger's ``token``, its batch ``n``."""
+    return f"{LEDGERS}/{folder}/w-{token}-{n}.json"
+
+
+def order(e: dict) -> Tuple[float, int]:
+    """Where a run's entry stands among the entries of one folder (``newest``): the time of its
+    mark, or a settling's the time of the mark it settled, just after that mark."""
+    if "of_mark" in e:
+        return float(e["of_mark"]), 1
+    return float(e.get("updated_at") or 0), 0
+
+
+def newest(entries: List[tuple]) -> List[tuple]:
+    """Of ``(run, entry, folder, policy)`` the one entry of each run in each folder that tells its
+    state (``order``), in the order first found."""
+    best: Dict[Tuple[str, str], tuple] = {}
+    for t in entries:
+        k = (t[2], t[0])
+        if k not in best or order(t[1]) >= order(best[k][1]):
+            best[k] = t
+    return list(best.values())
 
 
 def tree(store: Store, prefix: str) -> dict:
@@ -102,15 +145,20 @@ def release(rel: str, thread: Optional[int] = None) -> None:
 
 def read_entries(store: Store, objs: dict) -> Tuple[List[tuple], List[Untrusted]]:
     """The ledger objects ``objs`` (a listing under ``LEDGERS``: key -> info) read back as
-    untrusted input: ``([(run, entry, folder name, policy)], [Untrusted refusals])``."""
+    untrusted input: ``([(run, entry, folder name, policy)], [Untrusted refusals])``, one entry
+    per run and folder (``newest``)."""
     entries, refused = [], []
 
     def rel_of(key: str) -> str:
         return key[len(STATE_DIR_NAME) + 1:] if key.startswith(STATE_DIR_NAME + "/") else key
 
+    def limit(m) -> int:
+        return MAX_ENTRY_BYTES if m.group(2) else MAX_MARKS_BYTES
+
     def fetch(key: str):
         """The object's bytes, or None: not a ledger key, too large (refused below), or gone."""
-        if _KEY.match(rel_of(key)) is None or objs[key].size > MAX_ENTRY_BYTES:
+        m = _KEY.match(rel_of(key))
+        if m is None or objs[key].size > limit(m):
             return key, None
         try:
             return key, store.read_all(key)
@@ -126,14 +174,21 @@ def read_entries(store: Store, objs: dict) -> Tuple[List[tuple], List[Untrusted]
         try:
             if m is None:
                 raise Untrusted(BAD_LEDGER, where, "not a ledger object's key")
-            if objs[key].size > MAX_ENTRY_BYTES:
-                raise Untrusted(BAD_LEDGER_ENTRY, where, f"larger than {MAX_ENTRY_BYTES} bytes; not read")
+            if objs[key].size > limit(m):
+                raise Untrusted(BAD_LEDGER_ENTRY if m.group(2) else BAD_LEDGER, where,
+                                f"larger than {limit(m)} bytes; not read")
             if data is None:
                 continue  # removed since the listing
             try:
                 doc = json.loads(data.decode("utf-8"))
             except (ValueError, RecursionError) as e:
-                raise Untrusted(BAD_LEDGER_ENTRY, where, f"not JSON ({str(e)[:200]})") from None
+                raise Untrusted(BAD_LEDGER_ENTRY if m.group(2) else BAD_LEDGER, where,
+                                f"not JSON ({str(e)[:200]})") from None
+            if m.group(2) is None:
+                got, bad = _marks(doc, where, m.group(1))
+                entries += got
+                refused += bad
+                continue
             if not isinstance(doc, dict) or doc.get("version") != LEDGER_VERSION or not isinstance(doc.get("run"), str):
                 raise Untrusted(BAD_LEDGER_ENTRY, where, f"not a ledger entry of version {LEDGER_VERSION}")
             if run_hash(doc["run"]) != m.group(2):
@@ -144,13 +199,32 @@ def read_entries(store: Store, objs: dict) -> Tuple[List[tuple], List[Untrusted]
             continue
         pol = doc.get("policy") if isinstance(doc.get("policy"), str) else None
         entries.append((doc["run"], entry, m.group(1), pol))
+    return newest(entries), refused
+
+
+def _marks(doc, where: str, folder: str) -> Tuple[List[tuple], List[Untrusted]]:
+    """A worker's object of marks read back (untrusted): its entries and one refusal per bad
+    one; raises ``Untrusted`` (``bad_ledger``) when it as a whole is no such object."""
+    if not isinstance(doc, dict) or doc.get("version") != LEDGER_VERSION or doc.get("kind") != "marks" or \
+            not isinstance(doc.get("runs"), dict):
+        raise Untrusted(BAD_LEDGER, where, f"not a ledger object of marks of version {LEDGER_VERSION}")
+    entries, refused = [], []
+    for run, rec in doc["runs"].items():
+        try:
+            if not isinstance(rec, dict):
+                raise Untrusted(BAD_LEDGER_ENTRY, where, f"entry {str(run)[:200]!r}: not an object")
+            entry = check_entry(run, rec.get("entry"), where)
+        except Untrusted as u:
+            refused.append(u)
+            continue
+        entries.append((run, entry, folder, rec["policy"] if isinstance(rec.get("policy"), str) else None))
     return entries, refused
 
 
 def read_folder(store: Store, folder: str, objs: Optional[dict] = None) -> tuple:
     """One ledger folder (``batch`` or ``shard-I-of-N``) read back as untrusted input: ``({run:
     (entry, policy)}, problems)`` — one listing (none when ``objs``, its objects from a listing
-    made already, is given), one GET per entry."""
+    made already, is given), one GET per object."""
     if objs is None:
         objs = tree(store, f"{LEDGERS}/{folder}")
     checked, refused = read_entries(store, objs)
@@ -159,28 +233,34 @@ def read_folder(store: Store, folder: str, objs: Optional[dict] = None) -> tuple
 
 
 class ObjectLayout:
-    """One shard's ledger objects in a bucket (the module doc), for ``engine.ledger.Ledger``."""
+    """One worker's ledger objects in a bucket (the module doc), for ``engine.ledger.Ledger``."""
 
     #: a bucket's in-flight marks are not judged against entries settled since the batch began
     #: (its entries are read once, at ``start``)
     guards_in_flight = False
 
     def __init__(self, store: Store, policy: str, shard: Optional[str], who: dict,
-                 listing: Optional[dict] = None, folder: Optional[str] = None):
+                 listing: Optional[dict] = None, folder: Optional[str] = None, batched: bool = False):
         self.store = store
+        #: marks written at the batch's steps (a reduce's worker); else each mark is written as made
+        self.batched = batched
         self.policy = policy
         self.folder = folder or folder_of(shard)
         self.who = who
-        #: the logdir's listing the batch made already (key -> info), so ``start`` lists nothing more;
-        #: a settling's: the listing its judged entries were read from (``write_settled``'s versions)
+        #: the logdir's listing the batch made already (key -> info), so ``start`` lists nothing more
         self._listing = listing
         self._entries: Dict[str, dict] = {}
         self._inflight: set = set()  # runs this worker marked in flight and not settled yet
+        self._written: set = set()  # of those, the runs whose in-flight mark is written
+        self._open: Dict[str, str] = {}  # the open object's runs -> their policy
+        self._waiting = False  # a mark of the open object not written yet
+        self._n = 0  # the open object's batch
+        self._flew = False  # whether the open object was written with a run in flight
         self._marker: Optional[str] = None  # its in-flight marker's key while it stands
         self._marker_rel: Optional[str] = None
         self._token = secrets.token_hex(16)  # this batch's, beside others of the same process
         self._thread = threading.get_ident()  # the batch's: the one an interrupt of it settles in
-        self._read = False  # whether ``start`` read the shard's entries (then ``_entries`` is all of them)
+        self._read = False  # whether the shard's entries were read without a listing (then all of them)
         #: one mark at a time: a batch's threads mark their runs, and a run set in flight must never
         #: find its worker's marker deleted by another run's settling mark (``_inflight``)
         self._mu = threading.Lock()
@@ -197,7 +277,7 @@ class ObjectLayout:
             yield
 
     def begin(self) -> dict:
-        """``start``'s read: the shard's entries, once (one GET per entry, found in the batch's
+        """``start``'s read: the shard's entries, once (one GET per object, found in the batch's
         listing when given, else one listing); entries refused as untrusted input are named in
         ``problems`` and not used, and so are entries of another policy (their states say
         nothing about this one)."""
@@ -205,14 +285,18 @@ class ObjectLayout:
         if self._listing is not None:
             prefix = f"{LEDGERS}/{self.folder}/"
             objs = {k: v for k, v in self._listing.items() if k.startswith(prefix)}
-        entries, self.problems = read_folder(self.store, self.folder, objs)
+        self.problems = self._take(objs)
+        # a listing of the batch's may miss an entry written since (an overlapping worker of this
+        # shard): a skip then still reads the folder before it writes (``known``)
+        self._read = self._listing is None
+        return self.current()
+
+    def _take(self, objs: Optional[dict]) -> List[dict]:
+        entries, problems = read_folder(self.store, self.folder, objs)
         for run, (entry, pol) in entries.items():
             if pol == self.policy:
                 self._entries.setdefault(run, entry)  # a mark of this process before the read stands
-        # a listing of the batch's may miss an entry written since (an overlapping worker of this
-        # shard): a skip then still reads its run's entry before it writes (``known``)
-        self._read = self._listing is None
-        return self.current()
+        return problems
 
     def begun(self, data: dict, runs, sizes: Dict[str, int]) -> None:
         """Nothing is written at a start (module doc): ``runs`` and ``sizes`` are not registered."""
@@ -229,58 +313,88 @@ class ObjectLayout:
 
     def known(self, run: str, data: dict, state: str) -> Optional[dict]:
         """The entry a mark of ``run`` is judged against: this process's, or for a skip the
-        stored one (one GET, unless ``begin`` read them all)."""
+        stored one (the folder read once more, unless it was read without a listing)."""
         known = self._entries.get(run)
         if known is None and state == "skipped" and not self._read:
-            known = self._stored(run)
+            self._read = True
+            try:
+                self._take(None)
+            except OSError:
+                pass  # judged against nothing, as a run never marked
+            known = self._entries.get(run)
         return known
 
     def write_mark(self, run: str, entry: dict, data: dict, state: str, policy: Optional[str] = None) -> None:
-        """One PUT of the run's whole entry; the worker's marker put before its first in-flight
-        entry and deleted once none is in flight."""
-        flying = state in IN_FLIGHT_STATES
-        if flying and self._marker is None:
-            self._put_marker()  # before the entry: a kill from here on is found by the next start
-        doc = {"version": LEDGER_VERSION, "run": run, "policy": self.policy if policy is None else policy,
-               "entry": entry}
-        self.store.put(entry_key(self.folder, run), json.dumps(doc, sort_keys=True).encode())
-        if flying:
+        """The run's mark into the open object, written at the batch's steps (module doc): with a
+        run's first in-flight write (after the worker's marker), and once none written is in
+        flight (the marker deleted then, the object closed); else it waits. A write the store
+        refuses raises; what waits is written by the next one."""
+        self._open[run] = self.policy if policy is None else policy
+        self._waiting = True
+        if state in IN_FLIGHT_STATES:
             self._inflight.add(run)
-        else:
-            self._inflight.discard(run)
-            if not self._inflight and self._marker is not None:
-                try:  # a marker left costs the next start one read of this folder, nothing more
-                    if all(r.ok for r in self.store.delete([self._marker])):
-                        self._marker = None
-                        release(self._marker_rel)
-                except OSError:
-                    pass
+            if self.batched and (state == "reducing" or run in self._written):
+                _waiting().add(self)  # written at the batch's next step (``write_waiting``)
+                return
+            self._write()
+            return
+        was = run in self._written
+        self._inflight.discard(run)
+        self._written.discard(run)
+        if not self.batched or (was and not self._written):
+            self._write()
 
     def write_settled(self, run: str, judged: dict, mark: Callable[[dict], dict], state: str,
                       policy: Optional[str] = None) -> bool:
-        """A settling's mark of another worker's run (``Ledger.settle_mark``): one PUT of
-        ``mark(judged)`` conditional on the version the listing this layout was opened with gave the run's object,
-        the one its judged entry was read from. False, nothing written, when the object is no
-        longer at that version (a live worker marked the run since; or the entry was read after a
-        later write than the one listed: the next start judges it again) or was not listed."""
-        key = entry_key(self.folder, run)
-        info = (self._listing or {}).get(key)
-        if info is None:
-            return False
+        """A settling's mark of another worker's run (``Ledger.settle_mark``) into this settling's
+        own object, written by ``flush``: ordered as the mark it settles (``of_mark``), so a mark
+        a live worker made since stays the one that tells (``newest``)."""
+        of = order(judged)[0]
         entry = mark(dict(judged))
-        doc = {"version": LEDGER_VERSION, "run": run, "policy": self.policy if policy is None else policy,
-               "entry": entry}
-        try:
-            self.store.put(key, json.dumps(doc, sort_keys=True).encode(), if_version=info.version_token)
-        except StoreFailure as e:
-            if e.code in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND):
-                return False
-            raise
+        entry["of_mark"] = of
         self._entries[run] = entry
+        self._open[run] = self.policy if policy is None else policy
+        self._waiting = True
         return True
 
+    def write_now(self) -> None:
+        """The marks that wait written (``write_waiting``); nothing when none waits."""
+        with self._mu:
+            if self._waiting:
+                self._write()
+
     def compact(self) -> None:
-        """Nothing to compact: each run's entry is one object, written whole."""
+        """The batch's end: what waits is written."""
+        self.flush()
+
+    def flush(self) -> None:
+        """Every mark that waits written (one PUT; none when nothing waits)."""
+        if self._waiting:
+            self._write()
+
+    def _write(self) -> None:
+        """The open object written whole: the marker first while one of its runs is in flight;
+        once none written is in flight, the marker deleted and the object closed."""
+        flying = [r for r in self._open if r in self._inflight]
+        if flying and self._marker is None:
+            self._put_marker()  # before the entries: a kill from here on is found by the next start
+        doc = {"version": LEDGER_VERSION, "kind": "marks",
+               "runs": {r: {"policy": p, "entry": self._entries[r]} for r, p in self._open.items()}}
+        self.store.put(marks_key(self.folder, self._token, self._n), json.dumps(doc, sort_keys=True).encode())
+        self._waiting = False
+        self._written.update(flying)
+        self._flew = self._flew or bool(flying)
+        if self._written or not self._flew:
+            return
+        self._n += 1  # the batch ended: the next marks go into a new object, this one stays as it is
+        self._open, self._flew = {}, False
+        if self._marker is not None:
+            try:  # a marker left costs the next start one read of this folder, nothing more
+                if all(r.ok for r in self.store.delete([self._marker])):
+                    self._marker = None
+                    release(self._marker_rel)
+            except OSError:
+                pass
 
     def _put_marker(self) -> None:
         """This worker's in-flight marker (module doc), one PUT."""
@@ -295,16 +409,23 @@ class ObjectLayout:
         self.store.put(key, json.dumps(doc, sort_keys=True).encode())
         self._marker = key
 
-    def _stored(self, run: str) -> Optional[dict]:
-        """The shard's entry for ``run`` as stored (untrusted: checked; None when absent or refused)."""
-        key = entry_key(self.folder, run)
-        try:
-            doc = json.loads(self.store.read_all(key).decode("utf-8"))
-            if not isinstance(doc, dict) or doc.get("run") != run or doc.get("version") != LEDGER_VERSION:
-                return None
-            return check_entry(run, doc.get("entry"), self.store.url_of(key))
-        except (OSError, ValueError, RecursionError, Untrusted):
-            return None
+
+def _waiting() -> set:
+    if not hasattr(_WAITING, "layouts"):
+        _WAITING.layouts = set()
+    return _WAITING.layouts
+
+
+def write_waiting() -> None:
+    """Write the in-flight marks this thread made that wait (each worker's one PUT, after its
+    marker): a batch calls it right before its journal (its runs' start) and after its verify
+    marks, so a kill from there on finds its runs in flight as they are. A write the store
+    refuses raises (``StoreFailure``); what is left waits."""
+    layouts = _waiting()
+    while layouts:
+        layout = next(iter(layouts))
+        layout.write_now()
+        layouts.discard(layout)
 
 
 def markers(store: Store) -> dict:
@@ -328,5 +449,6 @@ def read_marker(store: Store, key: str, info) -> Optional[dict]:
     return dict(doc, rel=rel)
 
 
-__all__ = ["ObjectLayout", "LEDGERS", "INFLIGHT", "MAX_ENTRY_BYTES", "entry_key", "folder_of", "held_by",
-           "markers", "read_entries", "read_folder", "read_marker", "release", "run_hash", "tree"]
+__all__ = ["ObjectLayout", "LEDGERS", "INFLIGHT", "MAX_ENTRY_BYTES", "MAX_MARKS_BYTES", "entry_key", "folder_of",
+           "held_by", "marks_key", "markers", "newest", "order", "read_entries", "read_folder", "read_marker",
+           "release", "run_hash", "tree", "write_waiting"]

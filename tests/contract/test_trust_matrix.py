@@ -175,7 +175,10 @@ class Place:
         return lock_key(run)
 
     def ledger(self, run: str) -> str:
-        return f"{STATE}/ledger.json" if self.posix else f"{STATE}/ledgers/batch/{lock_key(run).rsplit('/', 1)[1]}"
+        if self.posix:
+            return f"{STATE}/ledger.json"
+        # a bucket's: the reduce's one object of marks for its batch (``engine.ledger_objects``)
+        return next(k for k in sorted(self.every()) if k.startswith(f"{STATE}/ledgers/batch/"))
 
     def holding(self, op: str, *names: str) -> str:
         """The first of ``names`` that exists, else the state file of the operation log that holds
