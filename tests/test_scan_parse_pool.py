@@ -150,13 +150,24 @@ def test_workers_wanted_follows_the_setting(monkeypatch):
     assert parse_pool.workers_wanted() == 0
     monkeypatch.delenv(parse_pool.ENV)
     cpus = len(os.sched_getaffinity(0))
-    # the cores the load leaves idle, none on a busy machine
+    most = (cpus - 1 if cpus > 2 else cpus) if cpus > 1 else 0
+    # one worker for each core left idle while the scan parsed alone, none on a busy machine
+    assert parse_pool.workers_wanted(idle=float(cpus)) == min(most, parse_pool.MAX_WORKERS)
+    assert parse_pool.workers_wanted(idle=0.3) == 0
+    assert parse_pool.workers_wanted(idle=1.0) == (1 if cpus > 1 else 0)
+    # unknown: the cores the load average leaves idle
     monkeypatch.setattr(parse_pool.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
-    assert parse_pool.workers_wanted() == (min(cpus, parse_pool.MAX_WORKERS) if cpus > 1 else 0)
-    monkeypatch.setattr(parse_pool.os, "getloadavg", lambda: (cpus - 0.5, 0.0, 0.0))
-    assert parse_pool.workers_wanted() == 0
+    assert parse_pool.workers_wanted() == min(most, parse_pool.MAX_WORKERS)
     monkeypatch.setattr(parse_pool.os, "getloadavg", lambda: (float(cpus), 0.0, 0.0))
     assert parse_pool.workers_wanted() == 0
+    # idle cores told from the machine's ticks: all of them idle, none, or too short a window
+    ticks = iter([(0, 0), (100 * (os.cpu_count() or 1), 100 * (os.cpu_count() or 1))])
+    monkeypatch.setattr(parse_pool, "cpu_ticks", lambda: next(ticks))
+    assert parse_pool.idle_cores(parse_pool.cpu_ticks()) == float(os.cpu_count() or 1)
+    ticks = iter([(0, 0), (0, 100 * (os.cpu_count() or 1))])
+    assert parse_pool.idle_cores(parse_pool.cpu_ticks()) == 0.0
+    ticks = iter([(0, 0), (1, 2)])
+    assert parse_pool.idle_cores(parse_pool.cpu_ticks()) is None
 
 
 def test_workers_run_nothing_planted_in_the_current_folder_or_pythonpath(tmp_path, monkeypatch, counted):

@@ -6,8 +6,8 @@ logdir on all of them. ``ParsePool`` hands the event files a scan must read to w
 in order, a bounded number at a time, and gives back their stats in the order the scan asked.
 
 * Only when it pays: a scan parses its first ``START_AFTER`` files itself (a logdir of a thousand
-  runs never starts a process), and there are workers only for the usable CPUs the machine's
-  load average leaves idle (none on one CPU, none on a busy machine).
+  runs never starts a process), and then starts one worker for each core the machine left idle
+  meanwhile (``/proc/stat``; elsewhere the load average): none on one CPU, none on a busy machine.
 * The workers are fresh interpreters started isolated (``python -I``: never the current folder,
   PYTHON* variables or user site-packages on their path; review R11 G8), never a fork of the
   scanning process (TensorBoard's, with its threads and locks) and never a re-import
@@ -59,10 +59,10 @@ STEAL = True
 WORKER_MODULE = "tb_footprint_plugin.scan.parse_pool"
 
 
-def workers_wanted() -> int:
-    """Workers a big scan starts: ``TB_FOOTPRINT_SCAN_WORKERS`` if set, else the usable CPUs the
-    1-minute load average leaves idle (none on one CPU: the scanning process would only share
-    its core)."""
+def workers_wanted(idle: Optional[float] = None) -> int:
+    """Workers a big scan starts: ``TB_FOOTPRINT_SCAN_WORKERS`` if set, else one for each core
+    left idle: ``idle`` cores measured while the scan went on (``cpu_ticks``), else the usable
+    CPUs the 1-minute load average leaves idle. None on one CPU (the scan would share its core)."""
     if not sys.executable or getattr(sys, "frozen", False):
         return 0  # no interpreter to start
     raw = os.environ.get(ENV, "").strip()
@@ -75,14 +75,39 @@ def workers_wanted() -> int:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
+    if idle is None:
+        try:
+            idle = cpus - os.getloadavg()[0]
+        except OSError:
+            idle = float(cpus)
+    # workers on cores others keep busy only share them (measured at load 11 on 2 cores: the scan
+    # of 1,000 runs took longer and 30% more CPU with 2 workers than alone)
+    n = min(int(idle + 0.5), cpus - 1 if cpus > 2 else cpus, MAX_WORKERS)
+    return n if cpus > 1 and n >= 1 else 0
+
+
+def cpu_ticks() -> Optional[Tuple[int, int]]:
+    """(idle, total) CPU ticks of the machine so far (``/proc/stat``), or None off Linux."""
     try:
-        busy = os.getloadavg()[0]
-    except OSError:
-        busy = 0.0
-    # the cores others leave idle: workers on busy cores only share them (measured at load 11 on
-    # 2 cores: the scan of 1,000 runs took longer and 30% more CPU with 2 workers than alone)
-    idle = int(cpus - busy)
-    return min(idle, MAX_WORKERS) if cpus > 1 and idle >= 1 else 0
+        with open("/proc/stat", "rb") as f:
+            ticks = [int(x) for x in f.readline().split()[1:9]]
+        return ticks[3] + ticks[4], sum(ticks)  # idle + iowait, of user..steal
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def idle_cores(since: Optional[Tuple[int, int]]) -> Optional[float]:
+    """The cores the machine left idle on average since ``since`` (``cpu_ticks``): the scan's own
+    core is busy then, so on a quiet machine this is every other one; None when unknown or the
+    window was too short to tell (under ~0.2 s)."""
+    now = cpu_ticks()
+    if since is None or now is None:
+        return None
+    spent = now[1] - since[1]
+    cores = os.cpu_count() or 1
+    if spent < 20 * cores:
+        return None
+    return cores * (now[0] - since[0]) / spent
 
 
 class _Worker:
@@ -199,7 +224,8 @@ class ParsePool:
     the workers end with it."""
 
     def __init__(self, workers: Optional[int] = None, start_after: Optional[int] = None) -> None:
-        self._want = workers_wanted() if workers is None else workers
+        self._want = workers  # None: decided when the pool starts (``workers_wanted``)
+        self._ticks = cpu_ticks()  # what the machine left idle while the scan parsed alone
         self._start_after = START_AFTER if start_after is None else start_after
         self._seen = 0
         self._workers: List[_Worker] = []
@@ -218,7 +244,11 @@ class ParsePool:
     def ask(self, path: str, name: str, size: Optional[int]) -> bool:
         """Hand ``path`` to a worker; False when the caller is to parse it itself."""
         self._seen += 1
-        if self._broken or self._want < 1 or self._seen <= self._start_after:
+        if self._broken or self._seen <= self._start_after:
+            return False
+        if self._want is None:
+            self._want = workers_wanted(idle_cores(self._ticks))
+        if self._want < 1:
             return False
         if not self._workers:
             try:
