@@ -156,6 +156,10 @@ class Entry(NamedTuple):
     # number is reused once it is closed)
 
 
+#: a folder's open that failed for want of descriptors or memory: the look cannot go on (never a name)
+_OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+
+
 def walk_at(fd: int, base: str, skip: AbstractSet[Tuple[int, int]] = frozenset(),
             levels: Optional[int] = None) -> Iterator[Entry]:
     """Every name below the folder open at ``fd`` (taken over: closed here, also when the walk
@@ -166,8 +170,8 @@ def walk_at(fd: int, base: str, skip: AbstractSet[Tuple[int, int]] = frozenset()
     folder's names are read, and lstat'ed, when it is opened. ``base`` "" names the names bare.
     A folder's descriptor is held while names of it are left, so the descriptors
     held are the folders on the way with names after it (a chain holds one); one that cannot be
-    had (the process's limit) is a folder not opened. ``OSError`` when the first folder cannot
-    be listed."""
+    had (the process's limit) fails the walk (``OSError``: a folder left unopened would hide what
+    is below it from a writer check, review R12 H1), as does a first folder that cannot be listed."""
     frames: List[List] = []  # [fd, base, depth, entries, next index]
     try:
         frames.append(_frame(fd, base, 1))
@@ -191,8 +195,12 @@ def walk_at(fd: int, base: str, skip: AbstractSet[Tuple[int, int]] = frozenset()
                     sub = _frame(os.open(name, DIR_FLAGS, dir_fd=f[0]), path, f[2] + 1, skip)
                 except FileNotFoundError:  # gone since the listing
                     continue
-                except OSError:  # swapped for a link (or made unreadable) since: a name, never a way
-                    sub = None
+                except OSError as e:
+                    if e.errno in _OUT_OF_DESCRIPTORS:
+                        # not a name: what is below would go unlooked at, a writer there unseen
+                        # (review R12 H1: a "comb" holds a descriptor a level); the look fails
+                        raise
+                    sub = None  # swapped for a link (or made unreadable) since: a name, never a way
             if sub is not None:
                 if f[4] >= len(f[3]):  # the parent's last name: nothing left needs its descriptor
                     frames.pop()
