@@ -67,3 +67,23 @@ def test_python_child_keeps_only_absolute_entries_and_the_package_root(tmp_path)
         path, argv = std_json.loads(p.stdout)
         assert argv == ["a", "b"]
         assert "" not in path and all(e.startswith("/") for e in path)
+
+
+def test_an_installed_packages_root_keeps_its_place_after_the_standard_library(tmp_path, monkeypatch):
+    """Review R12: installed from a wheel, the package root is site-packages; put first, anything
+    there named like a standard module (a backport) would shadow it in our children."""
+    import sys as this
+    from tb_footprint_plugin.storage import spawn
+
+    site = next(p for p in this.path if p.endswith("site-packages"))
+    monkeypatch.setattr(spawn, "_PACKAGE_ROOT", site)
+    probe = tmp_path / "probe.py"
+    probe.write_text("import sys, json\ndef main(argv):\n    print(json.dumps(sys.path))\n    return 0\n")
+    env = python_env({"PYTHONPATH": str(tmp_path)})
+    p = subprocess.run(python_child("probe", "main", isolated=False), cwd="/", env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    import json as std_json
+    path = std_json.loads(p.stdout)
+    stdlib = next(i for i, e in enumerate(path) if e.endswith(("/lib/python%d.%d" % this.version_info[:2])))
+    assert path.index(site) > stdlib, path

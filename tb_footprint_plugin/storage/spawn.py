@@ -37,10 +37,13 @@ TERMINAL_SIGNALS = frozenset({signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP})
 
 
 #: the boot of a Python child (``python_child``): ``sys`` is built in, so nothing is looked up on
-#: ``sys.path`` before it holds the package root and absolute entries only ('' and '.' gone: the
-#: current folder); then ``module.function(argv)``, its return the exit status
+#: ``sys.path`` before it holds absolute entries only ('' and '.' gone: the current folder) and the
+#: package root — in its place when it is there already (an installed package's site-packages stays
+#: after the standard library, review R12), else first (a checkout); then ``module.function(argv)``,
+#: its return the exit status
 _BOOT = ("import sys; root = sys.argv[1]; "
-         "sys.path[:] = [root] + [p for p in sys.path if p.startswith('/') and p != root]; "
+         "sys.path[:] = [p for p in sys.path if p.startswith('/')]; "
+         "root in sys.path or sys.path.insert(0, root); "
          "from {module} import {function} as f; sys.exit(f(sys.argv[2:]))")
 
 
