@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import stat
 from typing import List, Optional, Tuple
+
+from tb_footprint_plugin.storage import jsondoc
+from tb_footprint_plugin.storage.regular import open_regular, read_capped
 
 STATE_DIR_NAME = ".tb-footprint"
 #: the demo's own record of the files it wrote (at the top of a demo logdir): bookkeeping, no run's
@@ -124,12 +126,21 @@ def vault_dir(logdir: str, backup_dir: Optional[str] = None) -> str:
     return os.path.abspath(backup_dir) if backup_dir else state_dir(logdir)
 
 
+#: the largest vault index read back (a list of folder paths: kilobytes)
+MAX_VAULT_INDEX = 16 << 20
+
+
 def recorded_vaults(state: str) -> List[str]:
-    """The vault roots listed in ``<state>/vaults.json`` (empty when missing or unreadable)."""
+    """The vault roots listed in ``<state>/vaults.json`` (empty when missing or unreadable). Read
+    as the untrusted file it is: a regular file only, never through a link, at most
+    ``MAX_VAULT_INDEX`` bytes (review R12: a FIFO planted there hung every verb that reads it)."""
     try:
-        with open(os.path.join(state, VAULTS_NAME), "r", encoding="utf-8") as f:
-            roots = json.load(f)
-    except (OSError, ValueError, RecursionError):
+        with open_regular(os.path.join(state, VAULTS_NAME)) as f:
+            raw = read_capped(f, MAX_VAULT_INDEX)
+        if len(raw) > MAX_VAULT_INDEX:
+            return []
+        roots = jsondoc.loads(raw)
+    except (OSError, ValueError):
         return []
     if not isinstance(roots, list):
         return []
