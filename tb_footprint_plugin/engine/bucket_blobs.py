@@ -245,18 +245,21 @@ def backup_entries(ostore: ObjectStore, vault: BucketVault, entries: List[dict])
     return failed
 
 
-def put_back(ostore: ObjectStore, vault: BucketVault, f: dict, *, if_version: Optional[str] = None) -> None:
+def put_back(ostore: ObjectStore, vault: BucketVault, f: dict, *, if_version: Optional[str] = None,
+             moved_from: Optional[str] = None) -> None:
     """Stream ``f``'s original from the blob vault (hashed while read) back to its key: create-only,
-    or only over ``if_version``. Raises ``StoreFailure`` (``already_exists`` / ``precondition_failed``)
+    or only over ``if_version``; only a blob this logdir claimed where it stands, or where its
+    manifest was found moved from (``moved_from``: ``bucket_moved.MOVED_FROM`` of the manifest
+    naming ``f``, ``bucket_identity.entry_owner``'s copying rule). Raises ``StoreFailure`` (``already_exists`` / ``precondition_failed``)
     as a server-side copy back would, ``BucketTxnError(BACKUP_DAMAGED)`` when the blob does not
     verify (nothing is written then) or the object written does not hold the original's bytes."""
     bv = blobs_of(vault, f)
     sha = f.get("sha256")
     if not is_sha256(sha):
         raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: no verified backup of it in the blob vault")
-    if not entry_claimed(bv, f):
+    if not entry_claimed(bv, f, copying=True, moved_from=moved_from):
         # manifests are untrusted: a blob this logdir never added (another logdir's, sharing the
-        # folder) is never copied into this bucket, whatever a manifest names
+        # folder, whatever id its planted state claims) is never copied into this bucket
         raise BucketTxnError(Failure.REFUSED, f"{f['path']}: names a blob of {bv.folder} this logdir did not add")
     orig = ostore.path(f["path"])
     size = int(f["size"])

@@ -13,7 +13,7 @@ from tb_footprint_plugin.engine.health import history_findings
 from tb_footprint_plugin.engine.bucket_blobs import check_entry, entry_ok, is_blob_entry, names_our_backup, put_back
 from tb_footprint_plugin.engine.bucket_identity import entry_claimed
 from tb_footprint_plugin.engine.history import HISTORY, bucket_log
-from tb_footprint_plugin.engine.bucket_moved import MADE_AT, made_at_words, map_moved
+from tb_footprint_plugin.engine.bucket_moved import MADE_AT, MOVED_FROM, OTHERS, made_at_words, map_moved, others_row, whose
 from tb_footprint_plugin.engine.bucket_recover import damaged_journals, damaged_locks
 from tb_footprint_plugin.engine.bucket_state import (
     BucketState,
@@ -47,14 +47,16 @@ def _entries_damage(doc: dict) -> Optional[str]:
     return None
 
 
-def manifests(ostore: ObjectStore, vault: BucketVault, problems: Optional[List[dict]] = None) -> List[dict]:
-    """Every usable manifest in the vault, newest first, read through ``engine.manifest.read``:
+def manifests(ostore: ObjectStore, vault: BucketVault, problems: Optional[List[dict]] = None,
+              others: Optional[List[dict]] = None) -> List[dict]:
+    """Every usable manifest of this logdir in the vault (``bucket_moved.whose``; another logdir's,
+    sharing the vault, only in ``others`` when given), newest first, read through ``engine.manifest.read``:
     the one schema (without the aliases a bucket also writes for older workers: a writer puts
     them back with ``manifest.bucket_form``) and ``_version``/``_path`` (the object's version
     and key). One that cannot be read or is not a manifest is left out (its backups stay) and,
     with ``problems``, named there by its URL (``Finding.MANIFEST_DAMAGED``, with the reader's
     own code as ``why``)."""
-    out = list(read_listed(ostore, vault, manifest_listing(vault), problems))
+    out = list(read_listed(ostore, vault, manifest_listing(vault), problems, others))
     out.sort(key=lambda d: -(d.get("started_at") or 0))
     return out
 
@@ -76,10 +78,13 @@ def manifest_listing(vault: BucketVault) -> List[tuple]:
 
 
 def read_listed(ostore: ObjectStore, vault: BucketVault, wanted: Iterable[tuple],
-                 problems: Optional[List[dict]] = None) -> Iterator[dict]:
-    """The usable manifests of ``wanted`` (``(key, info)`` of the vault's listing), read a few at
-    once and yielded one by one in its order: ``manifests``' reader and its rules (memory: the
-    few in flight, not the vault's every manifest)."""
+                problems: Optional[List[dict]] = None, others: Optional[List[dict]] = None) -> Iterator[dict]:
+    """The usable manifests of ``wanted`` (``(key, info)`` of the vault's listing) that are this
+    logdir's (``bucket_moved.whose``: its own, or a copy's named as one), read a few at once and
+    yielded one by one in its order: ``manifests``' reader and its rules (memory: the few in
+    flight, not the vault's every manifest). Another logdir's (review R11 G6: a vault prefix
+    given to several) is never yielded: appended to ``others`` when given (its op id and logdir
+    only), else dropped."""
     st = BucketState(ostore)
     seen: dict = {}  # the old prefixes listed by this reading (``bucket_moved``)
 
@@ -90,8 +95,12 @@ def read_listed(ostore: ObjectStore, vault: BucketVault, wanted: Iterable[tuple]
     # read a few at once: one after the other, a vault of 10,000 operations took minutes to list
     for p, doc, version in map_ordered(read, wanted):
         m = usable_manifest(ostore, p, doc, version, problems, seen) if doc is not None else None
-        if m is not None:
+        if m is None:
+            continue
+        if whose(ostore, m) != OTHERS:
             yield m
+        elif others is not None:
+            others.append({"op_id": m["op_id"], "run": m["run"], "logdir": m.get("logdir"), "_path": m["_path"]})
 
 
 def usable_manifest(ostore: ObjectStore, p: str, doc: dict, version: Optional[str],
@@ -115,6 +124,9 @@ def usable_manifest(ostore: ObjectStore, p: str, doc: dict, version: Optional[st
                              "detail": f"{url}: {why}; its backups are kept, and it is not restored until "
                                        "it is mended or moved aside"})
         return None
+    # the reader's own private keys are set here only, never taken from the object (a planted
+    # ``_moved_from`` would let a restore copy another place's blobs: review R11 G10)
+    m = {k: v for k, v in m.items() if not k.startswith("_")}
     m["_version"] = version
     m["_path"] = p
     return map_moved(ostore, p, m, seen)
@@ -126,13 +138,15 @@ def own_manifests(ostore: ObjectStore, vault: BucketVault, found: List[dict], re
     ``refused`` (``Failure.REFUSED``, its URL, op and run): the one rule of purge and re-check."""
     out = []
     for m in found:
-        if all(names_our_backup(vault, f) for f in m.get("files") or []):
-            out.append(m)
-            continue
         url = vault_url(ostore, m["_path"])
         if m.get(MADE_AT):  # a copy of a logdir that stands at the prefix it names: said so
             refused.append({"code": Finding.PREFIX_MOVED, "file": url, "op_id": m["op_id"], "run": m["run"],
                             "detail": f"{url}: {made_at_words(m[MADE_AT])}"})
+            continue
+        if whose(ostore, m) == OTHERS:  # a caller's own list: another logdir's is never acted on
+            continue
+        if all(names_our_backup(vault, f) for f in m.get("files") or []):
+            out.append(m)
             continue
         refused.append({"code": Failure.REFUSED, "file": url, "op_id": m["op_id"], "run": m["run"],
                         "detail": f"{url}: names a backup outside the vault; never acted on, left in place"})
@@ -288,7 +302,8 @@ def status(ostore: ObjectStore, vault: BucketVault) -> dict:
     journals = pending_objects(BucketState.of(ostore))  # one listing: the unfinished and the damaged ones
     pending = sorted(k.rsplit("/", 1)[-1].rsplit(".", 1)[0] for k, _ in journals)
     ops, vault_bytes, freed_now, problems = [], 0, 0, []
-    found = manifests(ostore, vault, problems)
+    others: List[dict] = []
+    found = manifests(ostore, vault, problems, others)
     # one naming a backup outside the vault (planted, or this logdir's copy of another: R11 G3) is
     # named, as purge and re-check name it
     own_manifests(ostore, vault, found, problems)
@@ -313,6 +328,7 @@ def status(ostore: ObjectStore, vault: BucketVault) -> dict:
 
             # its orphans, as a disk vault's, from the manifests read above (R9 F8's follow-up)
             problems = problems + folder_orphans(ostore, vault, found)
+    problems += others_row(ostore, vault, others)
     return {**local, "logdir": ostore.url, "state_dir": ostore.url.rstrip("/") + "/" + STATE_DIR_NAME,
             "vaults": [f"{ostore.url.split('://', 1)[0]}://{vault.root}"] + ([vault.blobs.folder] if vault.blobs else []),
             "vault_bytes": vault_bytes, "freed_now_bytes": freed_now,
@@ -471,7 +487,7 @@ def bring_back(ostore: ObjectStore, vault: BucketVault, op_id: str, path: str) -
     except ValueError as e:
         raise BucketTxnError(Failure.REFUSED, f"{path}: not a key of the logdir ({e}); nothing was written") from None
     if is_blob_entry(f):
-        put_back(ostore, vault, dict(f, path=dest))  # create-only, hashed while read, checked after
+        put_back(ostore, vault, dict(f, path=dest), moved_from=m.get(MOVED_FROM))  # create-only, hashed, checked
     else:
         res = BucketState.of(ostore).copy(f["backup"], ostore.path(dest), if_absent=True, size=f["size"])
         if not copy_matches(ostore, res, f, f["backup"], ostore.path(dest)):

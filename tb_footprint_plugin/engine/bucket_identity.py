@@ -17,9 +17,11 @@ Now the owner is ``bucket:<id>:<place>``:
   and prefix): a moved logdir, or a copy of one (same id), is another owner from then on.
 
 Each blob entry of a journal or manifest records the owner it was claimed under
-(``blob_owner``; none in 3f68b74's: the legacy owner of the logdir's URL). A restore reads a
-blob claimed by the owner its entry names when that owner is this logdir's (its id, or its
-place: ``is_ours``), wherever the logdir stands now; a purge drops only the claims of the
+(``blob_owner``; none in 3f68b74's: the legacy owner of the logdir's URL). A read that copies
+nothing into the bucket (status, a check) takes an owner of this logdir's id or place as ours
+(``is_ours``); a restore's put-back only one of this place, or of the place its manifest was
+found moved from with this id (``entry_owner``, review R11 G10: the id object is a bucket object
+anyone who may write the prefix can replace); a purge drops only the claims of the
 owners that stand here (``forgettable``: the current owner and, for 3f68b74's entries, the
 legacy one), never an earlier location's: a moved logdir's old claims stay (leaked, named by
 ``status``), and no new logdir at the old URL can drop them.
@@ -35,6 +37,7 @@ from typing import Dict, List, Optional, Set, Tuple
 from tb_footprint_plugin.codes import Failure, StoreError
 from tb_footprint_plugin.engine.bucket_objects import BucketState
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME, is_sha256
+from tb_footprint_plugin.storage.remote import protocol_of
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
@@ -89,7 +92,13 @@ def endpoint_of(store: ObjectStore) -> str:
 
 def place_of(store: ObjectStore) -> str:
     """Where the logdir stands (protocol, endpoint or account, bucket/prefix), hashed."""
-    where = f"{store.protocol}\0{endpoint_of(store)}\0{store.root}"
+    return place_at(store, store.root)
+
+
+def place_at(store: ObjectStore, root: str) -> str:
+    """``place_of`` the prefix ``root`` (a store path) of ``store``'s own service: where a logdir
+    of this store stood before it was moved here."""
+    where = f"{store.protocol}\0{endpoint_of(store)}\0{root}"
     return hashlib.sha256(where.encode("utf-8", "surrogateescape")).hexdigest()[:24]
 
 
@@ -142,20 +151,67 @@ def ensure_id(store: ObjectStore) -> str:
 BLOB_OWNER = "blob_owner"
 
 
-def entry_owner(bv, f: dict) -> Optional[str]:
+def entry_owner(bv, f: dict, *, copying: bool = False, moved_from: Optional[str] = None) -> Optional[str]:
     """The one rule of which owner a journal's or manifest's blob entry (untrusted) belongs to:
-    the owner it records when that is this logdir's (``BlobVault.is_ours``: its id wherever it
-    stood, or its place), the legacy owner of the logdir's URL when it records none (3f68b74's
-    entries, as they were read), None for an owner of someone else (never read for this logdir)."""
+    the owner it records when that is this logdir's, the legacy owner of the logdir's URL when it
+    records none (3f68b74's entries, as they were read), None for an owner of someone else (never
+    read for this logdir).
+
+    "This logdir's" depends on what the read does (review R11 G10). The id object is a bucket
+    object anyone who may write the prefix can replace, and a place is a hash anyone can compute:
+    for a read that never copies a byte into the bucket (status, a check, purge bookkeeping) an
+    owner of this id anywhere or of this place is ours (``BlobVault.is_ours``). A read that
+    COPIES into the bucket (``copying``: a restore's put-back, a bring-back) honours an owner of
+    this place, and one of another place only when the manifest naming the entry is this
+    logdir's own, moved here from the prefix whose place that is (``moved_from``: the URL
+    ``bucket_moved.map_moved`` found it moved from, never a manifest's word) and the owner has
+    this logdir's id: a planted id and manifest never make another logdir's blobs flow in."""
     got = f.get(BLOB_OWNER) if isinstance(f, dict) else None
     if got is None:
         return bv.legacy_owner
-    return got if isinstance(got, str) and bv.is_ours(got) else None
+    if not (isinstance(got, str) and bv.is_ours(got)):
+        return None
+    if not copying or got == bv.legacy_owner:
+        return got
+    parts = split_owner(got)
+    if parts is None:
+        return None
+    if parts[1] == bv.place:
+        return got
+    old = moved_root(bv.logdir, moved_from)
+    ok = old is not None and bv.logdir_id is not None and parts[0] == bv.logdir_id \
+        and parts[1] == place_at(bv.logdir, old)
+    return got if ok else None
 
 
-def entry_claimed(bv, f: dict) -> bool:
-    """Whether ``f``'s blob is claimed in the folder by the owner its entry belongs to (``entry_owner``)."""
-    owner = entry_owner(bv, f)
+def moved_root(store: ObjectStore, url: Optional[str]) -> Optional[str]:
+    """The store path of ``url`` when it is another prefix of ``store``'s protocol, else None."""
+    if not isinstance(url, str) or "://" not in url:
+        return None
+    try:
+        if protocol_of(url) != store.protocol:
+            return None
+    except ValueError:
+        return None
+    root = url.split("://", 1)[1].strip("/")
+    return root if root and root != store.root else None
+
+
+def same_logdir(store: ObjectStore, url) -> bool:
+    """Whether ``url`` (a manifest's ``logdir``, untrusted) names ``store``'s own prefix, normalised
+    as a store's root is (scheme aliases, slashes)."""
+    if not isinstance(url, str) or "://" not in url:
+        return False
+    try:
+        return protocol_of(url) == store.protocol and url.split("://", 1)[1].strip("/") == store.root
+    except ValueError:
+        return False
+
+
+def entry_claimed(bv, f: dict, *, copying: bool = False, moved_from: Optional[str] = None) -> bool:
+    """Whether ``f``'s blob is claimed in the folder by the owner its entry belongs to
+    (``entry_owner``, with its ``copying`` and ``moved_from``)."""
+    owner = entry_owner(bv, f, copying=copying, moved_from=moved_from)
     sha = f.get("sha256")
     return owner is not None and is_sha256(sha) and os.path.isdir(bv.folder) and owner in bv.store.owners(sha)
 
@@ -197,5 +253,6 @@ def claimed_here(bv) -> Tuple[list, list]:
     return mine, earlier
 
 
-__all__ = ["BLOB_OWNER", "IDENTITY", "claimed_here", "dropped_claims", "entry_claimed", "entry_owner", "let_go_owner", "IdentityRefused", "endpoint_of", "ensure_id", "legacy_owner", "owner_name", "place_of",
+__all__ = ["BLOB_OWNER", "IDENTITY", "claimed_here", "dropped_claims", "entry_claimed", "entry_owner", "let_go_owner", "IdentityRefused", "endpoint_of", "ensure_id", "legacy_owner", "moved_root", "owner_name", "place_at",
+           "place_of", "same_logdir",
            "read_id", "split_owner"]

@@ -10,32 +10,20 @@ construction: nothing outside it is ever named by a manifest's word alone.
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Set
+from typing import Dict, List, Optional, Set
 
+from tb_footprint_plugin.codes import Finding
+
+from tb_footprint_plugin.engine.bucket_identity import moved_root, same_logdir
 from tb_footprint_plugin.engine.bucket_objects import BucketState
+from tb_footprint_plugin.engine.bucket_state import vault_url
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
-from tb_footprint_plugin.storage.remote import protocol_of
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
 #: the manifest's private keys (never written back: ``manifest.bucket_form`` drops ``_`` keys)
 MOVED_FROM = "_moved_from"  # the URL of the prefix whose keys were read here (moved)
 MADE_AT = "_made_at"  # the URL of the prefix that still holds this operation (a copy): not mapped
-
-
-def _old_root(ostore: ObjectStore, m: dict) -> Optional[str]:
-    """The store path of the prefix the manifest says it was made at, when that is another prefix of
-    this logdir's store (untrusted: a string URL of the same protocol), else None."""
-    url = m.get("logdir")
-    if not isinstance(url, str) or "://" not in url:
-        return None
-    try:
-        if protocol_of(url) != ostore.protocol:
-            return None
-    except ValueError:
-        return None
-    root = url.split("://", 1)[1].strip("/")
-    return root if root and root != ostore.root else None
 
 
 def _ops_at(ostore: ObjectStore, root: str, seen: Dict[str, Optional[Set[str]]]) -> Optional[Set[str]]:
@@ -51,33 +39,79 @@ def _ops_at(ostore: ObjectStore, root: str, seen: Dict[str, Optional[Set[str]]])
 
 
 def map_moved(ostore: ObjectStore, path: str, m: dict, seen: Optional[Dict[str, Optional[Set[str]]]] = None) -> dict:
-    """``m`` (a manifest read from the store path ``path``, in the one schema) with the backup keys
-    it names under the state of the prefix it was made at read under this logdir's own state,
-    when it is a manifest of this logdir's own state and the old prefix holds no manifest of its
-    operation (``MOVED_FROM`` set); ``MADE_AT`` set instead when it does (a copy: left as it is).
-    A manifest of another vault, or naming no key under the old prefix's state, is returned as it
-    is. ``seen``: the listings of old prefixes already made by this reading."""
+    """``m`` (a manifest read from the store path ``path``, in the one schema, without private
+    keys) marked ``MOVED_FROM`` when it is a manifest of this logdir's own state made at another
+    prefix of the store that holds no manifest of its operation (a move), the backup keys it
+    names under that prefix's state then read under this logdir's own state; ``MADE_AT`` set
+    instead when that prefix does hold it (a copy: left as it is). A manifest of another vault,
+    or of this prefix, is returned as it is. ``seen``: the listings of old prefixes already made
+    by this reading."""
     own = f"{ostore.root}/{STATE_DIR_NAME}"
     if not path.startswith(own + "/manifests/"):
         return m
-    old = _old_root(ostore, m)
+    old = moved_root(ostore, m.get("logdir"))
     if old is None:
-        return m
-    old_blobs, new_blobs = f"{old}/{STATE_DIR_NAME}/blobs/", f"{own}/blobs/"
-    files = m.get("files") or []
-    if not any(isinstance(f.get("backup"), str) and f["backup"].startswith(old_blobs) for f in files):
         return m
     url = m["logdir"]
     ops = _ops_at(ostore, old, seen if seen is not None else {})
     if ops is None:
-        return m  # not told: named as a key outside the vault, as before
+        return m  # not told: another logdir's as far as any verb knows (``whose``)
     if m.get("op_id") in ops:
         m[MADE_AT] = url
         return m
+    old_blobs, new_blobs = f"{old}/{STATE_DIR_NAME}/blobs/", f"{own}/blobs/"
     m["files"] = [dict(f, backup=new_blobs + f["backup"][len(old_blobs):])
-                  if isinstance(f.get("backup"), str) and f["backup"].startswith(old_blobs) else f for f in files]
+                  if isinstance(f.get("backup"), str) and f["backup"].startswith(old_blobs) else f
+                  for f in m.get("files") or []]
     m[MOVED_FROM] = url
     return m
+
+
+def marked_afresh(ostore: ObjectStore, path: str, m: dict) -> dict:
+    """``m`` (in the one schema, read from the store path ``path``: the vault's own key of its
+    operation, never the manifest's word) with ``map_moved``'s marks made here, none taken from
+    the caller's dict: a recovery passes a manifest as the store holds it, where a planted
+    ``_moved_from`` would otherwise pass for one (review R11 G10)."""
+    return map_moved(ostore, path, {k: v for k, v in m.items() if k not in (MOVED_FROM, MADE_AT)})
+
+
+#: what ``whose`` says of a manifest
+OURS, COPY, OTHERS = "ours", "copy", "others"
+
+
+def whose(ostore: ObjectStore, m: dict) -> str:
+    """The one rule of whose operation a manifest read by ``map_moved`` is (review R11 G6: one
+    vault prefix may be given to several logdirs, or to a copy of one): ``OURS`` when its
+    ``logdir`` is this logdir's URL (normalised), or it is this logdir's own state's moved here
+    (``MOVED_FROM``), or it lives in this logdir's own state and names no logdir (none recorded);
+    ``COPY`` for one of this logdir's own state made at a prefix that still holds its operation
+    (``MADE_AT``: named, never acted on); ``OTHERS`` for the rest, another logdir's (a shared
+    vault), never listed, counted, restored or purged here."""
+    if m.get(MOVED_FROM) or same_logdir(ostore, m.get("logdir")):
+        return OURS
+    if m.get(MADE_AT):
+        return COPY
+    own = f"{ostore.root}/{STATE_DIR_NAME}/manifests/"
+    if m.get("logdir") is None and str(m.get("_path", "")).startswith(own):
+        return OURS
+    return OTHERS
+
+
+def others_row(ostore: ObjectStore, vault, others: List[dict]) -> List[dict]:
+    """What ``status`` says of the operations of other logdirs in this vault (review R11 G6: one
+    prefix given as ``--backup-dir`` to several logdirs): one row, ``Finding.FOREIGN_MANIFEST``,
+    counting them and naming their logdirs (untrusted words, shown as text only)."""
+    if not others:
+        return []
+    where = sorted({str(o["logdir"])[:300] for o in others if isinstance(o.get("logdir"), str)})
+    shown = ", ".join(where[:5]) + (f" and {len(where) - 5} more" if len(where) > 5 else "")
+    url = vault_url(ostore, vault.root)
+    return [{"code": Finding.FOREIGN_MANIFEST, "op_id": None, "run": None, "file": url, "bytes": 0,
+             "operations": len(others), "logdirs": where,
+             "detail": f"{len(others)} operation(s) of other logdirs in this vault {url}"
+                       + (f" (made at {shown})" if shown else "")
+                       + ": left alone here (never counted, restored or purged from this logdir); restore or "
+                       "purge them at the logdir that made them, which may be this one before it was moved"}]
 
 
 def made_at_words(url: str) -> str:
@@ -92,4 +126,5 @@ def outside_words(m: dict, words: str) -> str:
     return f"manifest of {m.get('op_id')} {made_at_words(m[MADE_AT])}" if m.get(MADE_AT) else words
 
 
-__all__ = ["MADE_AT", "MOVED_FROM", "made_at_words", "map_moved", "outside_words"]
+__all__ = ["COPY", "MADE_AT", "MOVED_FROM", "OTHERS", "OURS", "made_at_words", "map_moved", "marked_afresh", "others_row", "outside_words",
+           "whose"]

@@ -24,7 +24,7 @@ from typing import Callable, Dict, List, Optional
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import faults, putback, txn
 from tb_footprint_plugin.engine.bucket_blobs import blobs_of, check_entry, is_blob_entry, names_our_backup, put_back
-from tb_footprint_plugin.engine.bucket_moved import outside_words
+from tb_footprint_plugin.engine.bucket_moved import MOVED_FROM, marked_afresh, outside_words
 from tb_footprint_plugin.engine.bucket_putback import ObjectPutBack, beside_at_free_name
 from tb_footprint_plugin.engine.bucket_state import (
     BucketState,
@@ -107,6 +107,7 @@ def restore_op(ostore: ObjectStore, vault: BucketVault, manifest: dict, resume: 
     except Untrusted as e:
         return RunOutcome(run=str(manifest.get("run")), status=Outcome.FAILED, code=Failure.REFUSED,
                           op_id=op_id_of(manifest), reason=f"{e}; nothing was changed")
+    manifest = marked_afresh(ostore, vault.manifest(manifest["op_id"]), manifest)  # moved here? (G3, G10)
     out = putback.restore_outcome(manifest)  # a refusal before the journal names the reduction, as a disk's
     if not resume:
         refusal = putback.restore_refusal(manifest, catalogue or ())
@@ -249,7 +250,8 @@ class ObjectRestore(ObjectPutBack):
                         conflicts.append(f["path"])
                         continue
                 try:
-                    res = _put_back(ostore, vault, f, orig, if_version=None if cur is None else cur.version_token)
+                    res = _put_back(ostore, vault, f, orig, if_version=None if cur is None else cur.version_token,
+                                        moved_from=self.m.get(MOVED_FROM))
                 except StoreFailure as e:
                     if e.code == StoreError.PRECONDITION_FAILED and kept is None and \
                             BucketState.of(ostore).head(orig) is None:
@@ -257,7 +259,7 @@ class ObjectRestore(ObjectPutBack):
                         # put on a missing key so): back create-only, as below
                         cur = None
                         try:
-                            res = _put_back(ostore, vault, f, orig)
+                            res = _put_back(ostore, vault, f, orig, moved_from=self.m.get(MOVED_FROM))
                         except StoreFailure as e2:
                             if e2.code != StoreError.ALREADY_EXISTS:
                                 raise
@@ -286,7 +288,7 @@ class ObjectRestore(ObjectPutBack):
                     continue
                 if cur is None:
                     try:
-                        res = _put_back(ostore, vault, f, orig)
+                        res = _put_back(ostore, vault, f, orig, moved_from=self.m.get(MOVED_FROM))
                     except StoreFailure as e:
                         if e.code == StoreError.ALREADY_EXISTS:
                             conflicts.append(f["path"])
@@ -408,12 +410,13 @@ def _made_where(manifest: dict) -> str:
 _STREAMED = object()
 
 
-def _put_back(ostore: ObjectStore, vault: BucketVault, f: dict, orig: str, if_version: Optional[str] = None):
+def _put_back(ostore: ObjectStore, vault: BucketVault, f: dict, orig: str, if_version: Optional[str] = None,
+              moved_from: Optional[str] = None):
     """One original back at its key: a server-side copy of its backup (the copy's result, for
     ``copy_matches``), or streamed from the blob vault and checked there (``_STREAMED``);
-    create-only, or only over ``if_version``."""
+    create-only, or only over ``if_version``. ``moved_from``: the manifest's ``MOVED_FROM``."""
     if is_blob_entry(f):
-        put_back(ostore, vault, f, if_version=if_version)
+        put_back(ostore, vault, f, if_version=if_version, moved_from=moved_from)
         return _STREAMED
     if if_version is not None:
         return BucketState.of(ostore).copy(f["backup"], orig, if_version=if_version, size=f["size"])

@@ -58,7 +58,7 @@ from tb_footprint_plugin.codes import BlobError, Code, Failure, Finding, Outcome
 from tb_footprint_plugin.engine import faults, lease, manifest, txn
 from tb_footprint_plugin.engine import retire_run as one_retirement
 from tb_footprint_plugin.engine import unretire_run as one_unretire
-from tb_footprint_plugin.engine.bucket_moved import MADE_AT, outside_words
+from tb_footprint_plugin.engine.bucket_moved import MADE_AT, MOVED_FROM, marked_afresh, outside_words
 from tb_footprint_plugin.engine.bucket_blobs import (KEPT_IN, adding, backup_entries, blobs_of, entry_failure,
                                                       entry_ok, is_blob_entry, put_back)
 from tb_footprint_plugin.engine.bucket_state import (
@@ -398,12 +398,14 @@ def _same(ostore: ObjectStore, info: ObjectInfo, f: dict) -> bool:
     return bool(ok)
 
 
-def _copy_back(ostore: ObjectStore, vault: BucketVault, f: dict, listed_absent: bool = False) -> None:
+def _copy_back(ostore: ObjectStore, vault: BucketVault, f: dict, listed_absent: bool = False,
+               moved_from: Optional[str] = None) -> None:
     """One original back at its key from its verified backup, create-only: a server-side copy
-    checked by the store's checksums, or its blob streamed back and checked (``put_back``).
-    Raises ``StoreFailure`` (``already_exists``) when an object stands at the key."""
+    checked by the store's checksums, or its blob streamed back and checked (``put_back``; its
+    manifest's ``MOVED_FROM`` as ``moved_from``). Raises ``StoreFailure`` (``already_exists``)
+    when an object stands at the key."""
     if is_blob_entry(f):
-        put_back(ostore, vault, f)
+        put_back(ostore, vault, f, moved_from=moved_from)
         return
     res = BucketState.of(ostore).copy(f["backup"], ostore.path(f["path"]), if_absent=True, listed_absent=listed_absent,
                        size=f["size"])
@@ -661,6 +663,7 @@ class BucketUnretire(one_unretire.UnretireLayout):
             self.m = manifest.read(m, m.get("_path") and vault_url(self.ostore, m["_path"]) or "the retirement's manifest")
         except Untrusted as e:
             raise txn.Refused(f"{e}; nothing was changed", e.code) from e
+        self.m = marked_afresh(self.ostore, self.vault.manifest(self.m["op_id"]), self.m)  # moved here? (G3, G10)
 
     def refused(self) -> None:
         ostore, vault, m, run = self.ostore, self.vault, self.m, self.out.run
@@ -765,7 +768,7 @@ class BucketUnretire(one_unretire.UnretireLayout):
             if cur is None:
                 held.started = True
                 try:
-                    _copy_back(ostore, vault, f, listed_absent=True)
+                    _copy_back(ostore, vault, f, listed_absent=True, moved_from=self.m.get(MOVED_FROM))
                 except StoreFailure as e:
                     if e.code != StoreError.ALREADY_EXISTS:
                         raise
