@@ -47,29 +47,35 @@ def test_a_reduce_run_from_a_shared_logdir_runs_nothing_planted_there(tmp_path, 
     assert not marker.exists(), marker.read_text()
 
 
-def test_python_child_keeps_only_absolute_entries_and_the_package_root(tmp_path):
-    cwd, lib = tmp_path / "cwd", tmp_path / "lib"
-    cwd.mkdir()
-    lib.mkdir()
-    (cwd / "json.py").write_text("raise SystemExit('planted json imported')\n")
-    (lib / "probe.py").write_text("import sys, json\ndef main(argv):\n    print(json.dumps([sys.path, argv]))\n    return 0\n")
-    env = python_env({"PYTHONPATH": f".:{lib}:relative/x:"})
-    assert env["PYTHONPATH"] == str(lib)
-    for isolated in (True, False):
-        cmd = python_child("probe", "main", ["a", "b"], isolated=isolated)
-        # the probe module found through an absolute PYTHONPATH entry (not isolated only)
-        p = subprocess.run(cmd, cwd=str(cwd), env=env, capture_output=True, text=True, timeout=60)
-        if isolated:  # -I: PYTHONPATH ignored, so the probe is not found at all; nothing from the cwd
-            assert p.returncode != 0 and "planted" not in p.stderr and "No module named 'probe'" in p.stderr
-            continue
-        assert p.returncode == 0, p.stderr
-        import json as std_json
-        path, argv = std_json.loads(p.stdout)
-        assert argv == ["a", "b"]
-        assert "" not in path and all(e.startswith("/") for e in path)
+def test_a_child_runs_on_this_process_path_without_the_current_folder_or_a_later_pythonpath(tmp_path, monkeypatch):
+    """The child's sys.path is this process's absolute entries (where numpy and TensorBoard were
+    found, a PYTHONPATH of an HPC module included), never '' or a relative entry, nor a
+    PYTHONPATH set since; the package root is on it."""
+    import json as std_json
+    import sys as this
+
+    cwd, lib, later = tmp_path / "cwd", tmp_path / "lib", tmp_path / "later"
+    for d in (cwd, lib, later):
+        d.mkdir()
+    for d in (cwd, later):
+        (d / "json.py").write_text("raise SystemExit('planted json imported')\n")
+    (lib / "probe.py").write_text("import sys, json\ndef main(argv):\n    print(json.dumps([sys.path, argv]))\n"
+                                  "    return 0\n")
+    monkeypatch.setattr(this, "path", ["", "relative/x", str(lib)] + this.path)  # lib: as a module load puts it
+    env = python_env({"PYTHONPATH": f".:{later}"})
+    assert env["PYTHONPATH"] == str(later)
+    p = subprocess.run(python_child("probe", "main", ["a", "b"]), cwd=str(cwd), env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr  # the planted json.py (cwd, later PYTHONPATH) never imported
+    path, argv = std_json.loads(p.stdout)
+    assert argv == ["a", "b"]
+    assert "" not in path and "relative/x" not in path and str(later) not in path and str(lib) in path
+    assert all(e.startswith("/") for e in path)
+    assert os.path.dirname(os.path.dirname(os.path.abspath(api.__file__))) in path or \
+        any(os.path.isdir(os.path.join(e, "tb_footprint_plugin")) for e in path)
 
 
-def test_an_installed_packages_root_keeps_its_place_after_the_standard_library(tmp_path, monkeypatch):
+def test_an_installed_packages_root_keeps_its_place_after_the_standard_library(monkeypatch):
     """Review R12: installed from a wheel, the package root is site-packages; put first, anything
     there named like a standard module (a backport) would shadow it in our children."""
     import sys as this
@@ -77,13 +83,8 @@ def test_an_installed_packages_root_keeps_its_place_after_the_standard_library(t
 
     site = next(p for p in this.path if p.endswith("site-packages"))
     monkeypatch.setattr(spawn, "_PACKAGE_ROOT", site)
-    probe = tmp_path / "probe.py"
-    probe.write_text("import sys, json\ndef main(argv):\n    print(json.dumps(sys.path))\n    return 0\n")
-    env = python_env({"PYTHONPATH": str(tmp_path)})
-    p = subprocess.run(python_child("probe", "main", isolated=False), cwd="/", env=env, capture_output=True,
-                       text=True, timeout=60)
-    assert p.returncode == 0, p.stderr
-    import json as std_json
-    path = std_json.loads(p.stdout)
-    stdlib = next(i for i, e in enumerate(path) if e.endswith(("/lib/python%d.%d" % this.version_info[:2])))
+    path = spawn.child_path()
+    stdlib = next(i for i, e in enumerate(path) if e.endswith("/lib/python%d.%d" % this.version_info[:2]))
     assert path.index(site) > stdlib, path
+    monkeypatch.setattr(spawn, "_PACKAGE_ROOT", "/nowhere/checkout")  # a checkout on no entry: first
+    assert spawn.child_path()[0] == "/nowhere/checkout"

@@ -27,7 +27,6 @@ in order, a bounded number at a time, and gives back their stats in the order th
 """
 from __future__ import annotations
 
-import errno
 import json
 import os
 import select
@@ -38,6 +37,7 @@ from typing import Callable, Deque, Dict, Iterator, List, Optional, Tuple
 
 from tb_footprint_plugin.scan import passes
 from tb_footprint_plugin.scan.discovery import FoundFile, FoundRun, display
+from tb_footprint_plugin.storage.spawn import python_child, python_env
 
 __all__ = ["ParsePool", "START_AFTER", "parse_ahead", "workers_wanted", "main"]
 
@@ -114,21 +114,16 @@ class _Worker:
     """One worker process; its answers read without blocking (``poll``) into ``answers``."""
 
     def __init__(self) -> None:
-        if not sys.executable:
-            raise OSError(errno.ENOENT, "no Python interpreter to start a scan worker with")
         # the worker imports this very package from where this process did (a checkout, a wheel),
-        # isolated (-I), as the compaction worker (review R9 F1, R11 G8): never the current folder
-        # (a shared logdir one may stand in: ``python -m`` and ``-c`` put it first on sys.path, so
-        # a planted tb_footprint_plugin/ or json.py ran as the user), nor PYTHON* variables, nor
-        # user site-packages; started in / for good measure (it opens absolute paths only)
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        boot = f"import sys; sys.path.insert(0, sys.argv[1]); from {WORKER_MODULE} import main; sys.exit(main())"
-        env = dict(os.environ)
-        env[ENV] = "0"  # a worker never starts workers
+        # never from the current folder (a shared logdir one may stand in, review R9 F1, R11 G8:
+        # ``python -m`` and ``-c`` put it first on sys.path, so a planted tb_footprint_plugin/ or
+        # json.py ran as the user): ``storage.spawn.python_child``, started in /, on this process's
+        # own path, so numpy and google_crc32c are found where this process found them (a
+        # PYTHONPATH of an HPC ``module load``, user site-packages: review R11's note on 5a25d36)
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", boot, root], cwd="/",
+            python_child(WORKER_MODULE, "main"), cwd="/",
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            env=env, close_fds=True, bufsize=0)
+            env=python_env({ENV: "0"}), close_fds=True, bufsize=0)  # a worker never starts workers
         self.fd = self.proc.stdout.fileno()
         os.set_blocking(self.fd, False)
         self.pending = 0  # asked, not yet answered
@@ -359,8 +354,9 @@ def parse_ahead(found: Iterator[FoundRun], pool: ParsePool, cached: Callable[[Fo
         yield finished(*window.popleft())
 
 
-def main() -> int:
-    """A worker: a JSON line ``[path, display name, size]`` in, a line of its stats out."""
+def main(argv: Optional[List[str]] = None) -> int:
+    """A worker: a JSON line ``[path, display name, size]`` in, a line of its stats out. ``argv``:
+    none taken (``python_child`` passes the rest of its command line)."""
     from tb_footprint_plugin.scan.eventfile import event_file_stats
 
     out = sys.stdout.buffer

@@ -13,9 +13,9 @@ signal.
 
 Every Python child of ours starts through ``python_child`` (review R9 F1, R11 G8/G9): ``python -m
 mod`` (and ``-c``) put the CURRENT folder first on ``sys.path``, so a ``tb_footprint_plugin/`` or a
-``json.py`` planted in a shared logdir the user stands in ran as that user. The child boots from
-``-c`` code that imports nothing before it sets ``sys.path`` to the package root this process
-imports from plus the absolute entries only, and starts in ``/``.
+``json.py`` planted in a shared logdir the user stands in ran as that user. The child runs isolated
+(``-I``) on the absolute entries of this process's own ``sys.path`` (the package root among them),
+and starts in ``/``.
 
 Why a thread of its own, not the caller's mask blocked and restored (review R7 F1): Python runs
 signal handlers in the main thread between bytecodes, and ``signal.pthread_sigmask`` is a Python
@@ -25,6 +25,7 @@ started later with them. The spawning thread never runs a handler and dies with 
 thread's mask is ever restored and none can leak."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -36,14 +37,11 @@ from typing import Any, Dict, List, Optional, Sequence
 TERMINAL_SIGNALS = frozenset({signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP})
 
 
-#: the boot of a Python child (``python_child``): ``sys`` is built in, so nothing is looked up on
-#: ``sys.path`` before it holds absolute entries only ('' and '.' gone: the current folder) and the
-#: package root — in its place when it is there already (an installed package's site-packages stays
-#: after the standard library, review R12), else first (a checkout); then ``module.function(argv)``,
+#: the boot of a Python child (``python_child``), run isolated (``-I``: no current folder, no
+#: ``PYTHON*`` variables, no user site-packages on ``sys.path``, so the ``json`` it imports is the
+#: standard library's): ``sys.path`` becomes the one its parent gave, then ``module.function(argv)``,
 #: its return the exit status
-_BOOT = ("import sys; root = sys.argv[1]; "
-         "sys.path[:] = [p for p in sys.path if p.startswith('/')]; "
-         "root in sys.path or sys.path.insert(0, root); "
+_BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
          "from {module} import {function} as f; sys.exit(f(sys.argv[2:]))")
 
 
@@ -51,26 +49,32 @@ _BOOT = ("import sys; root = sys.argv[1]; "
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def python_child(module: str, function: str, args: Sequence[str] = (), *,
-                 isolated: bool = True) -> List[str]:
+def child_path() -> List[str]:
+    """The ``sys.path`` a child of ours runs on: this process's own absolute entries, in their
+    order (an installed package's site-packages after the standard library, review R12; numpy or
+    TensorBoard found where this process found them, a PYTHONPATH of an HPC ``module load`` or
+    user site-packages included: review R11's note on 5a25d36), never '' or a relative one (the
+    current folder), and the package root first when no entry holds it (a checkout)."""
+    path = [p for p in sys.path if isinstance(p, str) and p.startswith("/")]
+    return path if _PACKAGE_ROOT in path else [_PACKAGE_ROOT] + path
+
+
+def python_child(module: str, function: str, args: Sequence[str] = ()) -> List[str]:
     """The command line of a Python child of ours: ``module.function(argv)`` (``argv`` the list
     ``args``; its return the exit status), importing this very package from where this process did
-    (a checkout, a wheel), never from the current folder. ``isolated``: ``-I`` too (no
-    ``PYTHON*`` variables, no user site-packages) for a child that needs nothing beyond the
-    package's own imports; the verification's reader child is not, as it imports TensorBoard from
-    wherever this process does. Start it with ``cwd="/"`` and ``python_env``. ``OSError`` when
-    there is no interpreter to start."""
+    (a checkout, a wheel) and everything else as this process does (``child_path``), never from
+    the current folder nor from a ``PYTHONPATH`` set since (review R9 F1, R11 G8/G9). Start it with
+    ``cwd="/"``. ``OSError`` when there is no interpreter to start."""
     if not sys.executable or getattr(sys, "frozen", False):
         raise OSError(2, "no Python interpreter to start a child with")
-    root = _PACKAGE_ROOT
     boot = _BOOT.format(module=module, function=function)
-    return [sys.executable] + (["-I"] if isolated else []) + ["-c", boot, root] + list(args)
+    return [sys.executable, "-I", "-c", boot, json.dumps(child_path())] + list(args)
 
 
 def python_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
-    """This process's environment for a ``python_child``, ``PYTHONPATH`` kept to its absolute
-    entries (an empty or relative one is the current folder at the child's start, where its
-    ``sitecustomize`` would be looked for), with ``extra`` set (its ``PYTHONPATH`` kept alike)."""
+    """This process's environment for a ``python_child`` (which ignores ``PYTHON*`` itself) and
+    whatever it starts, ``PYTHONPATH`` kept to its absolute entries (an empty or relative one is the
+    current folder), with ``extra`` set (its ``PYTHONPATH`` kept alike)."""
     env = dict(os.environ, **(extra or {}))
     kept = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p.startswith("/")]
     if kept:
@@ -128,4 +132,4 @@ def _stop(proc: Optional[subprocess.Popen]) -> None:
         pass
 
 
-__all__ = ["TERMINAL_SIGNALS", "popen_out_of_reach", "python_child", "python_env"]
+__all__ = ["TERMINAL_SIGNALS", "child_path", "popen_out_of_reach", "python_child", "python_env"]

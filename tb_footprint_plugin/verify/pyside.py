@@ -381,12 +381,11 @@ class PythonSide:
             # loader killed by it was a failed verification, not the interrupt it was (review
             # R16 F13). Our end of its stdin is its lifeline (``LIFELINE``): the kernel closes it
             # when this process ends, however it ends, and the child then ends too.
-            # It imports this very package (a worktree may shadow an installed copy), never from the
-            # current folder (review R11 G9: ``python -m`` ran a package planted in a shared logdir
-            # one stands in), and TensorBoard from wherever this process does (not isolated).
+            # It imports this very package (a worktree may shadow an installed copy) and TensorBoard
+            # from where this process does, never from the current folder (review R11 G9: ``python
+            # -m`` ran a package planted in a shared logdir one stands in).
             self._proc = popen_out_of_reach(  # the instant before its ``setsid`` too
-                python_child(__name__, "child_main", [self.run_dir or "-", str(self.timeout_s), LIFELINE],
-                             isolated=False),
+                python_child(__name__, "child_main", [self.run_dir or "-", str(self.timeout_s), LIFELINE]),
                 stdin=subprocess.PIPE, stdout=self._out, stderr=self._err, env=python_env(), cwd="/")
         except OSError:
             self._proc = None  # no interpreter to start: result() reads in this process
