@@ -1089,7 +1089,7 @@ def bucket_report(b: dict) -> bool:
         ok &= bool(good)
         print(f"  {b['workers']} shard workers (tb-footprint reduce --shard i/{b['workers']}, at once): "
               f"{s['seconds']:.1f} s, {s['requests']} requests ({_verbs(s['counts'])}) = {s['requests'] / n:.2f} a run "
-              f"(with the ledger objects: 2 puts a run); {s['verified']}/{n} verified; exits {s['exit']}")
+              f"(with the ledger objects: one per worker and batch); {s['verified']}/{n} verified; exits {s['exit']}")
         for o in s["others"][:3]:
             print(f"    not verified: {o}")
         print(f"  status (merged ledgers): {st.get('seconds', 0):.1f} s, {st.get('requests', 0)} requests "
