@@ -11,7 +11,7 @@ copy another logdir's blobs from a shared local folder into this bucket."""
 import json
 
 from tb_footprint_plugin import api
-from tb_footprint_plugin.codes import Finding, Outcome
+from tb_footprint_plugin.codes import Failure, Finding, Outcome
 
 from test_bucket_prefix_moved_blob_folder import DROP, _move, prof_logdir  # noqa: F401
 from test_bucket_prefix_moved_copies import _copy, _user
@@ -44,6 +44,7 @@ def test_two_logdirs_sharing_a_vault_prefix_never_purge_each_others_backups(s3_b
     (row,) = [p for p in st["problems"] if p["code"] == Finding.FOREIGN_MANIFEST]
     assert row["operations"] == 2 and row["logdirs"] == [a] and "2 operation(s) of other logdirs" in row["detail"]
     assert api.history(b, backup_dir=vault) == []
+    assert api.verify(b, backup_dir=vault) == []  # the re-check of kept backups looks at none of A's
     pr = api.purge(b, yes=True, backup_dir=vault)
     assert not pr.ops, pr.to_dict()
     outs = api.restore(b, backup_dir=vault)
@@ -131,7 +132,8 @@ def test_a_planted_id_never_lets_a_restore_copy_another_logdirs_blobs(s3_bucket,
         fs.pipe_file(f"{kb}/.tb-footprint/manifests/{man_key.rsplit('/', 1)[-1]}", json.dumps(m).encode())
         fs.invalidate_cache()
         outs = api.restore(b, backup_dir=folder)
-        assert [o for o in outs if o.status == "restored"] == [], [o.to_dict() for o in outs]
+        assert [o.code for o in outs] == [Failure.REFUSED], [o.to_dict() for o in outs]
+        assert ("this logdir did not add" if made_at == b else "this logdir is a copy") in outs[0].reason
         fs.invalidate_cache()
         got = sorted(k[len(kb) + 1:] for k in fs.find(kb) if "/.tb-footprint/" not in k)
         assert got == ["x/notes.txt"], "A's backed-up originals were copied into B"

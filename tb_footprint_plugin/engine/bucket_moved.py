@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Set
 
-from tb_footprint_plugin.codes import Finding
+from tb_footprint_plugin.codes import Failure, Finding
 
-from tb_footprint_plugin.engine.bucket_identity import moved_root, same_logdir
+from tb_footprint_plugin.engine.bucket_blobs import is_blob_entry
+from tb_footprint_plugin.engine.bucket_identity import entry_owner, moved_root, same_logdir
 from tb_footprint_plugin.engine.bucket_objects import BucketState
-from tb_footprint_plugin.engine.bucket_state import vault_url
+from tb_footprint_plugin.engine.bucket_state import BucketTxnError, vault_url
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_object import ObjectStore
@@ -114,6 +115,23 @@ def others_row(ostore: ObjectStore, vault, others: List[dict]) -> List[dict]:
                        "purge them at the logdir that made them, which may be this one before it was moved"}]
 
 
+def not_ours_refusal(vault, m: dict) -> Optional[BucketTxnError]:
+    """Before a restore's journal: why manifest ``m`` (read by the catalogue's one reader) may not
+    copy its blobs into the bucket, or None: made at a prefix that still holds it (a copy: where
+    to restore it), or an entry whose blob this logdir did not claim where it stands or where
+    ``m`` was found moved from (``entry_owner``'s copying rule: another logdir's, whatever id the
+    bucket's state says)."""
+    if m.get(MADE_AT):
+        return BucketTxnError(Failure.REFUSED, f"manifest of {m.get('op_id')} {made_at_words(m[MADE_AT])}")
+    theirs = [f["path"] for f in m.get("files") or [] if is_blob_entry(f) and vault.blobs is not None
+              and entry_owner(vault.blobs, f) is not None
+              and entry_owner(vault.blobs, f, copying=True, moved_from=m.get(MOVED_FROM)) is None]
+    if theirs:
+        return BucketTxnError(Failure.REFUSED, f"names blobs of {vault.blobs.folder} this logdir did not add where it "
+                              f"stands (another logdir's, or another location's): {', '.join(theirs[:5])}")
+    return None
+
+
 def made_at_words(url: str) -> str:
     """What a verb says of a manifest ``MADE_AT`` another prefix that still holds its operation."""
     return (f"made at {url}, which still holds this operation: this logdir is a copy of that one; restore it "
@@ -126,5 +144,5 @@ def outside_words(m: dict, words: str) -> str:
     return f"manifest of {m.get('op_id')} {made_at_words(m[MADE_AT])}" if m.get(MADE_AT) else words
 
 
-__all__ = ["COPY", "MADE_AT", "MOVED_FROM", "OTHERS", "OURS", "made_at_words", "map_moved", "marked_afresh", "others_row", "outside_words",
+__all__ = ["COPY", "MADE_AT", "MOVED_FROM", "OTHERS", "OURS", "made_at_words", "map_moved", "marked_afresh", "not_ours_refusal", "others_row", "outside_words",
            "whose"]

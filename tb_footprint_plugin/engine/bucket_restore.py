@@ -24,23 +24,11 @@ from typing import Callable, Dict, List, Optional
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import faults, putback, txn
 from tb_footprint_plugin.engine.bucket_blobs import blobs_of, check_entry, is_blob_entry, names_our_backup, put_back
-from tb_footprint_plugin.engine.bucket_moved import MOVED_FROM, marked_afresh, outside_words
+from tb_footprint_plugin.engine.bucket_moved import MOVED_FROM, marked_afresh, not_ours_refusal, outside_words
 from tb_footprint_plugin.engine.bucket_putback import ObjectPutBack, beside_at_free_name
-from tb_footprint_plugin.engine.bucket_state import (
-    BucketState,
-    BucketTxnError,
-    BucketVault,
-    journal_path,
-    lock_runs,
-    must_delete,
-    must_delete_versioned,
-    new_journal,
-    now_s,
-    run_listing,
-    run_prefix,
-    STORE_FAILURES,
-    vault_url,
-)
+from tb_footprint_plugin.engine.bucket_state import (STORE_FAILURES, BucketState, BucketTxnError, BucketVault, journal_path,
+                                                     lock_runs, must_delete, must_delete_versioned, new_journal, now_s,
+                                                     run_listing, run_prefix, vault_url)
 from tb_footprint_plugin.engine.bucket_steps import copy_matches, in_place, renamed, staged_match
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome
 from tb_footprint_plugin.engine.journal import OpJournal
@@ -183,14 +171,16 @@ class ObjectRestore(ObjectPutBack):
         self.jpath = journal_path(ostore, self.op_id)
 
     def _check_keys(self) -> None:
-        """Every key checked before the journal and the first put-back: each names a backup of
-        this vault and an original inside the run (``Failure.REFUSED``), then the backups as far
-        as the store tells without downloading (``putback.backups_refusal``, a disk's words): a
-        blob of the folder read back to its sha256, a backup object listed with its original's
-        size and checksums (one listing of its folder, ``blobs/<op>/``: a restore that started
-        without one could never finish)."""
+        """Every key checked before the journal and the first put-back: each names a backup of this
+        vault (its blobs ours to copy: ``not_ours_refusal``) and an original inside the run (``Failure.
+        REFUSED``), then the backups as far as the store tells without downloading (``putback.
+        backups_refusal``): a blob read back to its sha256, a backup object listed with its original's
+        size and checksums (one listing of ``blobs/<op>/``: a restore that started without one could
+        never finish)."""
         ostore, vault, m, run = self.ostore, self.vault, self.m, self.run
         damaged_blobs: List[str] = []
+        if (theirs := not_ours_refusal(vault, m)) is not None:  # a copy's, or another's blobs (R11 G3, G10)
+            raise theirs
         plain: List[dict] = []
         for f in m["files"]:
             if not names_our_backup(vault, f):
@@ -398,8 +388,7 @@ def _missing_backups(vault: BucketVault, files: List[dict]) -> List[str]:
 
 
 def _made_where(manifest: dict) -> str:
-    """Where the reduction kept its blobs, when that is another folder or machine than this
-    restore's (the manifest is untrusted: only ever said, never followed)."""
+    """Where the reduction kept its blobs (untrusted: only ever said, never followed)."""
     folder, host = manifest.get("blob_folder"), manifest.get("host")
     if not isinstance(folder, str) or not isinstance(host, str):
         return ""
@@ -413,8 +402,8 @@ _STREAMED = object()
 def _put_back(ostore: ObjectStore, vault: BucketVault, f: dict, orig: str, if_version: Optional[str] = None,
               moved_from: Optional[str] = None):
     """One original back at its key: a server-side copy of its backup (the copy's result, for
-    ``copy_matches``), or streamed from the blob vault and checked there (``_STREAMED``);
-    create-only, or only over ``if_version``. ``moved_from``: the manifest's ``MOVED_FROM``."""
+    ``copy_matches``), or streamed from the blob vault (``moved_from``: the manifest's ``MOVED_FROM``)
+    and checked there (``_STREAMED``); create-only, or only over ``if_version``."""
     if is_blob_entry(f):
         put_back(ostore, vault, f, if_version=if_version, moved_from=moved_from)
         return _STREAMED

@@ -58,7 +58,7 @@ from tb_footprint_plugin.codes import BlobError, Code, Failure, Finding, Outcome
 from tb_footprint_plugin.engine import faults, lease, manifest, txn
 from tb_footprint_plugin.engine import retire_run as one_retirement
 from tb_footprint_plugin.engine import unretire_run as one_unretire
-from tb_footprint_plugin.engine.bucket_moved import MADE_AT, MOVED_FROM, marked_afresh, outside_words
+from tb_footprint_plugin.engine.bucket_moved import MADE_AT, MOVED_FROM, marked_afresh, not_ours_refusal, outside_words
 from tb_footprint_plugin.engine.bucket_blobs import (KEPT_IN, adding, backup_entries, blobs_of, entry_failure,
                                                       entry_ok, is_blob_entry, put_back)
 from tb_footprint_plugin.engine.bucket_state import (
@@ -673,6 +673,8 @@ class BucketUnretire(one_unretire.UnretireLayout):
             why = _refuse(run, self.along, ostore, vault)
             if why:
                 raise BucketTxnError(Failure.REFUSED, why)
+            if (theirs := not_ours_refusal(vault, m)) is not None:  # a copy's, or another's blobs (R11 G3, G10)
+                raise theirs
             for f in m["files"]:
                 ostore.path(f["path"])
                 ours = entry_ok(f) and is_sha256(f.get("sha256")) if is_blob_entry(f) else \
