@@ -293,6 +293,8 @@ def _print_plan(p, verbose: bool = False) -> None:
             print(f"{head}  [skipped{f' [{rp.code}]' if rp.code else ''}: {rp.skipped}]")
             continue
         print(f"{head}  (frees {human_bytes(rp.removable_bytes)})")
+        if rp.owner_said:  # another user's, taken on request: said before anyone says yes (review R12 H3)
+            print(f"  ! {rp.owner_said}")
         if rp.linked_files:  # what the swap cannot free: another name keeps it (the plan's note says more)
             print(f"  ! {rp.linked_files} file(s) hard-linked elsewhere ({human_bytes(rp.linked_bytes)}): "
                   f"their bytes stay on disk, their backups are copies [{Finding.HARD_LINKED}]")
@@ -537,10 +539,15 @@ def _plan_summary(plans: list, out, verbose: bool = False) -> int:
         redo = "  (its interrupted attempt is rolled back first, then it is reduced again)" \
             if rp.code == Skip.UNFINISHED else ""
         print(f"  {name}: {human_bytes(rp.bytes_before)} → {human_bytes(rp.expected_after_bytes)}{redo}", file=out)
+        if rp.owner_said:
+            print(f"    ! {rp.owner_said}", file=out)
         if verbose:
             _print_fidelity(rp, out, indent="    ")
     if len(todo) > 10:
         print(f"  … {len(todo) - 10} more (`tb-footprint plan {plans[0].logdir}` lists them all)", file=out)
+    others = sum(1 for _, rp in todo if rp.owner_said)
+    if others:  # the fact the question turns on, counted, even past the ten runs listed
+        print(f"  {others} of them another user's, taken on request: their originals go into your vault", file=out)
     done = [rp.run for p in plans for rp in p.runs if rp.code == Skip.LEDGER_DONE]
     if done:
         print(f"  ({len(done)} run(s) this batch's ledger already settled are skipped: {', '.join(done[:6])}"
@@ -1931,7 +1938,9 @@ def cmd_retire(args) -> int:
         for i in plan.items:
             mark = "→" if i.selected else "·"
             print(f"  {mark} {i.run}  {human_bytes(i.bytes)}{_metric_note(i)}  — {i.reason}")
-    rc = _consent(args, "retire", len(plan.selected), f"Retire these {len(plan.selected)} run(s) into the vault?")
+    others = sum(1 for i in plan.selected if i.owner_uid is not None)
+    rc = _consent(args, "retire", len(plan.selected), f"Retire these {len(plan.selected)} run(s) into the vault"
+                  + (f" ({others} of them another user's)" if others else "") + "?")
     if rc is not GO:
         if args.json:
             _dump({"dry_run": True, "plan": plan.to_dict(), "bytes": plan.bytes})

@@ -14,6 +14,7 @@ from tb_footprint_plugin.engine.context import Context, TransactionError, check_
 from tb_footprint_plugin.engine import txn
 from tb_footprint_plugin.engine.history import changes_since
 from tb_footprint_plugin.engine.standing import entries_at, writers_at
+from tb_footprint_plugin.plan import owners
 from tb_footprint_plugin.plan.model import RunPlan
 from tb_footprint_plugin.plan.planner import active_reason, newest_write
 from tb_footprint_plugin.scan import categories as cat
@@ -26,7 +27,9 @@ from tb_footprint_plugin.storage.regular import kind_of
 def preflight(ctx: Context, rp: RunPlan, link_backups: bool = True) -> None:
     """Refuse the run (``TransactionError`` with its code) before anything is written: another
     operation changed it since the plan, it leads out of the logdir, an event file is unreadable,
-    it is still being written, a planned file changed or is not a regular file, a folder is not
+    it is still being written, a planned file changed or is not a regular file, the run's folder
+    or a planned file is another user's now and the plan was made without the opt-in
+    (``plan.owners``, review R12 H2), a folder is not
     writable, the logdir or the vault lacks the space, or a process holds a file open for writing.
     ``link_backups``: the backups may be hard links (the swap strategy's), which need no space in a
     vault on the same filesystem; else each backup is a copy, counted whole."""
@@ -53,6 +56,10 @@ def preflight(ctx: Context, rp: RunPlan, link_backups: bool = True) -> None:
         raise TransactionError(f"run {rp.run!r} is {active}", Skip.ACTIVE)
     need_logdir = 0
     need_vault = 0
+    try:  # the owner rule asked again here, of what stands now: a chown since the plan
+        _check_owner(rp, os.lstat(run_dir).st_uid)
+    except FileNotFoundError:  # gone: each planned file says so below
+        pass
     for a in rp.actions:
         p = ctx.abs(a.path)
         if not is_within(p, ctx.logdir) or not real_within(os.path.dirname(p), ctx.logdir):
@@ -70,6 +77,7 @@ def preflight(ctx: Context, rp: RunPlan, link_backups: bool = True) -> None:
         if not stat.S_ISREG(st.st_mode):
             raise TransactionError(f"{a.path}: is {kind_of(st.st_mode)}, not a regular file; refusing",
                                    Skip.NOT_REGULAR)
+        _check_owner(rp, st.st_uid)
         if st.st_size != a.bytes_before:
             raise TransactionError(f"{a.path}: changed since the scan ({a.bytes_before} → {st.st_size} bytes)")
         if not os.access(p, os.R_OK):
@@ -97,6 +105,13 @@ def check_writers(ctx: Context, rp: RunPlan) -> None:
     if found.holders:
         raise TransactionError(f"run {rp.run!r} is being written: " + describe_holders(found.holders)
                                + "; left alone", Skip.OPEN_FOR_WRITING)
+
+
+def _check_owner(rp: RunPlan, uid: int) -> None:
+    # the scan's verdict may be minutes (the tab's kept scan) or hours (a batch's turn) old
+    others = owners.held_by_other((uid,), rp.include_others_runs, "reduces")
+    if others:
+        raise TransactionError(others[1], Skip.OTHERS_RUN)
 
 
 def _changed_by_other(ctx: Context, rp: RunPlan) -> None:

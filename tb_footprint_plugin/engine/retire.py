@@ -103,6 +103,7 @@ from tb_footprint_plugin.engine.swap import folder_times, make_dirs, settle_fold
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.plan.planner import active_reason, newest_write
+from tb_footprint_plugin.plan import owners
 from tb_footprint_plugin.storage.access import access_refusal
 from tb_footprint_plugin.storage.files import CopyMismatch, copy_new, fsync_dir, sha256_file
 from tb_footprint_plugin.storage.openfiles import describe_holders
@@ -235,6 +236,7 @@ class DiskRetire(one_retirement.RetireLayout):
             _preflight(ctx, run)
             files, dirs = inventory(ctx, run)
             out.bytes_before = out.bytes_after = sum(f["size"] for f in files)
+            self._check_owner(files, dirs)
             _check_quiet(ctx, run, files)
             _check_writers(ctx, run)
             ctx.vault.ensure()
@@ -285,6 +287,16 @@ class DiskRetire(one_retirement.RetireLayout):
             # the folder the run leaves (its own folder and those below come back from ``dirs``)
             "dir_times": folder_times(ctx, [os.path.dirname(run)]),
         })
+
+    def _check_owner(self, files: List[dict], dirs: List[dict]) -> None:
+        """The owner rule (``plan.owners``) asked again of the inventory just read under the locks
+        (every file, each run's folder), as the plan asked the scan: a run handed to another user
+        since (the tab retires from its kept scan) is left alone unless the rule opts in."""
+        folders = {self.run, *self.along}
+        uids = [d["uid"] for d in dirs if d["path"] in folders] + [f["uid"] for f in files]
+        others = owners.held_by_other(uids, bool((self.rule or {}).get("include_others_runs")), "retires")
+        if others:
+            raise TransactionError(others[1], Skip.OTHERS_RUN)
 
     def move(self, cancel: CancelToken, report: txn.Report) -> None:
         """Every file into the vault after the ``move`` record: a rename, or a checked copy (the

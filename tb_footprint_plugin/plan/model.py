@@ -6,6 +6,7 @@ from typing import Dict, List, Optional
 
 # a plan of 100,000 runs holds a few actions per run: without a __dict__ each (Python 3.10+), and
 # the empty params/categories/writers most of them have are one shared object (64 bytes a copy)
+from tb_footprint_plugin.plan import owners
 from tb_footprint_plugin.scan.model import COMPACT, FrozenList, no_items, no_keys
 
 
@@ -86,6 +87,16 @@ class RunPlan:
     #: another user's uid owning the run's folder or a file it changes (``plan.owners``): left
     #: alone with ``Skip.OTHERS_RUN``, or planned on request (``include_others_runs``); None: yours
     owner_uid: Optional[int] = None
+    #: the plan was made with ``include_others_runs``: the engine, which asks the owner rule again
+    #: under the run's lock, takes the run even if it became another user's since (``plan.owners``)
+    include_others_runs: bool = False
+
+    @property
+    def owner_said(self) -> Optional[str]:
+        """Before anyone says yes: whose run this is, when the plan takes another user's on request."""
+        if self.owner_uid is None or self.skipped:
+            return None
+        return owners.taken_ahead(self.owner_uid)
 
     @property
     def removable_bytes(self) -> int:

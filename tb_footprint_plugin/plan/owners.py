@@ -10,9 +10,10 @@ restore it). Root too: "yours" is the effective uid, so root opts in as anyone d
 """
 from __future__ import annotations
 
+import functools
 import os
 import pwd
-from typing import Collection, Iterable, Optional, Sequence
+from typing import Collection, Iterable, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.scan.model import RunFootprint
 
@@ -20,6 +21,7 @@ from tb_footprint_plugin.scan.model import RunFootprint
 OPT_IN = "--include-others-runs"
 
 
+@functools.lru_cache(maxsize=1024)
 def user_label(uid: int) -> str:
     """``alice (uid 1001)``, or ``uid 1001`` for a uid with no name here."""
     try:
@@ -53,10 +55,31 @@ def others_uid_of(runs: Iterable[RunFootprint]) -> Optional[int]:
     return next((u for u in (others_uid(r) for r in runs) if u is not None), None)
 
 
+@functools.lru_cache(maxsize=1024)
 def left_alone(uid: int, verb: str) -> str:
     """Why a run of ``uid`` is left alone (``verb``: "reduces", "retires")."""
     return (f"owned by {user_label(uid)}: its owner {verb} it; nothing changed (your vault would hold "
             f"its originals, out of its owner's reach: {OPT_IN} takes it anyway)")
+
+
+def held_by_other(uids: Iterable[int], include_others_runs: bool, verb: str) -> Optional[Tuple[int, str]]:
+    """The engine's look under the run's lock: ``uids`` are the st_uid it just read of the run's
+    folder and of the files it changes or moves. (uid, why) of the first not the invoker's when
+    the plan was made without the opt-in: the run is left alone (``Skip.OTHERS_RUN``); else None."""
+    if include_others_runs:
+        return None
+    me = os.geteuid()
+    uid = next((u for u in uids if u != me), None)
+    if uid is None:
+        return None
+    return uid, (f"owned by {user_label(uid)} since the plan; nothing changed (its owner {verb} it; "
+                 f"{OPT_IN} takes it anyway)")
+
+
+def taken_ahead(uid: int) -> str:
+    """What a plan says, before anyone says yes, of a run of ``uid`` it takes on request."""
+    return (f"owned by {user_label(uid)}: taken on request ({OPT_IN}); its originals go into the vault "
+            f"of {user_label(os.geteuid())} — tell its owner")
 
 
 def taken(uid: int, vault: Optional[str]) -> str:
@@ -67,4 +90,5 @@ def taken(uid: int, vault: Optional[str]) -> str:
             f"{me}{where}; only {me}'s `restore` brings them back and {me}'s `purge` deletes them — tell its owner")
 
 
-__all__ = ["OPT_IN", "user_label", "others_uid", "others_uid_changed", "others_uid_of", "left_alone", "taken"]
+__all__ = ["OPT_IN", "user_label", "others_uid", "others_uid_changed", "others_uid_of", "left_alone", "held_by_other",
+           "taken_ahead", "taken"]

@@ -111,7 +111,8 @@ def make_plan(
     ``on_planned(run, run_plan)``: called once each run is planned (skips set), so a caller that
     owns the scan may let go of the run's files before the next (``let_go``).
     A run another user owns (its folder, or a file it would change: ``plan.owners``) is left alone
-    with ``Skip.OTHERS_RUN`` unless ``include_others_runs``; then planned, its ``owner_uid`` set."""
+    with ``Skip.OTHERS_RUN`` unless ``include_others_runs``; then planned, its ``owner_uid`` set.
+    Each run plan carries the opt-in: the engine asks the rule again at the run's lock."""
     pol = get_policy(policy)
     now = time.time() if now is None else now
     check_selection(footprint, runs, run_glob)
@@ -119,9 +120,7 @@ def make_plan(
     plans = []
     texts = SharedTexts()  # the plan's lines and reasons: one string each, however many runs say it
     for r in footprint.runs:
-        if r.name == UNATTRIBUTED:
-            continue
-        if chosen is not None and r.name not in chosen:
+        if r.name == UNATTRIBUTED or (chosen is not None and r.name not in chosen):
             continue
         if run_glob and not select.matches(r.name, run_glob):
             continue
@@ -135,7 +134,7 @@ def make_plan(
         # worth analysing now
         idle = not active and (include_others_runs or r.uid is None)
         rp = plan_run(r, pol, rewrite if idle else None, trace_after if idle else None)
-        rp.planned_at = footprint.scanned_at
+        rp.planned_at, rp.include_others_runs = footprint.scanned_at, include_others_runs
         uid = owners.others_uid_changed(r, rp.actions)
         if uid is not None and not include_others_runs:
             rp.skipped, rp.code, rp.owner_uid = owners.left_alone(uid, "reduces"), Skip.OTHERS_RUN, uid

@@ -236,7 +236,9 @@ def plan_retire(fp: LogdirFootprint, rule: RetireRule, *, quiet_period: float,
         if uid is not None and not rule.include_others_runs:
             out[n] = item(n, False, owners.left_alone(uid, "retires"), Skip.OTHERS_RUN, metric=md, owner_uid=uid)
             continue
-        out[n] = item(n, True, base + (f"; takes along {len(kids)} nested run(s)" if kids else ""),
+        # another user's taken on request: the plan says so before anyone says yes (review R12 H3)
+        out[n] = item(n, True, base + (f"; takes along {len(kids)} nested run(s)" if kids else "")
+                      + (f"; {owners.taken_ahead(uid)}" if uid is not None else ""),
                       takes_along=kids, metric=md, owner_uid=uid)
     # a run inside a selected parent's tree moves with the parent: never a second operation
     parents = [i.run for i in out.values() if i.selected and i.takes_along]

@@ -187,8 +187,11 @@ def _signature(fp) -> str:
     h.update(repr((fp.logdir, fp.total_bytes, fp.vault_bytes, len(fp.runs), list(fp.warnings)[:50])).encode())
     for r in fp.runs:  # ~1 s per 100,000 runs: once per scan, on the scan's thread (``prepare``)
         cats = ",".join(sorted(f"{c.name}={c.bytes}" for c in r.categories.values()))
+        # whose it is decides its verdict (others_run): a chown changes no size (review R12 H2);
+        # a file's uid is set only when another user's, so a run all yours adds nothing here
+        uids = [f.uid for f in r.files if f.uid is not None]
         h.update(f"{r.name}\0{r.total_bytes}\0{r.newest_mtime!r}\0{len(r.files)}\0{len(r.sessions)}\0"
-                 f"{len(r.warnings)}\0{r.has_event_files}\0{cats}\n".encode())
+                 f"{len(r.warnings)}\0{r.has_event_files}\0{cats}\0{r.uid}\0{uids}\n".encode())
     return h.hexdigest()
 
 
