@@ -111,8 +111,9 @@ def others_row(ostore: ObjectStore, vault, others: List[dict]) -> List[dict]:
              "operations": len(others), "logdirs": where,
              "detail": f"{len(others)} operation(s) of other logdirs in this vault {url}"
                        + (f" (made at {shown})" if shown else "")
-                       + ": left alone here (never counted, restored or purged from this logdir); restore or "
-                       "purge them at the logdir that made them, which may be this one before it was moved"}]
+                       + ": left alone here (never counted, restored or purged from this logdir). If this "
+                       "logdir was moved from there, move it back to restore them (never purge at a URL where "
+                       "no logdir stands: their backups may be the only copies of this logdir's runs)"}]
 
 
 def not_ours_refusal(vault, m: dict) -> Optional[BucketTxnError]:
