@@ -140,3 +140,20 @@ def test_a_planted_id_never_lets_a_restore_copy_another_logdirs_blobs(s3_bucket,
     # A itself restores from the folder byte for byte
     outs = api.restore(a, backup_dir=folder)
     assert [o.status for o in outs] == ["restored"], [o.to_dict() for o in outs]
+
+
+def test_a_purge_where_no_logdir_stands_never_frees_a_moved_logdirs_copies(s3_bucket, prof_logdir):
+    """R11 G11: the logdir moved away from a shared vault; a purge at its old URL, where nothing
+    stands any more, refuses its operations (prefix_moved) instead of freeing its only copies."""
+    a = s3_bucket.upload(prof_logdir, "runsA")
+    vault = s3_bucket.url("vault")
+    before = _user(s3_bucket, "runsA")
+    _reduce_and_retire(a, vault)
+    _move(s3_bucket, "runsA", "runsA2")
+    pr = api.purge(a, yes=True, backup_dir=vault)
+    assert not pr.ops, pr.to_dict()
+    assert sorted(r["code"] for r in pr.to_dict()["refused"]) == [Finding.PREFIX_MOVED] * 2
+    _move(s3_bucket, "runsA2", "runsA")
+    outs = api.restore(a, backup_dir=vault)
+    assert sorted(o.status for o in outs) == ["restored", "restored"], [o.to_dict() for o in outs]
+    assert _user(s3_bucket, "runsA") == before

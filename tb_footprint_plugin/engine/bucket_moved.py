@@ -133,6 +133,19 @@ def not_ours_refusal(vault, m: dict) -> Optional[BucketTxnError]:
     return None
 
 
+def nothing_stands(ostore: ObjectStore) -> bool:
+    """Whether no object at all stands under the logdir's prefix, its state included: perhaps the
+    URL a logdir stood at before it was moved (review R11 G11), whose operations in a shared vault
+    name this URL and whose backups are the moved logdir's only copies. One listing of the state
+    folder, and of the prefix only when that holds nothing; one that fails says False."""
+    try:
+        if BucketState.of(ostore).listing(f"{ostore.root}/{STATE_DIR_NAME}", missing_ok=True):
+            return False
+        return next(iter(ostore.list("", every_key=True)), None) is None
+    except (StoreFailure, ValueError, OSError):
+        return False
+
+
 def made_at_words(url: str) -> str:
     """What a verb says of a manifest ``MADE_AT`` another prefix that still holds its operation."""
     return (f"made at {url}, which still holds this operation: this logdir is a copy of that one; restore it "
@@ -145,5 +158,5 @@ def outside_words(m: dict, words: str) -> str:
     return f"manifest of {m.get('op_id')} {made_at_words(m[MADE_AT])}" if m.get(MADE_AT) else words
 
 
-__all__ = ["COPY", "MADE_AT", "MOVED_FROM", "OTHERS", "OURS", "made_at_words", "map_moved", "marked_afresh", "not_ours_refusal", "others_row", "outside_words",
+__all__ = ["COPY", "MADE_AT", "MOVED_FROM", "OTHERS", "OURS", "made_at_words", "map_moved", "marked_afresh", "not_ours_refusal", "nothing_stands", "others_row", "outside_words",
            "whose"]

@@ -23,6 +23,7 @@ from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry, name
 from tb_footprint_plugin.engine.bucket_identity import dropped_claims
 from tb_footprint_plugin.engine.catalogue_rules import entry_released, is_rolled_back_keeping
 from tb_footprint_plugin.engine.bucket_catalogue import manifests, own_manifests
+from tb_footprint_plugin.engine.bucket_moved import nothing_stands
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
     journal_path,
@@ -114,6 +115,14 @@ class BucketCopies(purge_run.PurgeLayout):
         # another logdir), is listed and left as it is; the other operations are purged
         refused: List[dict] = self.refused_rows
         every = self.every = own_manifests(ostore, vault, manifests(ostore, vault, refused), refused)
+        if every and not vault.root.startswith(ostore.root + "/") and nothing_stands(ostore):
+            # a vault elsewhere, and no logdir here: perhaps one moved away, whose only copies these are
+            refused += [{"code": Finding.PREFIX_MOVED, "file": ostore.url, "op_id": m["op_id"], "run": m["run"],
+                         "detail": f"no logdir stands at {ostore.url} (nothing there, not even its state): its "
+                                   "operations may be a logdir's moved away, their backups its only copies; move "
+                                   "it back here to purge or restore them. Never acted on, left in place"}
+                        for m in every]
+            every = self.every = []
         # manifests in the one schema (``engine.manifest``): a bucket keeps only verified ones, and
         # those of a rollback that kept backups (``rolled_back_keeping``): listed below, never freed
         chosen = [m for m in every if (m["outcome"] == Outcome.VERIFIED or is_rolled_back_keeping(m))
