@@ -19,7 +19,9 @@ def test_a_run_rolled_back_while_its_ledger_is_settled_is_never_recorded_done(s3
     url, _pol = _logdir(s3_bucket, tmp_path, n=1)
     ostore = ObjectStore(url)
     rfs = ostore.rfs
-    bucket_ledger.BucketLedger(ostore, "archive", None).mark("run-b", "reducing", original_size_bytes=10)
+    book = bucket_ledger.BucketLedger(ostore, "archive", None)
+    book.mark("run-b", "reducing", original_size_bytes=10)
+    book.flush()  # its batch's step (1dc6b1e: a bucket ledger writes its marks per batch): the run's start written
     jkey = rfs.path(f"{JOURNAL}/op-b.json")
     rfs.ops.put(jkey, json.dumps({"op": "op-b", "runs": [{"run": "run-b", "op": "op-b", "files": []}]}).encode())
     later = time.time() + 5
