@@ -126,12 +126,19 @@ def test_a_closed_pipe_never_cuts_a_reduce_short(tmp_path):
 def _stream_closed_at_start(fd: int, *args) -> subprocess.CompletedProcess:
     """The CLI started with file descriptor ``fd`` (1: stdout, 2: stderr) closed, as ``>&-`` under
     cron or a service leaves it (Python then makes that stream None)."""
-    def close():
-        os.close(fd)
     keep = {1: subprocess.PIPE, 2: subprocess.PIPE}
-    return subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli", *map(str, args)], env=cli_env(),
-                          stdin=subprocess.DEVNULL, stdout=keep[1], stderr=keep[2], text=True, timeout=600,
-                          preexec_fn=close)
+    return subprocess.run(_closed(fd, [sys.executable, "-m", "tb_footprint_plugin.cli", *map(str, args)]),
+                          env=cli_env(), stdin=subprocess.DEVNULL, stdout=keep[1], stderr=keep[2], text=True,
+                          timeout=600)
+
+
+def _closed(fd: int, argv: list) -> list:
+    """``argv`` run with descriptor ``fd`` closed, by a shell that closes it and execs: never a
+    ``preexec_fn``, whose Python code runs in a fork of this pytest worker. A worker that imported
+    gRPC in an earlier test (TensorBoard's in-process readers) carries gRPC's fork handlers and
+    poller into that fork, which aborted there ("epoll_wait error: Bad file descriptor", SIGABRT)
+    before the exec: the fresh-clone CI of 8bf81d0 failed two of these tests so, the CLI never run."""
+    return ["sh", "-c", f'exec "$@" {fd}>&-', "sh", *argv]
 
 
 @pytest.mark.parametrize("fd", [1, 2], ids=["stdout", "stderr"])
@@ -178,10 +185,9 @@ def test_no_file_of_a_verb_takes_a_standard_streams_number_closed_at_start(tmp_p
     for verb in (["scan", str(logdir)], ["reduce", str(logdir), "--yes", "--verify", "python"]):
         out, err = tmp_path / f"seen-{verb[0]}.json", tmp_path / f"stderr-{verb[0]}.txt"
         with open(err, "w") as keep:  # what the child said, should it end without its JSON (seen once in CI)
-            p = subprocess.run([sys.executable, "-c", _FDS_SEEN, str(out), *verb], env=cli_env(),
+            p = subprocess.run(_closed(fd, [sys.executable, "-c", _FDS_SEEN, str(out), *verb]), env=cli_env(),
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL if fd == 2 else keep, timeout=600,
-                               preexec_fn=lambda: os.close(fd))
+                               stderr=subprocess.DEVNULL if fd == 2 else keep, timeout=600)
         assert out.exists(), (verb, p.returncode, err.read_text()[-4000:])
         seen = json.loads(out.read_text())
         assert seen["rc"] == 0, (verb, seen)
