@@ -1184,10 +1184,17 @@ def _print_purge(rep) -> None:
         print(f"refused [{r['code']}]: {r['detail'] if 'file' not in r else r['file'] + ': ' + r['detail']}")
     for o in rep.ops:
         print(f"  {o['op_id']}  {shown(o['run'])}  {human_bytes(o['bytes'])}" + ("  (restored)" if o["restored"] else "")
-              + ("  (retired run: its only copy)" if o.get("kind") == "retire" and not o["restored"] else ""))
+              + ("  (retired run: its only copy)" if o.get("kind") == "retire" and not o["restored"] else "")
+              + (f"  (files of {', '.join(u['user'] for u in o['others'])}: their only copy)" if o.get("others") else ""))
     verb = "would free" if rep.dry_run else "freed"
     print(f"{len(rep.ops)} backup(s); {verb} {human_bytes(rep.freed_bytes)}; "
           f"{rep.originals_lost} original file(s) {'would be' if rep.dry_run else 'were'} lost for good")
+    others = {u["uid"]: u["user"] for o in rep.ops for u in o.get("others") or []}
+    if others:  # runs of other users taken on request (--include-others-runs): they lose them, not you
+        held = sum(1 for o in rep.ops if o.get("others"))
+        print(f"{held} of these {'hold' if rep.dry_run else 'held'} the only copies of other users' files "
+              f"({', '.join(others[u] for u in sorted(others))}): "
+              f"{'once purged, nobody can restore them' if rep.dry_run else 'nobody can restore them now'}")
     if rep.folder_freed_bytes is not None:  # a bucket's local folder of blobs: what its forget frees there
         print(f"the local backup folder: {'would free up to' if rep.dry_run else 'freed'} "
               f"{human_bytes(rep.folder_freed_bytes)} of stored blobs")

@@ -485,3 +485,46 @@ def test_bucket_logdir_in_the_browser(browser, s3_bucket, tmp_path):
         if tab is not None:
             tab.close()
         t.stop()
+
+
+def test_purge_names_other_users_files_in_the_browser(browser, tmp_path):
+    """A run of another user's taken on request (``--include-others-runs``): the purge's second
+    confirmation names whose files go for good besides the user's own. Run as root (CI does):
+    the run is chowned to a uid nobody has."""
+    assert os.geteuid() == 0, "chowns a run to another uid: run as root (CI does)"
+    from helpers_runs import write_loss_run
+    from tb_footprint_plugin import api
+
+    logdir = tmp_path / "team"
+    write_loss_run(logdir / "theirs", seed=21)
+    old = 1_600_000_000
+    for d, dirs, files in os.walk(logdir / "theirs"):
+        for n in files:
+            os.utime(os.path.join(d, n), (old, old))
+        for n in dirs + files:
+            os.chown(os.path.join(d, n), 54321, -1)
+    os.chown(logdir / "theirs", 54321, -1)
+    (out,) = api.reduce_logdir(str(logdir), dry_run=False, quiet_period=0, verify_backends=("python",),
+                               include_others_runs=True).outcomes
+    assert out.status == "verified", out.to_dict()
+    t = TensorBoard(logdir)
+    tab = None
+    try:
+        tab = Tab(browser, t)
+        f = tab.frame
+        f.locator('.nav-item[data-view="operations"]').click()
+        f.locator("button.purge").click()
+        f.locator(".dialog .dialog-confirm").click()
+        second = f.locator(".dialog")
+        expect(second).to_contain_text("for good")
+        expect(second.locator(".others-lost")).to_contain_text("Among them are files of uid 54321")
+        tab.shot("21-purge-names-others.png")
+        f.locator(".dialog .dialog-cancel").click()
+        expect(f.locator(".dialog")).to_have_count(0)
+        (op,) = t.json(PREFIX + "/operations")["operations"]
+        assert not op["backup_purged"], op
+        assert tab.our_errors() == [], tab.our_errors()
+    finally:
+        if tab is not None:
+            tab.close()
+        t.stop()

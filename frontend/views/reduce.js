@@ -222,6 +222,12 @@ export async function purgeFlow(model, opts, onError) {
     : [el('p', {class: 'dialog-lead'}, el('strong', {class: 'originals-lost', text: 'No original file'}),
       ' is lost: every run in this purge was restored, so its files are back in the logdir.'),
     el('p', {class: 'muted', text: 'Only the copies in the vault are deleted.'})];
+  // runs of other users taken on request (--include-others-runs): they lose them too, and are not asked
+  const others = [...new Map(preview.ops.flatMap((o) => o.others || []).map((u) => [u.uid, u.user])).values()];
+  if (lost && others.length) {
+    second.push(el('p', {class: 'warn-text others-lost',
+      text: 'Among them are files of ' + others.join(', ') + ': their runs were taken into your vault on request, and they cannot restore them either.'}));
+  }
   const sure = await confirmDialog({title: lost ? 'Lose ' + plural(lost, 'original') + ' for good?' : 'Delete the backups?',
     body: second, confirm: lost ? 'Delete ' + plural(lost, 'original') + ' for good' : 'Delete the backups', danger: true});
   if (!sure) return null;

@@ -36,7 +36,7 @@ from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, r
 from tb_footprint_plugin.engine.context import CancelToken, Context, writing
 from tb_footprint_plugin.engine.placement import starts_with
 from tb_footprint_plugin.engine.purge_choice import PurgeChoice, held_runs
-from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_row, originals_lost
+from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_row, lost_files, others_of
 from tb_footprint_plugin.engine.purge_run import PurgeReport
 from tb_footprint_plugin.engine.recovery_rules import RecoveryOutcome
 from tb_footprint_plugin.engine.retire_purge import DiskRetired, log_purge
@@ -201,9 +201,8 @@ class DiskBackups(purge_run.PurgeLayout):
         vault, plan = group.plan
         freed = group.done
         stayed = {sha for _f, kept in freed.values() for sha in kept}
-        rows = [_row(m, freed[m["op_id"]][0],
-                     originals - (0 if m.get("restored_by") else sum(1 for f in m["files"] if f["sha256"] in stayed)))
-                for m, _shas, _size, originals in plan]
+        rows = [_row(m, freed[m["op_id"]][0], [f for f in lost if f["sha256"] not in stayed])
+                for m, _shas, _size, lost in plan]
         kept = [kept_row(m, vault.blob_size_on_disk(sha), Finding.UNFINISHED,
                          f"backup {sha[:12]}… was kept: a transaction under way relies on the "
                          "same bytes (it backed them up since this purge was planned)", sha256=sha)
@@ -269,15 +268,16 @@ def _by_vault(ms: List[dict]) -> Dict[str, List[dict]]:
     return by
 
 
-def _row(m: dict, size: int, originals: int) -> dict:
-    """A reduction's purge row (``docs/json-schema.md``)."""
-    return {"op_id": m["op_id"], "run": m["run"], "bytes": size, "originals": originals,
-            "finished_at": m.get("finished_at"), "restored": bool(m.get("restored_by"))}
+def _row(m: dict, size: int, lost: List[dict]) -> dict:
+    """A reduction's purge row (``docs/json-schema.md``); ``lost``: its file entries whose
+    originals go for good."""
+    return {"op_id": m["op_id"], "run": m["run"], "bytes": size, "originals": len(lost),
+            "finished_at": m.get("finished_at"), "restored": bool(m.get("restored_by")), "others": others_of(lost)}
 
 
 def _blob_plan(vault: Vault, ms: List[dict], pending: set, known: Optional[List[dict]] = None) -> list:
     """Per operation of ``ms`` (all in ``vault``): the blobs purging them deletes, their bytes and
-    how many originals go for good, as ``(manifest, shas, size, originals)``. ``known``: what
+    the file entries whose originals go for good, as ``(manifest, shas, size, lost)``. ``known``: what
     ``vault.manifests()`` returned a moment ago (``Vault.referenced_blobs``), else read now."""
     keep = vault.referenced_blobs(exclude_ops=[m["op_id"] for m in ms], manifests=known) | pending
     seen: set = set()
@@ -291,8 +291,7 @@ def _blob_plan(vault: Vault, ms: List[dict], pending: set, known: Optional[List[
         size = sum(vault.blob_size_on_disk(s) for s in shas)  # as stored: a .zst frees its compressed size
         # a run not restored has its originals only in this backup: each of its files
         # whose blob goes (no other kept operation holds it) is lost for good
-        originals = originals_lost(m, lambda f: f["sha256"] in doomed)
-        plan.append((m, shas, size, originals))
+        plan.append((m, shas, size, lost_files(m, lambda f: f["sha256"] in doomed)))
     return plan
 
 

@@ -14,15 +14,20 @@ these rows; nothing here reads or writes a store.
   only copy (``not_restored``), kept whole and why.
 - ``originals_lost``: how many of an operation's originals exist nowhere else once its backups
   go (a row's ``originals``; the report's ``originals_lost`` is their sum, what the CLI's and the
-  tab's confirmation say is lost for good).
+  tab's confirmation say is lost for good); ``lost_files`` the entries themselves, and
+  ``others_of`` the other users whose files they are (a row's ``others``: a run of another user's
+  taken on request, ``--include-others-runs``, whose only copy the purge destroys; the preview and
+  the question name them before the yes).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import Callable, Collection, Optional
+from typing import Callable, Collection, Iterable, List, Optional
 
 from tb_footprint_plugin.codes import Code
 from tb_footprint_plugin.engine.catalogue_rules import is_rolled_back_keeping
+from tb_footprint_plugin.plan.owners import user_label
 
 
 @dataclass(frozen=True)
@@ -70,12 +75,30 @@ def not_purged(m: dict, size: int, stopped: BaseException, code: Code) -> dict:
                                    "nothing of this backup was deleted)")
 
 
+def lost_files(m: dict, goes: Callable[[dict], bool], entries: str = "files") -> List[dict]:
+    """The entries (``m[entries]``: a reduction's ``files``, a retirement's ``tree``) of operation
+    ``m`` whose originals are lost for good when its backups go: none once a restore put them back
+    (``restored_by``), else each entry whose backup ``goes`` (no operation that stays names the
+    same bytes) — a reduction's removed or rewritten files and a retired run's files alike exist
+    only there."""
+    if m.get("restored_by"):
+        return []
+    return [f for f in m.get(entries) or [] if isinstance(f, dict) and goes(f)]
+
+
 def originals_lost(m: dict, goes: Callable[[dict], bool]) -> int:
-    """The originals of operation ``m`` lost for good when its backups go: none once a restore
-    put them back (``restored_by``), else each file entry whose backup ``goes`` (no operation
-    that stays names the same bytes) — a reduction's removed or rewritten files and a retired
-    run's files alike exist only there."""
-    return 0 if m.get("restored_by") else sum(1 for f in m.get("files") or [] if goes(f))
+    """How many of ``lost_files`` there are (a row's ``originals``)."""
+    return len(lost_files(m, goes))
+
+
+def others_of(files: Iterable[dict]) -> List[dict]:
+    """The users other than the one purging (effective uid) who owned ``files`` (entries recorded
+    with their ``uid``: a disk's; a bucket has no owners), as ``{"uid", "user"}`` rows in uid
+    order: whose files a purge of them destroys for good. A manifest is untrusted: a ``uid`` that
+    is not a whole number is no user."""
+    me = os.geteuid()
+    uids = {f.get("uid") for f in files}
+    return [{"uid": u, "user": user_label(u)} for u in sorted(u for u in uids if type(u) is int and u >= 0 and u != me)]
 
 
 def kept_by_restore(m: dict) -> Optional[str]:
@@ -96,4 +119,4 @@ def kept_by_restore(m: dict) -> Optional[str]:
             "only copy")
 
 
-__all__ = ["PurgeFilter", "kept_row", "not_purged", "originals_lost", "kept_by_restore"]
+__all__ = ["PurgeFilter", "kept_by_restore", "kept_row", "lost_files", "not_purged", "originals_lost", "others_of"]

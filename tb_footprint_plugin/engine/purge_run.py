@@ -183,7 +183,8 @@ def purge(layouts: Sequence[PurgeLayout], which: PurgeFilter, *, yes: bool, canc
                         continue
                     rows, stayed = layout.outcome(group)
                     kept += stayed
-                report.ops += rows
+                # every store's rows say whose originals go (``purge_rules.others_of``); a bucket has no owners
+                report.ops += [{**r, "others": r.get("others") or []} for r in rows]
         report.kept += kept
     # what was refused, as it stands once every layout has run
     report.refused = [r for layout in layouts for r in layout.refused()]

@@ -38,7 +38,7 @@ from tb_footprint_plugin.engine.history import append_history, logged_operations
 from tb_footprint_plugin.engine.journal import RunLocked
 from tb_footprint_plugin.engine.purge_choice import PurgeChoice, PurgeFilter, held_runs, kept_row
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
-from tb_footprint_plugin.engine.purge_rules import kept_by_restore
+from tb_footprint_plugin.engine.purge_rules import kept_by_restore, lost_files, others_of
 from tb_footprint_plugin.engine.retire_tree import (check_retired_dir, is_restorable_retirement, retired_dir,
                                                    retirements, stored_problems, tree_size)
 from tb_footprint_plugin.engine.run_lock import run_lock
@@ -109,7 +109,10 @@ class DiskRetired(purge_run.PurgeLayout):
             # the vault holds a retired run's only copy: every file of it is lost for good
             rows = [{"op_id": m["op_id"], "run": m["run"], "bytes": size_of(m), "finished_at": m.get("finished_at"),
                      "restored": bool(m.get("restored_by")), "kind": "retire",
-                     "originals": 0 if m.get("restored_by") else len(m.get("tree", []))} for m in ms]
+                     "originals": 0 if m.get("restored_by") else len(m.get("tree", [])),
+                     # the whole tree goes, its folders too: a run folder of theirs holding files of yours is theirs
+                     "others": others_of(lost_files(m, lambda f: True, "tree") + lost_files(m, lambda f: True, "dirs"))}
+                    for m in ms]
             if not yes:  # listed in the order chosen
                 groups = [purge_run.Group(ms, rows)]
             else:
