@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import re
 import stat
 import time
 from typing import Collection, Iterable, Iterator, List, Optional, Tuple
@@ -47,7 +46,7 @@ from tb_footprint_plugin.engine.vault import Vault, restore_folder, who
 from tb_footprint_plugin.storage.files import (CopyMismatch, copy_new, give_owner, recorded_owner, sha256_file,
                                                sha256_stream, unlink_if_same)
 from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
-from tb_footprint_plugin.storage.paths import is_within, plausible_mtime_ns
+from tb_footprint_plugin.storage.paths import MADE_OP_ID_RE, is_within, plausible_mtime_ns
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.private import NotPrivate, check_private_dir
 from tb_footprint_plugin.storage.store import StoreFailure
@@ -114,7 +113,8 @@ def drop_retired(vault: Vault, op_id: str, n: int) -> Optional[str]:
     return None
 
 
-OP_ID_RE = re.compile(r"^\d{8}T\d{6}-[0-9a-f]{6}$")
+#: an operation id as this tool makes them (``storage.paths``' one rule)
+OP_ID_RE = MADE_OP_ID_RE
 
 
 def rel_ok(ctx: Context, rel) -> str:

@@ -26,6 +26,8 @@ from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.scan.model import COMPACT, DiskTally, UNATTRIBUTED
 from tb_footprint_plugin.storage import throttle as fsops
+from tb_footprint_plugin.scan.set_aside import (display, holds_vault, is_state_folder, nested_state_words,
+                                                vault_manifests, vault_words, is_manifest_name)
 from tb_footprint_plugin.storage.paths import DEMO_MARKER, STATE_DIR_NAME, is_state_name, is_within, state_dirs_in
 from tb_footprint_plugin.storage.regular import kind_of
 
@@ -99,11 +101,6 @@ def _kernel_lost_found(dirpath: str, parts: Tuple[str, ...]) -> bool:
     return bool(parts) and parts[-1] == "lost+found" and os.path.ismount(os.path.dirname(dirpath))
 
 
-def display(path: str) -> str:
-    """A printable form of a path whose name may not be valid UTF-8."""
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
 def _is_dir_nofollow(path: str) -> bool:
     try:
         return stat.S_ISDIR(os.lstat(path).st_mode)
@@ -151,28 +148,6 @@ def discover(logdir: str, exclude: Iterable[str] = ()) -> Discovery:
     warnings: List[str] = []
     runs = {r.name: r for r in walk_runs(logdir, warnings, exclude)}
     return Discovery(runs=runs, warnings=warnings)
-
-
-#: what a logdir's state folder holds once a verb wrote there (a user's folder named like one
-#: holds none of them)
-STATE_MARKS = ("identity.json", "ops", "journal")
-
-
-def nested_state_words(rel: str) -> str:
-    """The scan's warning for a nested logdir's state folder it leaves out (review R11 G7)."""
-    return f"a nested logdir's state at {display(rel)}: left out"
-
-
-def is_state_folder(path: str) -> bool:
-    """True when the folder at ``path`` (not followed) holds what a state folder holds
-    (``STATE_MARKS``): a nested logdir's state, left out as the logdir's own is."""
-    for mark in STATE_MARKS:
-        try:
-            os.lstat(os.path.join(path, mark))
-            return True
-        except OSError:
-            continue
-    return False
 
 
 def _gone(e: OSError) -> bool:
@@ -227,10 +202,8 @@ def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = (),
         if not seen_dirs.add(st.st_dev, st.st_ino):
             warnings.append(f"{display(_rel(parts))}: directory seen twice (loop), skipped")
             continue
-        if tally is not None:
-            tally.count(st)
-            if not parts:
-                tally.device = st.st_dev
+        if tally is not None and not parts:
+            tally.device = st.st_dev
         try:
             with fsops.scandir(dirpath) as it:
                 entries = list(it)
@@ -239,8 +212,18 @@ def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = (),
             if unreadable is not None and not _gone(e) and not _kernel_lost_found(dirpath, parts):
                 unreadable.append(unreadable_entry(_rel(parts), owner, e))
             if tally is not None:
+                tally.count(st)
                 tally.skipped.append({"path": dirpath, "why": f"unreadable ({e.strerror})"})
             continue
+        if parts and holds_vault(dirpath, entries):
+            # a vault made here for another logdir: its retired runs are no runs of this logdir to
+            # reduce, retire or purge (their manifests would no longer match); counted apart, whole
+            warnings.append(vault_words(_rel(parts)))
+            if tally is not None:
+                tally.set_aside.append(dirpath)
+            continue
+        if tally is not None:
+            tally.count(st)
 
         files, subdirs = [], []
         for e in entries:
@@ -444,6 +427,10 @@ def discover_listing(logdir_url: str, objects: Dict[str, "ObjectInfo"],
     while stack:
         parts, owner, owner_depth = stack.pop()
         names, subdirs = tree[parts]
+        if parts and any(is_manifest_name(found, n) for found in vault_manifests(subdirs)
+                         for n in tree[parts + (found,)][0]):
+            warnings.append(vault_words(_rel(parts)))  # another logdir's vault of copies: no runs here
+            continue
         has_profile = "plugins" in subdirs and "profile" in tree.get(parts + ("plugins",), ((), set()))[1]
         run_here, has_events = is_run_dir(names, "", subdirs, has_profile_dir=has_profile)
         if run_here:

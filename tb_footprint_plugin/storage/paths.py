@@ -189,6 +189,9 @@ def check_no_symlink(root: str, rel: str) -> None:
 # ---------------------------------------------------------------------------------------
 #: an operation id: one plain path component (``20260101T120000-ab12cd`` today)
 OP_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+#: an operation id as this tool makes them (``20261206T102617-fd2f8b``), on every store: what a
+#: retirement's records must name, and how the scan tells a vault's manifest from a user's file
+MADE_OP_ID_RE = re.compile(r"^\d{8}T\d{6}-[0-9a-f]{6}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
