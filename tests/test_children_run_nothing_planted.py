@@ -88,3 +88,37 @@ def test_an_installed_packages_root_keeps_its_place_after_the_standard_library(m
     assert path.index(site) > stdlib, path
     monkeypatch.setattr(spawn, "_PACKAGE_ROOT", "/nowhere/checkout")  # a checkout on no entry: first
     assert spawn.child_path()[0] == "/nowhere/checkout"
+
+
+def test_a_python_m_parents_folder_is_no_way_into_a_child(tmp_path):
+    """Review R13 F1 (a regression of 73a5eb7): ``python -m`` (a TensorBoard started as ``python -m
+    tensorboard.main --logdir .``, a Jupyter kernel) puts the ABSOLUTE folder it starts in first on
+    ``sys.path``; a child built its path from the parent's absolute entries, so a package planted in
+    that shared folder after the parent started was imported by every child of ours, as the user."""
+    import sys
+    import textwrap
+
+    shared = tmp_path / "shared_logdir"  # the user stands in a shared logdir
+    shared.mkdir()
+    marker = tmp_path / "ran_as_user"
+    parent = tmp_path / "pkgs"
+    parent.mkdir()
+    (parent / "r13_parent.py").write_text(textwrap.dedent(f"""
+        import os, subprocess, sys
+        from tb_footprint_plugin.storage.spawn import child_path, python_child, python_env
+        assert sys.path[0] == os.getcwd(), sys.path[:2]  # python -m put the folder first, absolute
+        # a teammate plants a package in the shared folder after this process started
+        os.makedirs("tb_footprint_plugin/engine", exist_ok=True)
+        open("tb_footprint_plugin/__init__.py", "w").write("open({str(marker)!r}, 'w').write('x')\\n")
+        open("tb_footprint_plugin/engine/__init__.py", "w").write("")
+        open("tb_footprint_plugin/engine/compact_worker.py", "w").write("def main(a): return 0\\n")
+        assert os.getcwd() not in child_path(), child_path()
+        r = subprocess.run(python_child("tb_footprint_plugin.engine.compact_worker", "main", ["--help"]), cwd="/",
+                           env=python_env(), stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+        print("child rc", r.returncode, r.stderr[-300:])
+    """))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(parent), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-m", "r13_parent"], cwd=shared, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert not marker.exists(), "a package planted in the folder `python -m` was started in ran in our child"

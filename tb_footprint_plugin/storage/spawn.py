@@ -49,13 +49,44 @@ _BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def _started_by_folder() -> bool:
+    """Whether this interpreter put the folder it started in first on ``sys.path``: ``python -m``
+    (and ``-c``: there as '') unless ``-P``/``-I``/``PYTHONSAFEPATH``; Jupyter's kernels start as
+    ``python -m ipykernel_launcher``, a TensorBoard as ``python -m tensorboard.main``."""
+    if getattr(sys.flags, "safe_path", False) or sys.flags.isolated:
+        return False
+    for a in list(getattr(sys, "orig_argv", None) or [])[1:]:
+        if not a.startswith("-") or a == "-":
+            return False  # a script (its own folder goes first) or stdin
+        if a.startswith(("-m", "-c")):
+            return True
+    return False
+
+
+def _here() -> Optional[str]:
+    try:
+        return os.path.realpath(os.getcwd())
+    except OSError:
+        return None
+
+
+#: the folder this process started in, when that put it first on ``sys.path`` (``python -m``): read
+#: at import, which comes before any ``chdir`` of ours (review R13 F1)
+_STARTED_IN = _here() if _started_by_folder() else None
+
+
 def child_path() -> List[str]:
     """The ``sys.path`` a child of ours runs on: this process's own absolute entries, in their
     order (an installed package's site-packages after the standard library, review R12; numpy or
     TensorBoard found where this process found them, a PYTHONPATH of an HPC ``module load`` or
     user site-packages included: review R11's note on 5a25d36), never '' or a relative one (the
-    current folder), and the package root first when no entry holds it (a checkout)."""
-    path = [p for p in sys.path if isinstance(p, str) and p.startswith("/")]
+    current folder), never the folder ``python -m`` started this process in nor the current one
+    (review R13 F1: ``python -m tensorboard.main --logdir .`` or a Jupyter kernel started in a shared
+    logdir put it first, absolute, and a package planted there since ran in every child), and the
+    package root first when no entry holds it (a checkout)."""
+    standing = {d for d in (_STARTED_IN, _here()) if d is not None}
+    path = [p for p in sys.path if isinstance(p, str) and p.startswith("/")
+            and (p == _PACKAGE_ROOT or os.path.realpath(p) not in standing)]
     return path if _PACKAGE_ROOT in path else [_PACKAGE_ROOT] + path
 
 
