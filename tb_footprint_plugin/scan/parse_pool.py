@@ -7,7 +7,8 @@ in order, a bounded number at a time, and gives back their stats in the order th
 
 * Only when it pays: a scan parses its first ``START_AFTER`` files itself (a logdir of a thousand
   runs never starts a process), and then starts one worker for each core the machine left idle
-  meanwhile (``/proc/stat``; elsewhere the load average): none on one CPU, none on a busy machine.
+  while it parsed the second half of them (``/proc/stat``, read only by a scan that gets that
+  far; elsewhere the load average): none on one CPU, none on a busy machine.
 * The workers are fresh interpreters started isolated (``python -I``: never the current folder,
   PYTHON* variables or user site-packages on their path; review R11 G8), never a fork of the
   scanning process (TensorBoard's, with its threads and locks) and never a re-import
@@ -220,8 +221,12 @@ class ParsePool:
 
     def __init__(self, workers: Optional[int] = None, start_after: Optional[int] = None) -> None:
         self._want = workers  # None: decided when the pool starts (``workers_wanted``)
-        self._ticks = cpu_ticks()  # what the machine left idle while the scan parsed alone
         self._start_after = START_AFTER if start_after is None else start_after
+        # what the machine left idle while the scan parsed alone: measured from halfway to the
+        # start (read there, not here: most scans never get that far, and each read of
+        # /proc/stat is a system call a scan of a few runs paid for nothing)
+        self._ticks: Optional[Tuple[int, int]] = None
+        self._mark = self._start_after // 2 + 1
         self._seen = 0
         self._workers: List[_Worker] = []
         self._next = 0
@@ -239,6 +244,8 @@ class ParsePool:
     def ask(self, path: str, name: str, size: Optional[int]) -> bool:
         """Hand ``path`` to a worker; False when the caller is to parse it itself."""
         self._seen += 1
+        if self._seen == self._mark and self._want is None:
+            self._ticks = cpu_ticks()
         if self._broken or self._seen <= self._start_after:
             return False
         if self._want is None:
