@@ -304,7 +304,7 @@ def settle_stale_objects(store: Store, manifests_of: Callable[[], List[dict]],
         elif not pid_gone(mk["host"], mk["pid"], mk.get("pid_start")):
             continue
         objs = tree(store, f"{LEDGERS}/{mk['folder']}")
-        checked, _refused = read_entries(store, objs)  # refusals are named by ``merged_objects`` (status)
+        checked, _refused = read_entries(store, objs, f"{LEDGERS}/{mk['folder']}")  # refusals are named by ``merged_objects`` (status)
         stale = [(run, e, pol or "") for run, e, _f, pol in checked if e.get("state") in IN_FLIGHT_STATES
                  and e.get("host") == mk["host"] and e.get("pid") == mk["pid"]]
         try:
@@ -347,7 +347,7 @@ def record_rolled_back_objects(store: Store, folder: str, op_ids: Iterable[str])
     if not wanted:
         return []
     objs = tree(store, f"{LEDGERS}/{folder}")
-    checked, _refused = read_entries(store, objs)
+    checked, _refused = read_entries(store, objs, f"{LEDGERS}/{folder}")
     book = Ledger(store, "", folder=folder, listing=objs)  # each write on the version listed
     out = []
     for run, e, _f, pol in checked:

@@ -5,7 +5,7 @@ A bucket has no append and no lock a file could be rewritten under, and rewritin
 object per transition would upload the whole ledger three times a run (quadratic in the batch).
 So each worker writes its marks into objects of its own,
 ``<logdir>/.tb-footprint/ledgers/shard-I-of-N/w-<token>-<n>.json`` = ``{version, kind: "marks",
-runs: {run: {policy, entry}}}`` (``token`` the ledger's, ``n`` its batch), with the entries of
+closed, runs: {run: {policy, entry}}}`` (``token`` the ledger's, ``n`` its batch), with the entries of
 ``engine.ledger_entries``, at the batch's steps only, not one PUT per mark:
 
 * a ``reducing`` mark (a run's start) waits for the batch's journal step: ``write_waiting``
@@ -15,7 +15,8 @@ runs: {run: {policy, entry}}}`` (``token`` the ledger's, ``n`` its batch), with 
   it (a rewrite) is written with its first ``verifying`` mark, still before its commit record;
 * later marks wait, and the mark that leaves none of the worker's written runs in flight writes
   the object again (every outcome of the batch, one PUT), deletes the marker and closes the
-  object: the next batch writes ``n + 1``; ``compact`` (the reduce's end) writes what still waits.
+  object: the next batch writes ``n + 1``; ``compact`` (the reduce's end) writes what still waits
+  and closes the object when none of its runs is in flight.
 
 A batch of N runs costs its worker five requests (marker, three PUTs, marker delete), not 3N + 2.
 Objects written by earlier versions, one per (shard, run) (``<sha256(run)[:32]>.json`` =
@@ -49,25 +50,18 @@ import re
 import secrets
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional
 
-from tb_footprint_plugin.codes import StoreError
-from tb_footprint_plugin.engine.ledger_entries import (IN_FLIGHT_STATES, LEDGER_VERSION, check_entry,
-                                                       report_refusals)
-from tb_footprint_plugin.engine.trust import BAD_LEDGER, BAD_LEDGER_ENTRY, Untrusted
+from tb_footprint_plugin.engine.ledger_entries import IN_FLIGHT_STATES, LEDGER_VERSION, report_refusals
+from tb_footprint_plugin.engine.ledger_fold import fold
+from tb_footprint_plugin.engine.ledger_reads import (LEDGERS, MAX_ENTRY_BYTES, MAX_MARKS_BYTES, ObjectRead, entry_key,
+                                                     marks_key, newest, order, read_entries, read_listed, run_hash,
+                                                     tree)
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
-from tb_footprint_plugin.storage.remote import map_ordered
-from tb_footprint_plugin.storage.store import Store, StoreFailure
-from tb_footprint_plugin.storage.store_object import listing_of
+from tb_footprint_plugin.storage.store import Store
 
-LEDGERS = f"{STATE_DIR_NAME}/ledgers"
 #: the in-flight markers of live (or killed) workers, one per worker and ledger folder (module doc)
 INFLIGHT = f"{STATE_DIR_NAME}/ledger-inflight"
-MAX_ENTRY_BYTES = 256 * 1024
-#: a worker's object of marks: a batch's runs (``plan.cost.BATCH_RUNS``), or a reduce's skips
-MAX_MARKS_BYTES = 16 * 1024 * 1024
-#: an object of one run's entry (earlier versions: ``run_hash``) or of a worker's marks (``marks_key``)
-_KEY = re.compile(r"^ledgers/(shard-\d+-of-\d+|batch)/(?:([0-9a-f]{32})|w-([0-9a-f]{32})-(\d{1,9}))\.json$")
 MARKER = re.compile(r"^(shard-\d+-of-\d+|batch)/([0-9a-f]{32})\.json$")
 MAX_MARKER_BYTES = 4096
 #: the markers this process's ledgers hold now (``<folder>/<name>.json``) -> the thread that opened
@@ -78,56 +72,12 @@ _HELD_LOCK = threading.Lock()
 _WAITING = threading.local()
 
 
-def run_hash(run: str) -> str:
-    """The name of a run's entry object (a run name is never a key: untrusted)."""
-    return hashlib.sha256(run.encode("utf-8", "surrogateescape")).hexdigest()[:32]
-
-
 def folder_of(shard: Optional[str]) -> str:
     """The ledger folder of a shard label (``"i/n"``), or of an unsharded batch (None)."""
     if not shard:
         return "batch"
     i, n = (int(x) for x in shard.split("/"))
     return f"shard-{i}-of-{n}"
-
-
-def entry_key(folder: str, run: str) -> str:
-    """The object of one run's entry, as versions before the objects of marks wrote it."""
-    return f"{LEDGERS}/{folder}/{run_hash(run)}.json"
-
-
-def marks_key(folder: str, token: str, n: int) -> str:
-    """The object of a worker's marks: its ledger's ``token``, its batch ``n``."""
-    return f"{LEDGERS}/{folder}/w-{token}-{n}.json"
-
-
-def order(e: dict) -> Tuple[float, int]:
-    """Where a run's entry stands among the entries of one folder (``newest``): the time of its
-    mark, or a settling's the time of the mark it settled, just after that mark."""
-    if "of_mark" in e:
-        return float(e["of_mark"]), 1
-    return float(e.get("updated_at") or 0), 0
-
-
-def newest(entries: List[tuple]) -> List[tuple]:
-    """Of ``(run, entry, folder, policy)`` the one entry of each run in each folder that tells its
-    state (``order``), in the order first found."""
-    best: Dict[Tuple[str, str], tuple] = {}
-    for t in entries:
-        k = (t[2], t[0])
-        if k not in best or order(t[1]) >= order(best[k][1]):
-            best[k] = t
-    return list(best.values())
-
-
-def tree(store: Store, prefix: str) -> dict:
-    """Every object under ``prefix`` (one listing), nothing for a bucket that does not exist."""
-    try:
-        return listing_of(store, prefix)
-    except StoreFailure as e:
-        if e.code == StoreError.NOT_FOUND:
-            return {}
-        raise
 
 
 def held_by(rel: str) -> Optional[int]:
@@ -143,93 +93,21 @@ def release(rel: str, thread: Optional[int] = None) -> None:
             _HELD.pop(rel, None)
 
 
-def read_entries(store: Store, objs: dict) -> Tuple[List[tuple], List[Untrusted]]:
-    """The ledger objects ``objs`` (a listing under ``LEDGERS``: key -> info) read back as
-    untrusted input: ``([(run, entry, folder name, policy)], [Untrusted refusals])``, one entry
-    per run and folder (``newest``)."""
-    entries, refused = [], []
-
-    def rel_of(key: str) -> str:
-        return key[len(STATE_DIR_NAME) + 1:] if key.startswith(STATE_DIR_NAME + "/") else key
-
-    def limit(m) -> int:
-        return MAX_ENTRY_BYTES if m.group(2) else MAX_MARKS_BYTES
-
-    def fetch(key: str):
-        """The object's bytes, or None: not a ledger key, too large (refused below), or gone."""
-        m = _KEY.match(rel_of(key))
-        if m is None or objs[key].size > limit(m):
-            return key, None
-        try:
-            return key, store.read_all(key)
-        except StoreFailure as e:
-            if e.code == StoreError.NOT_FOUND:
-                return key, None
-            raise
-
-    # read a few at once: one GET after the other, 10,000 runs' entries took minutes
-    for key, data in map_ordered(fetch, sorted(objs)):
-        where = store.url_of(key)
-        m = _KEY.match(rel_of(key))
-        try:
-            if m is None:
-                raise Untrusted(BAD_LEDGER, where, "not a ledger object's key")
-            if objs[key].size > limit(m):
-                raise Untrusted(BAD_LEDGER_ENTRY if m.group(2) else BAD_LEDGER, where,
-                                f"larger than {limit(m)} bytes; not read")
-            if data is None:
-                continue  # removed since the listing
-            try:
-                doc = json.loads(data.decode("utf-8"))
-            except (ValueError, RecursionError) as e:
-                raise Untrusted(BAD_LEDGER_ENTRY if m.group(2) else BAD_LEDGER, where,
-                                f"not JSON ({str(e)[:200]})") from None
-            if m.group(2) is None:
-                got, bad = _marks(doc, where, m.group(1))
-                entries += got
-                refused += bad
-                continue
-            if not isinstance(doc, dict) or doc.get("version") != LEDGER_VERSION or not isinstance(doc.get("run"), str):
-                raise Untrusted(BAD_LEDGER_ENTRY, where, f"not a ledger entry of version {LEDGER_VERSION}")
-            if run_hash(doc["run"]) != m.group(2):
-                raise Untrusted(BAD_LEDGER_ENTRY, where, f"names run {doc['run'][:200]!r}, which is not its key's")
-            entry = check_entry(doc["run"], doc.get("entry"), where)
-        except Untrusted as u:
-            refused.append(u)
-            continue
-        pol = doc.get("policy") if isinstance(doc.get("policy"), str) else None
-        entries.append((doc["run"], entry, m.group(1), pol))
-    return newest(entries), refused
-
-
-def _marks(doc, where: str, folder: str) -> Tuple[List[tuple], List[Untrusted]]:
-    """A worker's object of marks read back (untrusted): its entries and one refusal per bad
-    one; raises ``Untrusted`` (``bad_ledger``) when it as a whole is no such object."""
-    if not isinstance(doc, dict) or doc.get("version") != LEDGER_VERSION or doc.get("kind") != "marks" or \
-            not isinstance(doc.get("runs"), dict):
-        raise Untrusted(BAD_LEDGER, where, f"not a ledger object of marks of version {LEDGER_VERSION}")
-    entries, refused = [], []
-    for run, rec in doc["runs"].items():
-        try:
-            if not isinstance(rec, dict):
-                raise Untrusted(BAD_LEDGER_ENTRY, where, f"entry {str(run)[:200]!r}: not an object")
-            entry = check_entry(run, rec.get("entry"), where)
-        except Untrusted as u:
-            refused.append(u)
-            continue
-        entries.append((run, entry, folder, rec["policy"] if isinstance(rec.get("policy"), str) else None))
-    return entries, refused
-
-
 def read_folder(store: Store, folder: str, objs: Optional[dict] = None) -> tuple:
     """One ledger folder (``batch`` or ``shard-I-of-N``) read back as untrusted input: ``({run:
     (entry, policy)}, problems)`` — one listing (none when ``objs``, its objects from a listing
     made already, is given), one GET per object."""
-    if objs is None:
-        objs = tree(store, f"{LEDGERS}/{folder}")
-    checked, refused = read_entries(store, objs)
+    entries, problems, _reads = read_folder_objects(store, folder, objs)
+    return entries, problems
+
+
+def read_folder_objects(store: Store, folder: str, objs: Optional[dict] = None) -> tuple:
+    """``read_folder``, and each object as read (``ledger_reads.ObjectRead``: what a fold takes)."""
+    prefix = f"{LEDGERS}/{folder}"
+    reads, refused = read_listed(store, prefix, objs)
+    checked = newest([e for o in reads for e in o.entries])
     return ({run: (entry, pol) for run, entry, _f, pol in checked},
-            report_refusals(store.url_of(f"{LEDGERS}/{folder}"), refused))
+            report_refusals(store.url_of(prefix), refused), reads)
 
 
 class ObjectLayout:
@@ -261,6 +139,8 @@ class ObjectLayout:
         self._token = secrets.token_hex(16)  # this batch's, beside others of the same process
         self._thread = threading.get_ident()  # the batch's: the one an interrupt of it settles in
         self._read = False  # whether the shard's entries were read without a listing (then all of them)
+        #: the folder's objects as last read, and this worker's closed since: what a fold takes
+        self._seen: Dict[str, ObjectRead] = {}
         #: one mark at a time: a batch's threads mark their runs, and a run set in flight must never
         #: find its worker's marker deleted by another run's settling mark (``_inflight``)
         self._mu = threading.Lock()
@@ -292,7 +172,8 @@ class ObjectLayout:
         return self.current()
 
     def _take(self, objs: Optional[dict]) -> List[dict]:
-        entries, problems = read_folder(self.store, self.folder, objs)
+        entries, problems, reads = read_folder_objects(self.store, self.folder, objs)
+        self._seen = {o.key: o for o in reads}
         for run, (entry, pol) in entries.items():
             if pol == self.policy:
                 self._entries.setdefault(run, entry)  # a mark of this process before the read stands
@@ -364,30 +245,42 @@ class ObjectLayout:
                 self._write()
 
     def compact(self) -> None:
-        """The batch's end: what waits is written."""
-        self.flush()
+        """The batch's end: what waits is written, and the object closed when none of its runs is
+        in flight (one PUT more for an object written before with nothing in flight)."""
+        if self._waiting or (self._open and not self._written):
+            self._write(close=True)
 
     def flush(self) -> None:
-        """Every mark that waits written (one PUT; none when nothing waits)."""
+        """Every mark that waits written (one PUT; none when nothing waits), the object closed
+        when none of its runs is in flight (a settling's: nothing more is written into it)."""
         if self._waiting:
-            self._write()
+            self._write(close=True)
 
-    def _write(self) -> None:
+    def _write(self, close: bool = False) -> None:
         """The open object written whole: the marker first while one of its runs is in flight;
-        once none written is in flight, the marker deleted and the object closed."""
+        once none written is in flight (or at ``close`` with none in flight), written ``closed``:
+        the marker deleted, the next marks into a new object, and the folder's closed objects
+        folded when there are many (``engine.ledger_fold``)."""
         flying = [r for r in self._open if r in self._inflight]
+        closing = not flying and not self._written and (self._flew or close)
         if flying and self._marker is None:
             self._put_marker()  # before the entries: a kill from here on is found by the next start
-        doc = {"version": LEDGER_VERSION, "kind": "marks",
-               "runs": {r: {"policy": p, "entry": self._entries[r]} for r, p in self._open.items()}}
-        self.store.put(marks_key(self.folder, self._token, self._n), json.dumps(doc, sort_keys=True).encode())
+        runs = {r: {"policy": p, "entry": self._entries[r]} for r, p in self._open.items()}
+        # ``closed``: this worker never writes the object again, so a fold may take it
+        data = json.dumps({"version": LEDGER_VERSION, "kind": "marks", "closed": closing, "runs": runs},
+                          sort_keys=True).encode()
+        key = marks_key(self.folder, self._token, self._n)
+        version = self.store.put(key, data)
         self._waiting = False
         self._written.update(flying)
         self._flew = self._flew or bool(flying)
-        if self._written or not self._flew:
+        if not closing:
             return
+        self._seen[key] = ObjectRead(key, version or "", len(data), True,
+                                     [(r, rec["entry"], self.folder, rec["policy"]) for r, rec in runs.items()])
         self._n += 1  # the batch ended: the next marks go into a new object, this one stays as it is
         self._open, self._flew = {}, False
+        self._fold()
         if self._marker is not None:
             try:  # a marker left costs the next start one read of this folder, nothing more
                 if all(r.ok for r in self.store.delete([self._marker])):
@@ -395,6 +288,19 @@ class ObjectLayout:
                     release(self._marker_rel)
             except OSError:
                 pass
+
+    def _fold(self) -> None:
+        """The folder's closed objects folded into one when there are many (``ledger_fold.fold``);
+        a fold that fails leaves what stands, every mark readable, for a later batch to fold."""
+        try:
+            done = fold(self.store, self.folder, list(self._seen.values()))
+        except OSError:
+            return
+        if done is not None:
+            new, folded = done
+            for k in folded:
+                self._seen.pop(k, None)  # deleted, or held by the fold (read again at the next start)
+            self._seen[new.key] = new
 
     def _put_marker(self) -> None:
         """This worker's in-flight marker (module doc), one PUT."""
@@ -450,5 +356,6 @@ def read_marker(store: Store, key: str, info) -> Optional[dict]:
 
 
 __all__ = ["ObjectLayout", "LEDGERS", "INFLIGHT", "MAX_ENTRY_BYTES", "MAX_MARKS_BYTES", "entry_key", "folder_of",
-           "held_by", "marks_key", "markers", "newest", "order", "read_entries", "read_folder", "read_marker",
+           "held_by", "marks_key", "markers", "newest", "order", "read_entries", "read_folder",
+           "read_folder_objects", "read_marker",
            "release", "run_hash", "tree", "write_waiting"]
