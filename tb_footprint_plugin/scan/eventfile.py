@@ -38,7 +38,9 @@ Speed: records are decoded in batches with numpy. For the common shape of a summ
 (``wall_time``, ``step``, one ``Summary.Value`` = tag + one value field + at most one
 ``metadata`` field) the envelope is decoded with vectorized varint reads and the tag is
 matched exactly (8-byte words) against the tags learned so far; tags are learned by parsing
-one record per new tag with ``event_pb2``. Everything else (other event kinds, several values,
+one record per new tag with ``event_pb2`` (the records of a batch grouped by tag hash, each
+record checked against its group's first word by word; that parse also gives the plugin the
+tag's first value names, so the record is not parsed again to bind it). Everything else (other event kinds, several values,
 unusual field order, a tag's first plugin-bearing value) goes through ``event_pb2`` record by
 record, in file order, so bindings behave exactly as in a full parse. Limitation: the fast path
 checks the envelope but does not parse the value payload (``TensorProto``, ``HistogramProto``,
@@ -77,17 +79,31 @@ _FIXED_BY_FIELD = {
 _KIND_FIXED32 = 0x15  # simple_value = 2, fixed32
 _KIND_LEN = {0x1A: 0, 0x22: 3, 0x2A: 2, 0x32: 4, 0x42: 0}  # old histo, image, histo, audio, tensor
 _CODE_PLUGIN = {1: C.SCALARS, 2: C.HISTOGRAMS, 3: C.IMAGES, 4: C.AUDIO}
+# the same by the key byte: one lookup a record instead of a comparison a kind
+_KIND_CODE = np.zeros(256, dtype=np.int8)
+_KIND_CODE[_KIND_FIXED32] = 1
+_KIND_IS_LEN = np.zeros(256, dtype=bool)
+for _key, _code in _KIND_LEN.items():
+    _KIND_CODE[_key], _KIND_IS_LEN[_key] = _code, True
+del _key, _code
 _FAST_MIN_RECORDS = 48  # below this, per-record parsing is cheaper than numpy set-up
 _MAX_FAST_TAG = 1024  # bytes; longer tags take the per-record path
 _WORD_MASKS = np.array([(1 << (8 * i)) - 1 for i in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
 _HASH_MUL = np.uint64(0x9E3779B97F4A7C15)
+_I64_MAX, _I64_MIN = (1 << 63) - 1, -(1 << 63)
 
 
-def _event_pb2():
-    # imported lazily: the protobuf modules are only needed once a file is read
-    from tensorboard.compat.proto import event_pb2
+_PARSE: List[Callable[[bytes], object]] = []
 
-    return event_pb2
+
+def _event_parser() -> Callable[[bytes], object]:
+    """``event_pb2.Event.FromString``, imported at first use (the protobuf modules are only
+    needed once a file is read) and then kept: an import statement a record cost ~1 us."""
+    if not _PARSE:
+        from tensorboard.compat.proto import event_pb2
+
+        _PARSE.append(event_pb2.Event.FromString)
+    return _PARSE[0]
 
 
 # --- result types ------------------------------------------------------------------------
@@ -350,10 +366,12 @@ def _varint(
     long = first >= 0x80
     if not long.any():  # the usual case for lengths: one byte each
         return first.astype(np.int64), np.ones(len(pos), dtype=np.int64), np.ones(len(pos), dtype=bool)
-    w = u64[pos]
+    # the long path on the long ones only (one histogram among scalars made every length long)
+    li = np.flatnonzero(long)
+    w = u64[pos[li]]
     val = w & np.uint64(0x7F)
-    more = long
-    length = np.ones(len(pos), dtype=np.int64)
+    more = np.ones(len(li), dtype=bool)
+    length = np.ones(len(li), dtype=np.int64)
     for j in range(1, max_bytes):
         if not more.any():
             break
@@ -361,7 +379,13 @@ def _varint(
         val |= ((b & np.uint64(0x7F)) << np.uint64(7 * j)) * more
         length += more
         more &= (b & np.uint64(0x80)) != 0
-    return val.astype(np.int64), length, ~more
+    value = first.astype(np.int64)
+    value[li] = val.astype(np.int64)
+    size = np.ones(len(pos), dtype=np.int64)
+    size[li] = length
+    ok = np.ones(len(pos), dtype=bool)
+    ok[li] = ~more
+    return value, size, ok
 
 
 @dataclass
@@ -410,14 +434,8 @@ def _decode_envelopes(a8: np.ndarray, u64: np.ndarray, ds: np.ndarray, de: np.nd
     ok &= vok & (tl <= _MAX_FAST_TAG) & (te < de)
     kind = a8[at(te)]
     fixed32 = kind == _KIND_FIXED32
-    code = np.zeros(len(ds), dtype=np.int8)
-    code[fixed32] = 1
-    is_len = np.zeros(len(ds), dtype=bool)
-    for key, c in _KIND_LEN.items():
-        hit = kind == key
-        is_len |= hit
-        if c:
-            code[hit] = c
+    code = _KIND_CODE[kind]
+    is_len = _KIND_IS_LEN[kind]
     kl, n, vok = _varint(a8, u64, at(te + 1), 4)
     ke = np.where(fixed32, te + 5, te + 1 + n + kl)
     ok &= fixed32 | (is_len & vok)
@@ -517,6 +535,9 @@ class _Accumulator:
         self._bind_at: Optional[Dict[int, int]] = None  # tag id -> record index, in a batch
         self.decoded = None  # see StatsFold.decoded
         self._index = 0
+        # record index in the batch -> the plugin its value names (``_value_plugin``), for the
+        # records ``_learn`` parsed: a tag's first record, parsed once, not again to bind it
+        self._named: Dict[int, str] = {}
 
     # stats ----------------------------------------------------------------------------
     def _add_fixed(self, cat: str, nbytes: int, records: int, step: Optional[int]) -> None:
@@ -550,7 +571,7 @@ class _Accumulator:
     # per-record path --------------------------------------------------------------------
     def _parse(self, data: bytes):
         try:
-            return _event_pb2().Event.FromString(data)
+            return (_PARSE[0] if _PARSE else _event_parser())(data)
         except Exception:  # DecodeError, or UTF-8 errors in string fields
             return None
 
@@ -587,6 +608,7 @@ class _Accumulator:
     def add_batch(self, batch: RecordBatch) -> None:
         """Fold in a batch of good records (in file order)."""
         self.decoded = None
+        self._named = {}
         if len(batch) < _FAST_MIN_RECORDS:
             for rec in batch.records():
                 self._record(rec.data, rec.framed_size, rec.offset)
@@ -613,28 +635,44 @@ class _Accumulator:
         ts, tl = env.tag_start[idx], env.tag_len[idx]
         words = _tag_words(u64, ts, tl)
         h = _tag_hash(tl, words)
+        if not self.table.names:  # a file's first batch: every tag is new, nothing to match
+            tid = np.full(len(idx), -1, dtype=np.int64)
+            self._learn(batch, idx, ts, tl, words, h, tid, None)
+            return tid
         tid = self.table.match(tl, words, h)
         unknown = np.flatnonzero(tid < 0)
-        if len(unknown) and self._learn(batch, idx[unknown], h[unknown], ts[unknown], tl[unknown]):
-            tid[unknown] = self.table.match(tl[unknown], [w[unknown] for w in words], h[unknown])
+        if len(unknown):
+            self._learn(batch, idx, ts, tl, words, h, tid, unknown)
         return tid
 
-    def _learn(self, batch: RecordBatch, idx, h, ts, tl) -> bool:
-        """Learn the tags of unmatched records by parsing one record per distinct tag hash."""
-        _, first = np.unique(h, return_index=True)
-        learned = False
+    def _learn(self, batch: RecordBatch, idx, ts, tl, words, h, tid, unknown) -> None:
+        """Learn the tags of unmatched records (``unknown``, None: all) and set their ``tid``.
+
+        The records are grouped by tag hash; the first of each group is parsed with
+        ``event_pb2`` (the full parse validates the tag's UTF-8 and confirms the envelope
+        decode) and, if it holds, names the group's tag; a record of the group takes that tag
+        only if its bytes equal the first's (exact: a hash collision leaves a record unmatched,
+        to the per-record path). One parse a new tag, and no second match against the table."""
+        sub = np.arange(len(idx)) if unknown is None else unknown
+        _, first, inv = np.unique(h[sub], return_index=True, return_inverse=True)
         buf = batch.buf
-        for j in first.tolist():
+        group = []
+        for j in sub[first].tolist():
             raw = buf[int(ts[j]) : int(ts[j] + tl[j])]
-            s, n = int(batch.starts[idx[j]]), int(batch.sizes[idx[j]])
-            ev = self._parse(buf[s + 12 : s + n - 4])
-            # the full parse validates the tag (UTF-8) and confirms the envelope decode
-            if ev is None or len(ev.summary.value) != 1 or ev.summary.value[0].tag.encode("utf-8") != raw:
-                continue
-            self.table.add(raw, ev.summary.value[0].tag)
-            learned = True
+            t = self.table.ids.get(raw)
+            if t is None:
+                s, n = int(batch.starts[idx[j]]), int(batch.sizes[idx[j]])
+                ev = self._parse(buf[s + 12 : s + n - 4])
+                if ev is not None and len(ev.summary.value) == 1 and ev.summary.value[0].tag.encode("utf-8") == raw:
+                    t = self.table.add(raw, ev.summary.value[0].tag)
+                    self._named[int(idx[j])] = _value_plugin(ev.summary.value[0])
+            group.append(-1 if t is None else t)
+        rep = sub[first][inv]
+        same = tl[sub] == tl[rep]
+        for w in words:
+            same &= w[sub] == w[rep]
+        tid[sub] = np.where(same, np.array(group, dtype=np.int64)[inv], -1)
         self._sync_bound()
-        return learned
 
     def _resolve_batch(self, batch: RecordBatch, env: _Envelope, tag_id, fast) -> Dict[int, int]:
         """Run the per-record path and the tag bindings in file order.
@@ -646,9 +684,11 @@ class _Accumulator:
         fidx = np.flatnonzero(fast)
         maybe = fidx[~self.bound[tag_id[fidx]] & (env.code[fidx] != 0)]
         heap: List[Tuple[int, int]] = []
-        if len(maybe):
-            _, first = np.unique(tag_id[maybe], return_index=True)
-            heap = [(int(i), int(tag_id[i])) for i in maybe[first]]
+        if len(maybe):  # each tag's first such record (a sort, np.unique, cost more)
+            first = np.full(len(self.table.names), len(fast), dtype=np.int64)
+            np.minimum.at(first, tag_id[maybe], maybe)
+            tags = np.flatnonzero(first < len(fast))
+            heap = list(zip(first[tags].tolist(), tags.tolist()))
         heap += [(int(i), -1) for i in np.flatnonzero(~fast)]
         heapq.heapify(heap)
         self._bind_at = bind_at = {}
@@ -661,7 +701,7 @@ class _Accumulator:
                 if tid < 0:
                     self._record(buf[s + 12 : s + n - 4], n, base + s)
                 elif not self.bound[tid]:
-                    plugin = _CODE_PLUGIN.get(int(env.code[i])) or self._metadata_plugin(buf[s + 12 : s + n - 4])
+                    plugin = _CODE_PLUGIN.get(int(env.code[i])) or self._metadata_plugin(i, buf[s + 12 : s + n - 4])
                     if plugin:
                         self._bind(self.table.names[tid], plugin)
                     else:  # metadata without a plugin name: the tag's next candidate decides
@@ -672,7 +712,10 @@ class _Accumulator:
             self._bind_at = None
         return bind_at
 
-    def _metadata_plugin(self, data: bytes) -> str:
+    def _metadata_plugin(self, i: int, data: bytes) -> str:
+        named = self._named.get(i)
+        if named is not None:
+            return named
         ev = self._parse(data)
         return _value_plugin(ev.summary.value[0]) if ev is not None and ev.summary.value else ""
 
@@ -683,7 +726,7 @@ class _Accumulator:
             return
         tid = tag_id[fidx]
         ntags = len(self.table.names)
-        when = np.full(ntags, np.iinfo(np.int64).max, dtype=np.int64)
+        when = np.full(ntags, _I64_MAX, dtype=np.int64)
         for t, i in bind_at.items():
             when[t] = i
         is_bound = bound_at_start[tid] | (fidx >= when[tid])
@@ -693,14 +736,16 @@ class _Accumulator:
         np.add.at(nbytes, gid, sizes[fidx])
         count = np.bincount(gid, minlength=ngroups)
         step = env.step[fidx]
-        lo = np.full(ngroups, np.iinfo(np.int64).max, dtype=np.int64)
-        hi = np.full(ngroups, np.iinfo(np.int64).min, dtype=np.int64)
+        lo = np.full(ngroups, _I64_MAX, dtype=np.int64)
+        hi = np.full(ngroups, _I64_MIN, dtype=np.int64)
         np.minimum.at(lo, gid, step)
         np.maximum.at(hi, gid, step)
-        for g in np.flatnonzero(count).tolist():
-            tag = self.table.names[g // 2]
-            plugin = self.bindings[tag] if g % 2 else ""
-            self._add_tag(plugin, tag, int(nbytes[g]), int(count[g]), int(lo[g]), int(hi[g]))
+        names, bindings = self.table.names, self.bindings
+        groups = np.flatnonzero(count)
+        for g, nb, k, a, z in zip(groups.tolist(), nbytes[groups].tolist(), count[groups].tolist(),
+                                  lo[groups].tolist(), hi[groups].tolist()):
+            tag = names[g >> 1]
+            self._add_tag(bindings[tag] if g & 1 else "", tag, nb, k, a, z)
 
     # result -----------------------------------------------------------------------------
     def finish(self, reader: RecordReader) -> EventFileStats:
