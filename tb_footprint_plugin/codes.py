@@ -190,7 +190,16 @@ class RetireSkip(Code):
     HOLDS_RUNS = "holds_nested_runs"  # a parent run; retiring it would take runs along the plan did not name
     INSIDE_RETIRED = "taken_along"  # folded into its parent's retirement
     LOGDIR_ROOT = "logdir_root"  # the logdir's own run ('.') cannot leave the logdir
+    HOLDS_STATE = "holds_nested_state"  # holds a nested logdir's state or a vault (their backups): never moved
     NOT_FOUND = "not_found"  # no such run in the logdir
+
+
+class SetAside(Code):
+    """Why the scan left a folder out of every run (``LogdirFootprint.set_aside[].code``): the
+    tool's own folders of another logdir, whose backups no verb of this logdir may move or purge."""
+
+    NESTED_STATE = "nested_state"  # a nested logdir's state folder (its journals, vault, identity)
+    NESTED_VAULT = "nested_vault"  # a vault another logdir was given as its --backup-dir
 
 
 class TagKeep(Code):

@@ -28,7 +28,7 @@ import stat
 import time
 from typing import Collection, Iterable, Iterator, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Skip, StoreError
+from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, RetireSkip, Skip, StoreError
 from tb_footprint_plugin.engine import manifest as one_schema
 from tb_footprint_plugin.engine import retire_rules as rules
 from tb_footprint_plugin.engine.catalogue import own_manifests
@@ -46,7 +46,8 @@ from tb_footprint_plugin.engine.vault import Vault, restore_folder, who
 from tb_footprint_plugin.storage.files import (CopyMismatch, copy_new, give_owner, recorded_owner, sha256_file,
                                                sha256_stream, unlink_if_same)
 from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
-from tb_footprint_plugin.storage.paths import MADE_OP_ID_RE, is_within, plausible_mtime_ns
+from tb_footprint_plugin.scan.set_aside import holds_vault, is_state_folder
+from tb_footprint_plugin.storage.paths import MADE_OP_ID_RE, is_state_name, is_within, plausible_mtime_ns
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.private import NotPrivate, check_private_dir
 from tb_footprint_plugin.storage.store import StoreFailure
@@ -148,6 +149,13 @@ def tree_sha256(entries: Iterable[dict]) -> str:
     return h.hexdigest()
 
 
+def _holds_state(ctx: Context, path: str) -> TransactionError:
+    """A retirement's refusal of a run holding another logdir's state or vault at ``path``."""
+    return TransactionError(f"{os.path.relpath(path, ctx.logdir)}: another logdir's state or vault inside the run "
+                            "(its backups, perhaps their only copies): a retirement never moves it; left alone",
+                            RetireSkip.HOLDS_STATE)
+
+
 def inventory(ctx: Context, run: str) -> Tuple[List[dict], List[dict]]:
     """Files (path, size, mode, mtime_ns, ino, uid, gid, nlink) and directories (path, mode,
     mtime_ns, uid, gid) of ``run``'s tree, paths relative to the logdir. Refuses symlinks and special files, naming
@@ -168,6 +176,12 @@ def inventory(ctx: Context, run: str) -> Tuple[List[dict], List[dict]]:
             if os.path.islink(p):
                 raise TransactionError(f"{os.path.relpath(p, ctx.logdir)}: a symlink inside the run; "
                                        "a retirement never follows or moves links; left alone", Failure.REFUSED)
+            # the scan's rule (``scan.set_aside``), asked again of the tree that would move: another
+            # logdir's state holds backups that this vault must never take (review R13 F5)
+            if is_state_name(d) and is_state_folder(p):
+                raise _holds_state(ctx, p)
+        if root != top and holds_vault(root, dnames):
+            raise _holds_state(ctx, root)
         for n in fnames:
             p = os.path.join(root, n)
             st = os.lstat(p)

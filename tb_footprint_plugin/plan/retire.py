@@ -216,6 +216,15 @@ def plan_retire(fp: LogdirFootprint, rule: RetireRule, *, quiet_period: float,
         if n == ".":
             out[n] = item(n, False, "the logdir's own run cannot leave the logdir", RetireSkip.LOGDIR_ROOT, metric=md)
             continue
+        # another logdir's state or vault inside the tree (left out by the scan): its backups, perhaps
+        # its only copies, would go into this logdir's vault and be freed by its purge (review R13 F5)
+        held = [a["path"] for a in getattr(fp, "set_aside", None) or () if a.get("run") in subtree[n]]
+        if held:
+            out[n] = item(n, False, f"holds {held[0]}" + (f" and {len(held) - 1} more" if len(held) > 1 else "")
+                          + ", another logdir's state or vault (its backups, perhaps their only copies): never "
+                          "moved by a retirement; purge or restore that logdir's operations, or move it out, "
+                          "then retire this run", RetireSkip.HOLDS_STATE, metric=md)
+            continue
         marked = [m for m in subtree[n] if is_marked(m) or matches_any(m, rule.keep_list)]
         if marked:
             what = "marked to keep" if marked == [n] else f"holds runs marked to keep ({', '.join(marked)})"

@@ -26,8 +26,9 @@ from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.scan.model import COMPACT, DiskTally, UNATTRIBUTED
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.scan.set_aside import (display, holds_vault, is_state_folder, nested_state_words,
-                                                vault_manifests, vault_words, is_manifest_name)
+from tb_footprint_plugin.codes import SetAside
+from tb_footprint_plugin.scan.set_aside import (display, holds_vault, is_manifest_name, is_state_folder,
+                                                nested_state_words, set_aside_entry, vault_manifests, vault_words)
 from tb_footprint_plugin.storage.paths import DEMO_MARKER, STATE_DIR_NAME, is_state_name, is_within, state_dirs_in
 from tb_footprint_plugin.storage.regular import kind_of
 
@@ -84,6 +85,8 @@ class Discovery:
 
     runs: Dict[str, FoundRun]
     warnings: List[str]
+    #: folders left out as another logdir's (``scan.set_aside.set_aside_entry``)
+    set_aside: List[Dict[str, Optional[str]]] = field(default_factory=list)
 
 
 def unreadable_entry(rel: str, run: Optional[str], err: OSError) -> Dict[str, Optional[str]]:
@@ -158,7 +161,8 @@ def _gone(e: OSError) -> bool:
 
 def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = (),
               tally: Optional[DiskTally] = None,
-              unreadable: Optional[List[Dict[str, Optional[str]]]] = None) -> Iterator[FoundRun]:
+              unreadable: Optional[List[Dict[str, Optional[str]]]] = None,
+              set_aside: Optional[List[Dict[str, Optional[str]]]] = None) -> Iterator[FoundRun]:
     """The runs of :func:`discover`, each yielded as soon as the walk has left its folder (its
     files sorted), ``(unattributed)`` last; warnings are appended to ``warnings`` as they are met.
     ``tally``: counts what the walk lstats as ``du`` would (every folder and file it meets, the
@@ -215,15 +219,6 @@ def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = (),
                 tally.count(st)
                 tally.skipped.append({"path": dirpath, "why": f"unreadable ({e.strerror})"})
             continue
-        if parts and holds_vault(dirpath, entries):
-            # a vault made here for another logdir: its retired runs are no runs of this logdir to
-            # reduce, retire or purge (their manifests would no longer match); counted apart, whole
-            warnings.append(vault_words(_rel(parts)))
-            if tally is not None:
-                tally.set_aside.append(dirpath)
-            continue
-        if tally is not None:
-            tally.count(st)
 
         files, subdirs = [], []
         for e in entries:
@@ -241,6 +236,17 @@ def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = (),
                     files.append(e)
             except OSError:
                 files.append(e)
+        if parts and holds_vault(dirpath, subdirs):
+            # a vault made here for another logdir: its retired runs are no runs of this logdir to
+            # reduce, retire or purge (their manifests would no longer match); counted apart, whole
+            warnings.append(vault_words(_rel(parts)))
+            if set_aside is not None:
+                set_aside.append(set_aside_entry(_rel(parts), owner, SetAside.NESTED_VAULT))
+            if tally is not None:
+                tally.set_aside.append(dirpath)
+            continue
+        if tally is not None:
+            tally.count(st)
         names = [e.name for e in files]
         run_here, has_events = is_run_dir(names, dirpath, subdirs)
         if run_here:
@@ -272,6 +278,8 @@ def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = (),
                     # a nested logdir's state (review R11 G7): its vault's backups are no run's files
                     # of this logdir, to reduce, retire or purge
                     warnings.append(nested_state_words(_rel(parts + (d,))))
+                    if set_aside is not None:
+                        set_aside.append(set_aside_entry(_rel(parts + (d,)), owner, SetAside.NESTED_STATE))
                 if tally is not None:
                     tally.set_aside.append(sub)
                 continue  # the vault: its size is reported separately as backups
@@ -422,6 +430,7 @@ def discover_listing(logdir_url: str, objects: Dict[str, "ObjectInfo"],
         tree[parts[:-1]][0].append(parts[-1])
     runs: Dict[str, FoundRun] = {}
     warnings: List[str] = [nested_state_words(rel) for rel in sorted(nested)]
+    aside: List[Dict[str, Optional[str]]] = []
     stack: List[Tuple[Tuple[str, ...], Optional[str], int]] = [((), None, 0)]
     base = logdir_url.rstrip("/")
     while stack:
@@ -430,6 +439,7 @@ def discover_listing(logdir_url: str, objects: Dict[str, "ObjectInfo"],
         if parts and any(is_manifest_name(found, n) for found in vault_manifests(subdirs)
                          for n in tree[parts + (found,)][0]):
             warnings.append(vault_words(_rel(parts)))  # another logdir's vault of copies: no runs here
+            aside.append(set_aside_entry(_rel(parts), owner, SetAside.NESTED_VAULT))
             continue
         has_profile = "plugins" in subdirs and "profile" in tree.get(parts + ("plugins",), ((), set()))[1]
         run_here, has_events = is_run_dir(names, "", subdirs, has_profile_dir=has_profile)
@@ -453,4 +463,8 @@ def discover_listing(logdir_url: str, objects: Dict[str, "ObjectInfo"],
             stack.append((parts + (d,), owner, owner_depth))
     for r in runs.values():
         r.files.sort(key=lambda f: f.rel)
-    return Discovery(runs=runs, warnings=warnings)
+    # a nested state folder's run: the innermost run whose prefix holds it (found at the listing)
+    named = [n for n in runs if n != UNATTRIBUTED]
+    aside += [set_aside_entry(rel, max((n for n in named if n == "." or rel.startswith(n + "/")), key=len,
+                                       default=None), SetAside.NESTED_STATE) for rel in sorted(nested)]
+    return Discovery(runs=runs, warnings=warnings, set_aside=aside)

@@ -378,6 +378,9 @@ class LogdirFootprint:
     #: folders the walk could not enter, each ``{path, run, code, why}`` (``discovery.unreadable_entry``):
     #: the plan lists them left alone, never drops them (``warnings`` says them too, as prose)
     unreadable: List[Dict[str, Optional[str]]] = field(default_factory=list)
+    #: folders left out as another logdir's (``scan.set_aside``), each ``{path, run, code, why}``:
+    #: a retirement of the run holding one is refused by the plan (review R13 F5)
+    set_aside: List[Dict[str, Optional[str]]] = field(default_factory=list)
 
     # Not fields: neither in the JSON schema nor compared (set by the scan that walked or listed).
     #: what the walk found allocated on disk (``DiskTally``: a local scan's own walk); None when
@@ -461,4 +464,5 @@ def footprint_from_dict(d: dict) -> LogdirFootprint:
         requests=d.get("requests"),
         schema_version=d.get("schema_version", SCHEMA_VERSION),
         unreadable=[dict(u) for u in d.get("unreadable", [])],
+        set_aside=[dict(u) for u in d.get("set_aside", [])],
     )

@@ -66,14 +66,15 @@ def scan(
     tally = DiskTally(started=started)
     unreadable: List[dict] = []  # folders the walk could not enter: the plan lists them (review R16 F10)
     # each run's footprint made as the walk goes
-    found = walk_runs(logdir, warnings, exclude=exclude, tally=tally, unreadable=unreadable)
+    aside: List[dict] = []  # other logdirs' state and vaults left out: a retirement must not move them
+    found = walk_runs(logdir, warnings, exclude=exclude, tally=tally, unreadable=unreadable, set_aside=aside)
     cache = ScanCache(cache_dir(logdir) if use_cache else None, write=write_cache)
     with ParsePool() as pool:  # a big logdir's event files parsed on the other cores too
         fp = _assemble(logdir, found, warnings, cache, use_cache=use_cache, write_cache=write_cache,
                        progress=progress, vault_bytes=lambda: _backup_bytes(sdir, backup_dir), started=started,
                        pool=pool)
     fp.disk = tally
-    fp.unreadable = unreadable
+    fp.unreadable, fp.set_aside = unreadable, aside
     return fp
 
 
@@ -186,6 +187,7 @@ def scan_bucket(store: Store, objects, *, backup_dir: Optional[str] = None, use_
     fp.requests = store.stats.to_dict()
     fp.listed_bytes = listed
     fp.listed_vault = vault_listed[0] if vault_listed else None
+    fp.set_aside = found.set_aside
     return fp
 
 

@@ -12,8 +12,9 @@ named like those stay runs.
 from __future__ import annotations
 
 import os
-from typing import Iterable, List
+from typing import Dict, Iterable, List, Optional
 
+from tb_footprint_plugin.codes import SetAside
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import MADE_OP_ID_RE
 
@@ -55,6 +56,14 @@ def vault_words(rel: str) -> str:
             "reduce, restore and purge it from the logdir that made it")
 
 
+def set_aside_entry(rel: str, run: Optional[str], code: SetAside) -> Dict[str, Optional[str]]:
+    """A folder left out as another logdir's, as a value (``LogdirFootprint.set_aside``): ``path``
+    (relative to the logdir), ``run`` (the run whose folder holds it, or None), ``code`` and ``why``
+    (the warning's words)."""
+    words = nested_state_words(rel) if code is SetAside.NESTED_STATE else vault_words(rel)
+    return {"path": rel, "run": run, "code": code.value, "why": words}
+
+
 def is_state_folder(path: str) -> bool:
     """True when the folder at ``path`` (not followed) holds what a state folder holds
     (``STATE_MARKS``): a nested logdir's state, left out as the logdir's own is."""
@@ -76,11 +85,11 @@ def is_manifest_name(folder: str, name: str) -> bool:
     return name.endswith(".json") and MADE_OP_ID_RE.match(name[:-len(".json")]) is not None
 
 
-def holds_vault(dirpath: str, entries: list) -> bool:
-    """Whether the folder at ``dirpath`` (listed: ``entries``, ``os.DirEntry``) is a vault's
+def holds_vault(dirpath: str, subdirs: Iterable[str]) -> bool:
+    """Whether the folder at ``dirpath`` (its folders: ``subdirs``, not followed) is a vault's
     root: of ``VAULT_SHAPES``' shape, its records folder holding a record (``is_manifest_name``;
     one listing more, only for a folder of that shape)."""
-    for found in vault_manifests(e.name for e in entries if _is_dir(e)):
+    for found in vault_manifests(subdirs):
         try:
             with fsops.scandir(os.path.join(dirpath, found)) as it:
                 if any(is_manifest_name(found, e.name) for e in it):
@@ -90,12 +99,5 @@ def holds_vault(dirpath: str, entries: list) -> bool:
     return False
 
 
-def _is_dir(e) -> bool:
-    try:
-        return e.is_dir(follow_symlinks=False)
-    except OSError:
-        return False
-
-
 __all__ = ["STATE_MARKS", "VAULT_SHAPES", "display", "holds_vault", "is_manifest_name", "is_state_folder",
-           "nested_state_words", "vault_manifests", "vault_words"]
+           "nested_state_words", "set_aside_entry", "vault_manifests", "vault_words"]
