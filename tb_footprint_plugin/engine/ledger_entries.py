@@ -33,6 +33,13 @@ MAX_ERROR_CHARS = 8192
 _ENTRY_FIELDS = {"state", "updated_at", "of_mark", "reduced_ratio", "verified", *_ENTRY_INTS, *_ENTRY_STRS}
 #: refusals named one by one per ledger in a merged view (the rest are counted)
 MAX_REPORTED = 20
+#: how far past this host's clock a mark's time may be (another host's clock ahead of ours) before
+#: its entry is refused: a mark dated later outranks every mark of its run made before that time
+#: (``ledger_objects.newest``), so one dated years ahead would tell its run's state for years. Refused,
+#: not clamped: a time clamped to "now" still outranks the real marks made before the read, and
+#: changes its rank as the clock moves; a refusal is named (``bad_ledger_entry``) and the run's
+#: other marks tell. An hour: far above what NTP'd hosts drift, far below a planted date's reach.
+FUTURE_SKEW_SECONDS = 3600.0
 
 
 def _finite(v) -> bool:
@@ -55,6 +62,9 @@ def check_entry(run, e, file: str) -> dict:
     for k in ("updated_at", "of_mark"):
         if k in e and not _finite(e[k]):
             raise bad(f"{k} is not a finite number")
+        if k in e and e[k] > time.time() + FUTURE_SKEW_SECONDS:
+            raise bad(f"{k} {e[k]!r} is later than this host's clock allows (now + {FUTURE_SKEW_SECONDS:.0f} s); "
+                      "a mark from the future would outrank every later mark of its run")
     for k in _ENTRY_INTS:
         if e.get(k) is not None and not (isinstance(e[k], int) and not isinstance(e[k], bool) and e[k] >= 0):
             raise bad(f"{k} is not a non-negative integer")
