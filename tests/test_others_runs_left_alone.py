@@ -225,3 +225,33 @@ def test_the_tab_shows_it_left_alone_and_its_reduce_leaves_it(logdir):  # noqa: 
         assert _tree(logdir / "big") == before
     finally:
         app.close()
+
+
+def test_the_root_runs_folder_is_the_logdir_not_anyones_run(tmp_path):
+    """Review R13 F3: the run at the logdir's root ('.') was judged by the logdir folder's owner, so
+    a user's own files at the top of a team folder of the lead's were 'owned by' the lead and
+    nothing was reduced. The logdir is the folder the user named, no run folder of anyone's: its
+    files decide, as everywhere; a subfolder run of the lead's is still the lead's."""
+    logdir = tmp_path / "team"
+    write_loss_run(logdir, seed=7)  # a run at the root, every file the user's own
+    write_loss_run(logdir / "leads", seed=8)
+    for d, _dirs, files in os.walk(logdir):
+        for n in files:
+            os.utime(os.path.join(d, n), (OLD, OLD))
+    os.chown(logdir, STRANGER, -1)  # the team folder belongs to the lead
+    os.chown(logdir / "leads", STRANGER, -1)
+    runs = {rp.run: rp for rp in api.plan(str(logdir), "archive", quiet_period=0).runs}
+    assert runs["."].code is None and not runs["."].skipped and runs["."].owner_uid is None, runs["."]
+    assert runs["leads"].code == Skip.OTHERS_RUN, runs["leads"]
+    before = _tree(logdir / "leads")
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, quiet_period=0, verify_backends=("python",))
+    by = {o.run: o for o in rep.outcomes}
+    assert by["."].status == "verified" and "taken on request" not in (by["."].reason or ""), by["."].to_dict()
+    assert by["leads"].code == Skip.OTHERS_RUN and _tree(logdir / "leads") == before
+    # a file of the lead's at the root is still the lead's: the rule is the files', not the folder's
+    back = api.restore(str(logdir), run=".")
+    assert [b.status for b in back] == ["restored"]
+    xplane = next(p for p in logdir.glob("plugins/profile/*/*.xplane.pb"))
+    os.chown(xplane, STRANGER, -1)
+    (rp,) = [r for r in api.plan(str(logdir), "archive", quiet_period=0).runs if r.run == "."]
+    assert rp.code == Skip.OTHERS_RUN, rp

@@ -1,7 +1,8 @@
 """Whose run it is: the one rule of every verb that changes or moves a run (reduce, retire, the tab).
 
-A run is another user's when its folder, or a file the plan would change, move or retire, is
-owned by another uid than the one running the tool (the scan's ``RunFootprint.uid`` and
+A run is another user's when its folder (never the logdir's own, the root run's: the folder the
+user named, often a team folder of the lead's, review R13 F3), or a file the plan would change,
+move or retire, is owned by another uid than the one running the tool (the scan's ``RunFootprint.uid`` and
 ``FileEntry.uid``, set only then: no syscall here). Such a run is left alone by default with
 ``Skip.OTHERS_RUN`` (review R10 F8: in a team logdir whose runs others may write, a teammate's
 reduce took a run into the teammate's private vault; its owner was never told and could not

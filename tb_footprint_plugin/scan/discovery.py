@@ -253,8 +253,10 @@ def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = (),
             owner = _rel(parts)
             owner_depth = len(parts)
             if owner not in runs:
+                # the root run's folder is the logdir the user named, not a run folder of anyone's: a
+                # team folder of the lead's holding the user's own files is the user's (review R13 F3)
                 runs[owner] = FoundRun(name=owner, abspath=dirpath,
-                                       uid=st.st_uid if st.st_uid != euid else None)
+                                       uid=st.st_uid if parts and st.st_uid != euid else None)
                 open_runs.append((parts, owner))
             runs[owner].has_event_files = runs[owner].has_event_files or has_events
         run_name = owner if owner is not None else UNATTRIBUTED
