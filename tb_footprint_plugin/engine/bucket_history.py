@@ -15,6 +15,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.engine.bucket_catalogue import (entries_of, entry_when, line_entry, manifest_listing, op_of,
                                                          read_listed, usable_manifest)
+from tb_footprint_plugin.engine.bucket_moved import COPY, OTHERS, OURS, whose
 from tb_footprint_plugin.engine.bucket_objects import STATE_LIMIT
 from tb_footprint_plugin.engine.bucket_state import BucketState, BucketVault
 from tb_footprint_plugin.engine.history import HistoryPage, bucket_log
@@ -119,6 +120,12 @@ SUMMARY = "manifests-summary.json"
 SUMMARY_FORMAT = 1
 #: what a summary keeps of each entry: the fields ``plan.shard.original_sizes`` reads
 SUMMARY_FIELDS = ("time", "op_id", "kind", "run", "before", "outcome", "of_op")
+#: a record's verdict for a logdir whose reading found no usable manifest there (damaged, gone):
+#: nothing of it is counted, and it is not read again at that version
+NONE_USABLE = "none"
+#: the verdicts under which a logdir's partition counts a manifest's entries: what
+#: ``bucket_catalogue.read_listed`` yields it (``bucket_moved.whose`` not ``OTHERS``)
+COUNTED = (OURS, COPY)
 
 
 def _slim(e: dict) -> dict:
@@ -131,10 +138,15 @@ def _scalar(v) -> bool:
     return v is None or isinstance(v, (str, int)) or isinstance(v, float) and math.isfinite(v)
 
 
+def judge(ostore: ObjectStore) -> str:
+    """The name of the logdir ``ostore`` in a summary record's verdicts (``"w"``): its URL."""
+    return f"{ostore.protocol}://{ostore.root}"
+
+
 def _summary_of(data: Optional[bytes]) -> Dict[str, dict]:
-    """The summary's manifests (key -> ``{"v": version, "s": started_at, "e": entries}``) where
-    well formed; anything else in it is left out (untrusted: a record not of this shape is read
-    from its manifest again)."""
+    """The summary's manifests (key -> ``{"v": version, "s": started_at, "e": entries, "w":
+    {logdir URL: whose verdict}}``) where well formed; anything else in it is left out (untrusted:
+    a record not of this shape is read from its manifest again; verdicts not of theirs dropped)."""
     try:
         doc = jsondoc.loads(data) if data else None
     except ValueError:  # nested too deep included (review R10 F3)
@@ -149,7 +161,9 @@ def _summary_of(data: Optional[bytes]) -> Dict[str, dict]:
         entries = rec["e"]
         if all(isinstance(e, dict) and isinstance(e.get("run"), str)
                and all(k in SUMMARY_FIELDS and _scalar(v) for k, v in e.items()) for e in entries):
-            out[key] = {"v": rec["v"], "s": rec["s"], "e": entries}
+            w = rec.get("w")
+            w = {k: v for k, v in w.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(w, dict) else {}
+            out[key] = {"v": rec["v"], "s": rec["s"], "e": entries, "w": w}
     return out
 
 
@@ -167,8 +181,16 @@ def partition_entries(ostore: ObjectStore, vault: BucketVault, held: Callable[[]
     entries moves only the partition's balance, alike for every worker reading it (the per-run
     locks and the plans keep a run from being reduced twice, whatever the partition says).
     Memory: the summary's few fields a manifest, not the manifests. ``write`` False (a dry run, a
-    plan, ``shard_sizes``: "writes nothing") reads the summary and never writes it."""
+    plan, ``shard_sizes``: "writes nothing") reads the summary and never writes it.
+
+    Whose (review R11 G6 for the partition): a vault prefix given to several logdirs holds their
+    manifests and one summary, so each record keeps the verdict of ``bucket_moved.whose`` for each
+    logdir that read it (``"w"``: logdir URL -> ``ours``/``copy``/``others``/``none``); a logdir
+    counts a record's entries only under its own verdict ``ours`` or ``copy`` (what
+    ``bucket_catalogue.read_listed`` yields it, which it reads otherwise), and reads a manifest
+    whose record holds no verdict of its own (once a version, as any manifest not summarised)."""
     found = manifest_listing(vault)
+    me = judge(ostore)
     summary: Dict[str, dict] = {}
     if found:
         try:
@@ -182,28 +204,42 @@ def partition_entries(ostore: ObjectStore, vault: BucketVault, held: Callable[[]
         rec = summary.get(key)
         if rec is not None and rec["v"] == info.version_token:
             now[key] = rec
+            if me in rec["w"]:
+                continue
         else:  # to be read; a damaged one stays without entries, as ``history`` leaves it out
-            now[key] = {"v": info.version_token, "s": 0, "e": []}
-            stale.append((key, info))
+            now[key] = {"v": info.version_token, "s": 0, "e": [], "w": {}}
+        stale.append((key, info))
     del summary
     prefix = f"{vault.root}/"
-    for m in read_listed(ostore, vault, stale):
-        now[m["_path"][len(prefix):]] = _record(m)
+    others: List[dict] = []
+    for m in read_listed(ostore, vault, stale, others=others):
+        key = m["_path"][len(prefix):]
+        had = now[key]["w"] if now[key]["v"] == m["_version"] else {}
+        now[key] = _record(m, dict(had, **{me: whose(ostore, m)}))
+    for o in others:  # another logdir's: its entries (when a reading of theirs kept them) stay for it
+        key = str(o.get("_path", ""))[len(prefix):]
+        if key in now:
+            now[key] = dict(now[key], w=dict(now[key]["w"], **{me: OTHERS}))
+    for key, _info in stale:
+        if me not in now[key]["w"]:  # no usable manifest read there: nothing counted at this version
+            now[key] = dict(now[key], w=dict(now[key]["w"], **{me: NONE_USABLE}))
     if stale and write:
         _write_summary(vault, now)
     skip = held()
     out = [_slim(line_entry(e)) for e in bucket_log(BucketState.of(ostore).logdir_store()).read()]
     # ``bucket_catalogue.manifests``' order (newest started first, then by key), then ``history``'s
     for key in sorted(now, key=lambda k: -now[k]["s"]):
-        out += [dict(e) for e in now[key]["e"]]
+        if now[key]["w"].get(me) in COUNTED:
+            out += [dict(e) for e in now[key]["e"]]
     out.sort(key=entry_when)
     return [e for e in out if op_of(e) not in skip]
 
 
-def _record(m: dict) -> dict:
-    """A summary's record of the usable manifest ``m`` (``bucket_catalogue.usable_manifest``)."""
+def _record(m: dict, w: Dict[str, str]) -> dict:
+    """A summary's record of the usable manifest ``m`` (``bucket_catalogue.usable_manifest``),
+    with the verdicts ``w`` of the logdirs that read it (``partition_entries``)."""
     started = m.get("started_at")
-    return {"v": m["_version"], "e": [_slim(e) for e in entries_of(m)],
+    return {"v": m["_version"], "e": [_slim(e) for e in entries_of(m)], "w": w,
             "s": started if isinstance(started, (int, float)) and not isinstance(started, bool) else 0}
 
 
@@ -221,7 +257,7 @@ def note_manifests(ostore: ObjectStore, vault: BucketVault, written: Iterable[Tu
     for op_id, version, doc in written:
         m = usable_manifest(ostore, vault.manifest(op_id), dict(doc), version) if version else None
         if m is not None:
-            recs[f"manifests/{op_id}.json"] = _record(m)
+            recs[f"manifests/{op_id}.json"] = _record(m, {judge(ostore): whose(ostore, m)})
     for _ in range(tries if recs else 0):
         try:
             there = vault.store.stat(SUMMARY)
@@ -230,7 +266,12 @@ def note_manifests(ostore: ObjectStore, vault: BucketVault, written: Iterable[Tu
             if e.code not in (StoreError.NOT_FOUND, StoreError.TOO_LARGE):
                 return False
             there, data = None, None
-        merged = dict(_summary_of(data), **recs)
+        there_recs = _summary_of(data)
+        for key, rec in recs.items():  # other logdirs' verdicts of the same version stay
+            old = there_recs.get(key)
+            if old is not None and old["v"] == rec["v"]:
+                rec["w"] = dict(old["w"], **rec["w"])
+        merged = dict(there_recs, **recs)
         if _write_summary(vault, merged, there.version if there is not None else None):
             return True
     return False
@@ -266,5 +307,5 @@ def _write_summary(vault: BucketVault, manifests: Dict[str, dict], over: Optiona
     return True
 
 
-__all__ = ["SKEW", "SUMMARY", "SUMMARY_FIELDS", "history_page", "note_manifests", "note_shard_batch",
+__all__ = ["COUNTED", "NONE_USABLE", "SKEW", "SUMMARY", "SUMMARY_FIELDS", "judge", "history_page", "note_manifests", "note_shard_batch",
            "partition_entries"]
