@@ -367,7 +367,7 @@ def _varint(
     if not long.any():  # the usual case for lengths: one byte each
         return first.astype(np.int64), np.ones(len(pos), dtype=np.int64), np.ones(len(pos), dtype=bool)
     # the long path on the long ones only (one histogram among scalars made every length long)
-    li = np.flatnonzero(long)
+    li = long.nonzero()[0]
     w = u64[pos[li]]
     val = w & np.uint64(0x7F)
     more = np.ones(len(li), dtype=bool)
@@ -453,7 +453,7 @@ def _tag_words(u64: np.ndarray, ts: np.ndarray, tl: np.ndarray) -> List[np.ndarr
     words = []
     nwords = int((int(tl.max()) + 7) // 8) if len(tl) else 0
     for k in range(nwords):
-        rem = np.clip(tl - 8 * k, 0, 8)
+        rem = np.minimum(np.maximum(tl - 8 * k, 0), 8)  # np.clip's wrapper costs more
         words.append(u64[np.minimum(ts + 8 * k, lim)] & _WORD_MASKS[rem])
     return words
 
@@ -620,7 +620,7 @@ class _Accumulator:
         a8 = np.frombuffer(buf, dtype=np.uint8)
         u64 = _u64_view(buf)
         env = _decode_envelopes(a8, u64, starts + 12, starts + sizes - 4)
-        ok_idx = np.flatnonzero(env.ok)
+        ok_idx = env.ok.nonzero()[0]
         tag_id = np.full(len(starts), -1, dtype=np.int64)
         if len(ok_idx):
             tag_id[ok_idx] = self._match_tags(batch, u64, env, ok_idx)
@@ -640,7 +640,7 @@ class _Accumulator:
             self._learn(batch, idx, ts, tl, words, h, tid, None)
             return tid
         tid = self.table.match(tl, words, h)
-        unknown = np.flatnonzero(tid < 0)
+        unknown = (tid < 0).nonzero()[0]
         if len(unknown):
             self._learn(batch, idx, ts, tl, words, h, tid, unknown)
         return tid
@@ -681,15 +681,15 @@ class _Accumulator:
         record that may carry a plugin matters; those and the per-record ("slow") records are
         merged by index and processed in order. Returns tag id -> index where it got bound.
         """
-        fidx = np.flatnonzero(fast)
+        fidx = fast.nonzero()[0]
         maybe = fidx[~self.bound[tag_id[fidx]] & (env.code[fidx] != 0)]
         heap: List[Tuple[int, int]] = []
         if len(maybe):  # each tag's first such record (a sort, np.unique, cost more)
             first = np.full(len(self.table.names), len(fast), dtype=np.int64)
             np.minimum.at(first, tag_id[maybe], maybe)
-            tags = np.flatnonzero(first < len(fast))
+            tags = (first < len(fast)).nonzero()[0]
             heap = list(zip(first[tags].tolist(), tags.tolist()))
-        heap += [(int(i), -1) for i in np.flatnonzero(~fast)]
+        heap += [(i, -1) for i in (~fast).nonzero()[0].tolist()]
         heapq.heapify(heap)
         self._bind_at = bind_at = {}
         buf, base = batch.buf, batch.base
@@ -701,7 +701,7 @@ class _Accumulator:
                 if tid < 0:
                     self._record(buf[s + 12 : s + n - 4], n, base + s)
                 elif not self.bound[tid]:
-                    plugin = _CODE_PLUGIN.get(int(env.code[i])) or self._metadata_plugin(i, buf[s + 12 : s + n - 4])
+                    plugin = _CODE_PLUGIN.get(int(env.code[i])) or self._metadata_plugin(i, buf, s, n)
                     if plugin:
                         self._bind(self.table.names[tid], plugin)
                     else:  # metadata without a plugin name: the tag's next candidate decides
@@ -712,16 +712,16 @@ class _Accumulator:
             self._bind_at = None
         return bind_at
 
-    def _metadata_plugin(self, i: int, data: bytes) -> str:
+    def _metadata_plugin(self, i: int, buf: bytes, s: int, n: int) -> str:
         named = self._named.get(i)
         if named is not None:
             return named
-        ev = self._parse(data)
+        ev = self._parse(buf[s + 12 : s + n - 4])
         return _value_plugin(ev.summary.value[0]) if ev is not None and ev.summary.value else ""
 
     def _aggregate(self, env: _Envelope, sizes, tag_id, fast, bound_at_start, bind_at) -> None:
         """Sum the fast records per (tag, bound or not) and fold them into ``tags``."""
-        fidx = np.flatnonzero(fast)
+        fidx = fast.nonzero()[0]
         if not len(fidx):
             return
         tid = tag_id[fidx]
@@ -741,7 +741,7 @@ class _Accumulator:
         np.minimum.at(lo, gid, step)
         np.maximum.at(hi, gid, step)
         names, bindings = self.table.names, self.bindings
-        groups = np.flatnonzero(count)
+        groups = count.nonzero()[0]
         for g, nb, k, a, z in zip(groups.tolist(), nbytes[groups].tolist(), count[groups].tolist(),
                                   lo[groups].tolist(), hi[groups].tolist()):
             tag = names[g >> 1]

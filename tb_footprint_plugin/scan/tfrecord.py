@@ -717,7 +717,7 @@ class _Spans:
         lengths = sizes - _OVERHEAD
         table = _length_crcs()
         want = table[np.minimum(lengths, len(table) - 1)]
-        big = np.flatnonzero(lengths >= len(table))
+        big = (lengths >= len(table)).nonzero()[0]
         if big.size:
             want[big] = np.fromiter(map(length_crc, lengths[big].tolist()), dtype=np.uint32, count=big.size)
         ok = u32[starts + 8] == want
@@ -727,8 +727,7 @@ class _Spans:
                           dtype=np.uint32, count=len(starts))
         masked = ((got >> np.uint32(15)) | (got << np.uint32(17))) + np.uint32(_MASK_DELTA)
         ok &= masked == u32[data_end]
-        bad = np.flatnonzero(~ok)
-        return int(starts[bad[0]]) if bad.size else None
+        return None if ok.all() else int(starts[int(ok.argmin())])
 
     def cut(self, at: int) -> None:
         """Drop every record starting at or after ``at``."""
