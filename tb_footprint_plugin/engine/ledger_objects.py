@@ -276,8 +276,9 @@ class ObjectLayout:
         self._flew = self._flew or bool(flying)
         if not closing:
             return
+        # copies: a later mark of a run updates its entry in place, and this object holds it as written
         self._seen[key] = ObjectRead(key, version or "", len(data), True,
-                                     [(r, rec["entry"], self.folder, rec["policy"]) for r, rec in runs.items()])
+                                     [(r, dict(rec["entry"]), self.folder, rec["policy"]) for r, rec in runs.items()])
         self._n += 1  # the batch ended: the next marks go into a new object, this one stays as it is
         self._open, self._flew = {}, False
         self._fold()
