@@ -25,6 +25,21 @@ def _reduce_and_retire(url, vault):
     assert [o.status for o in rep.outcomes] == ["verified"], [o.to_dict() for o in rep.outcomes]
 
 
+def unrecord(bucket, vault, logdir):
+    """The manifests at ``vault`` as an earlier version wrote them: no ``recorded`` mark, and no
+    record in the state of ``logdir`` (``bucket_op_records``)."""
+    fs = bucket.fs
+    fs.invalidate_cache()
+    for k in fs.find(f"{bucket.key(vault)}/manifests"):
+        m = json.loads(fs.cat_file(k))
+        if m.pop("recorded", None):
+            fs.pipe_file(k, json.dumps(m).encode())
+    ops = f"{bucket.key(logdir)}/.tb-footprint/ops"
+    if fs.exists(ops):
+        fs.rm(ops, recursive=True)
+    fs.invalidate_cache()
+
+
 def _other_logdir(s3_bucket, tmp_path, prefix):
     other = tmp_path / prefix
     (other / "x").mkdir(parents=True)
@@ -88,15 +103,17 @@ def test_a_copys_purge_never_deletes_the_originals_backups_in_a_shared_vault(s3_
 
 
 def test_a_logdir_moved_away_from_a_shared_vault_restores_at_its_old_url(s3_bucket, prof_logdir, tmp_path):
-    """Its operations name the old URL and nothing in its own state says they are its (an external
-    vault): the moved logdir sees them as another's, named by status with where they were made,
-    and a restore at the old URL (then a move) gives every object back; the other logdir sharing
-    the vault never sees them."""
+    """Operations written before records (``test_bucket_ops_recorded`` has those of today): they
+    name the old URL and nothing in its own state says they are its (an external vault): the moved
+    logdir sees them as another's, named by status with where they were made, and a restore at the
+    old URL (then a move) gives every object back; the other logdir sharing the vault never sees
+    them."""
     a = s3_bucket.upload(prof_logdir, "runsA")
     b = _other_logdir(s3_bucket, tmp_path, "runsB")
     vault = s3_bucket.url("vault")
     before = _user(s3_bucket, "runsA")
     _reduce_and_retire(a, vault)
+    unrecord(s3_bucket, "vault", "runsA")
     _move(s3_bucket, "runsA", "runsA2")
     a2 = s3_bucket.url("runsA2")
     assert api.retired(b, backup_dir=vault) == []
@@ -144,11 +161,13 @@ def test_a_planted_id_never_lets_a_restore_copy_another_logdirs_blobs(s3_bucket,
 
 def test_a_purge_where_no_logdir_stands_never_frees_a_moved_logdirs_copies(s3_bucket, prof_logdir):
     """R11 G11: the logdir moved away from a shared vault; a purge at its old URL, where nothing
-    stands any more, refuses its operations (prefix_moved) instead of freeing its only copies."""
+    stands any more, refuses its operations (prefix_moved) instead of freeing its only copies.
+    Operations written before records (today's are another logdir's there: no record stands)."""
     a = s3_bucket.upload(prof_logdir, "runsA")
     vault = s3_bucket.url("vault")
     before = _user(s3_bucket, "runsA")
     _reduce_and_retire(a, vault)
+    unrecord(s3_bucket, "vault", "runsA")
     _move(s3_bucket, "runsA", "runsA2")
     pr = api.purge(a, yes=True, backup_dir=vault)
     assert not pr.ops, pr.to_dict()

@@ -25,6 +25,7 @@ from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import faults, txn
 from tb_footprint_plugin.engine.bucket_blobs import adding, backup_entries, is_blob_entry, missing_blobs
 from tb_footprint_plugin.engine.bucket_history import note_shard_batch
+from tb_footprint_plugin.engine.bucket_op_records import create_manifest
 from tb_footprint_plugin.engine.history import append_rolled_back, rolled_back_line
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
@@ -36,8 +37,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     lock_failure_code,
     lock_refused,
     lock_run,
-    must_close,
-    must_delete,
+    must_close, must_delete,
     new_journal,
     now_s,
     STORE_FAILURES,
@@ -257,7 +257,7 @@ class ObjectBatchReduce(txn.Txn):
             try:
                 doc = manifest_doc(self.ostore, en, rp, self.policy, bytes_after, self.vault, self.jnl.doc,
                                    committed_at=self.committed_at)
-                self.noted.append((en["op"], self.st.create(self.vault.manifest(en["op"]), doc), doc))
+                self.noted.append((en["op"], create_manifest(self.ostore, self.vault, en["op"], doc), doc))
             except (BucketTxnError, *STORE_FAILURES) as e:
                 self._drop(en, e)
         self._adding.close()

@@ -7,6 +7,14 @@ operation's manifest (a move); when it still does, this is a copy of a logdir th
 (or was made again there): nothing is mapped, and every verb names the manifest with where to
 restore it instead (``Finding.PREFIX_MOVED``). Mapped keys lie under this logdir's own vault by
 construction: nothing outside it is ever named by a manifest's word alone.
+
+A logdir whose vault is another prefix records its operations in its own state
+(``bucket_op_records``) and its manifests say so (``recorded``): whose such a manifest is follows
+its record, never the URL alone (review R11 G11's rest): ours where this logdir's state records it
+and the URL it names is this one, or holds no record of it (moved here from there, its copies
+read where they stand: in the vault); another's otherwise — a new logdir made at a moved one's
+URL never lists, restores or purges the moved one's operations. A manifest without the mark
+(written before records) is judged by its URL as it always was.
 """
 from __future__ import annotations
 
@@ -17,6 +25,7 @@ from tb_footprint_plugin.codes import Failure, Finding
 from tb_footprint_plugin.engine.bucket_blobs import is_blob_entry
 from tb_footprint_plugin.engine.bucket_identity import entry_owner, moved_root, same_logdir
 from tb_footprint_plugin.engine.bucket_objects import BucketState
+from tb_footprint_plugin.engine.bucket_op_records import is_recorded, records_at
 from tb_footprint_plugin.engine.bucket_state import BucketTxnError, vault_url
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.store import StoreFailure
@@ -25,6 +34,9 @@ from tb_footprint_plugin.storage.store_object import ObjectStore
 #: the manifest's private keys (never written back: ``manifest.bucket_form`` drops ``_`` keys)
 MOVED_FROM = "_moved_from"  # the URL of the prefix whose keys were read here (moved)
 MADE_AT = "_made_at"  # the URL of the prefix that still holds this operation (a copy): not mapped
+BY_RECORD = "_by_record"  # a recorded manifest's ``whose``, judged by the records (``by_record``)
+#: what ``whose`` says of a manifest
+OURS, COPY, OTHERS = "ours", "copy", "others"
 
 
 def _ops_at(ostore: ObjectStore, root: str, seen: Dict[str, Optional[Set[str]]]) -> Optional[Set[str]]:
@@ -46,7 +58,11 @@ def map_moved(ostore: ObjectStore, path: str, m: dict, seen: Optional[Dict[str, 
     names under that prefix's state then read under this logdir's own state; ``MADE_AT`` set
     instead when that prefix does hold it (a copy: left as it is). A manifest of another vault,
     or of this prefix, is returned as it is. ``seen``: the listings of old prefixes already made
-    by this reading."""
+    by this reading. A recorded manifest (``bucket_op_records``) is judged by its records instead
+    (``by_record``), wherever it lies."""
+    seen = seen if seen is not None else {}
+    if is_recorded(m):
+        return by_record(ostore, m, seen)
     own = f"{ostore.root}/{STATE_DIR_NAME}"
     if not path.startswith(own + "/manifests/"):
         return m
@@ -54,7 +70,7 @@ def map_moved(ostore: ObjectStore, path: str, m: dict, seen: Optional[Dict[str, 
     if old is None:
         return m
     url = m["logdir"]
-    ops = _ops_at(ostore, old, seen if seen is not None else {})
+    ops = _ops_at(ostore, old, seen)
     if ops is None:
         return m  # not told: another logdir's as far as any verb knows (``whose``)
     if m.get("op_id") in ops:
@@ -68,16 +84,36 @@ def map_moved(ostore: ObjectStore, path: str, m: dict, seen: Optional[Dict[str, 
     return m
 
 
+def by_record(ostore: ObjectStore, m: dict, seen: Dict[str, Optional[Set[str]]]) -> dict:
+    """``m``, a recorded manifest, marked ``BY_RECORD``: ``OURS`` when this logdir's own state
+    records its operation and the URL it names is this logdir's, or another prefix of the store
+    whose state records it no more (moved here from there: ``MOVED_FROM`` that URL; its copies
+    lie in the vault, read where they stand); ``OTHERS`` otherwise — a logdir made at a moved
+    one's URL records none of its operations, a copy's old URL still records them (a copy, never
+    a move), and a state that cannot be listed tells nothing. One listing of each state's records
+    per reading (``seen``)."""
+    op = m.get("op_id")
+    mine = records_at(ostore, ostore.root, seen)
+    m[BY_RECORD] = OTHERS
+    if mine is None or op not in mine:
+        return m
+    url = m.get("logdir")
+    if same_logdir(ostore, url):
+        m[BY_RECORD] = OURS
+        return m
+    old = moved_root(ostore, url)
+    theirs = records_at(ostore, old, seen) if old is not None else None
+    if theirs is not None and op not in theirs:
+        m[BY_RECORD], m[MOVED_FROM] = OURS, url
+    return m
+
+
 def marked_afresh(ostore: ObjectStore, path: str, m: dict) -> dict:
     """``m`` (in the one schema, read from the store path ``path``: the vault's own key of its
     operation, never the manifest's word) with ``map_moved``'s marks made here, none taken from
     the caller's dict: a recovery passes a manifest as the store holds it, where a planted
     ``_moved_from`` would otherwise pass for one (review R11 G10)."""
-    return map_moved(ostore, path, {k: v for k, v in m.items() if k not in (MOVED_FROM, MADE_AT)})
-
-
-#: what ``whose`` says of a manifest
-OURS, COPY, OTHERS = "ours", "copy", "others"
+    return map_moved(ostore, path, {k: v for k, v in m.items() if k not in (MOVED_FROM, MADE_AT, BY_RECORD)})
 
 
 def whose(ostore: ObjectStore, m: dict) -> str:
@@ -87,7 +123,10 @@ def whose(ostore: ObjectStore, m: dict) -> str:
     (``MOVED_FROM``), or it lives in this logdir's own state and names no logdir (none recorded);
     ``COPY`` for one of this logdir's own state made at a prefix that still holds its operation
     (``MADE_AT``: named, never acted on); ``OTHERS`` for the rest, another logdir's (a shared
-    vault), never listed, counted, restored or purged here."""
+    vault), never listed, counted, restored or purged here. A recorded manifest is what its records
+    say (``by_record``; one not read by ``map_moved`` is another's)."""
+    if is_recorded(m):
+        return OURS if m.get(BY_RECORD) == OURS else OTHERS
     if m.get(MOVED_FROM) or same_logdir(ostore, m.get("logdir")):
         return OURS
     if m.get(MADE_AT):
@@ -124,6 +163,10 @@ def not_ours_refusal(vault, m: dict) -> Optional[BucketTxnError]:
     bucket's state says)."""
     if m.get(MADE_AT):
         return BucketTxnError(Failure.REFUSED, f"manifest of {m.get('op_id')} {made_at_words(m[MADE_AT])}")
+    if is_recorded(m) and m.get(BY_RECORD) != OURS:
+        return BucketTxnError(Failure.REFUSED, f"manifest of {m.get('op_id')} names a record of its operation this "
+                              f"logdir's state does not hold (another logdir's, made at {str(m.get('logdir'))[:300]}): "
+                              "never acted on here, left in place")
     theirs = [f["path"] for f in m.get("files") or [] if is_blob_entry(f) and vault.blobs is not None
               and entry_owner(vault.blobs, f) is not None
               and entry_owner(vault.blobs, f, copying=True, moved_from=m.get(MOVED_FROM)) is None]
@@ -158,5 +201,5 @@ def outside_words(m: dict, words: str) -> str:
     return f"manifest of {m.get('op_id')} {made_at_words(m[MADE_AT])}" if m.get(MADE_AT) else words
 
 
-__all__ = ["COPY", "MADE_AT", "MOVED_FROM", "OTHERS", "OURS", "made_at_words", "map_moved", "marked_afresh", "not_ours_refusal", "nothing_stands", "others_row", "outside_words",
+__all__ = ["BY_RECORD", "COPY", "MADE_AT", "by_record", "MOVED_FROM", "OTHERS", "OURS", "made_at_words", "map_moved", "marked_afresh", "not_ours_refusal", "nothing_stands", "others_row", "outside_words",
            "whose"]

@@ -58,6 +58,7 @@ from tb_footprint_plugin.codes import BlobError, Code, Failure, Finding, Outcome
 from tb_footprint_plugin.engine import faults, lease, manifest, txn
 from tb_footprint_plugin.engine import retire_run as one_retirement
 from tb_footprint_plugin.engine import unretire_run as one_unretire
+from tb_footprint_plugin.engine.bucket_op_records import create_manifest, forget_record
 from tb_footprint_plugin.engine.bucket_moved import MADE_AT, MOVED_FROM, marked_afresh, not_ours_refusal, outside_words
 from tb_footprint_plugin.engine.bucket_blobs import (KEPT_IN, adding, backup_entries, blobs_of, entry_failure,
                                                       entry_ok, is_blob_entry, put_back)
@@ -265,8 +266,8 @@ class BucketRetire(one_retirement.RetireLayout):
     def check(self, report: txn.Report) -> None:
         """Every copy checked as it was made (the store's checksum, a blob read back): the
         manifest, then the ``adding`` lock left (the manifest names the blobs now)."""
-        self.st.create(self.vault.manifest(self.op_id),
-                       manifest_doc(self.ostore, self.vault, self.jnl.doc, self.entry, self.along, self.rule))
+        create_manifest(self.ostore, self.vault, self.op_id,
+                        manifest_doc(self.ostore, self.vault, self.jnl.doc, self.entry, self.along, self.rule))
         self._adding.close()
 
     def last_look(self) -> None:
@@ -533,7 +534,7 @@ def rollback(ostore: ObjectStore, vault: BucketVault, doc: dict, deleted: bool,
             m, version = BucketState(ostore).read(mpath)
             held_doc = {"restored_by": manifest.A_RESTORE, "not_restored": held, "restored_at": now_s()}
             if m is None:
-                BucketState(ostore).create(mpath, manifest.bucket_form(
+                create_manifest(ostore, vault, en["op"], manifest.bucket_form(
                     {**manifest_doc(ostore, vault, doc, en, doc.get("takes_along") or [], doc.get("rule")), **held_doc}))
             else:
                 try:
@@ -546,6 +547,7 @@ def rollback(ostore: ObjectStore, vault: BucketVault, doc: dict, deleted: bool,
         # restorable retirement ever points at a missing copy; blobs stay until a purge forgets
         # what nothing names: another operation may hold the same bytes)
         must_delete(ostore, [mpath])
+        forget_record(ostore, vault, en["op"])  # after its manifest: one left names nothing
         must_delete(ostore, [f["backup"] for f in en.get("files", []) if f.get("backup")])
     return held
 

@@ -52,6 +52,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import faults, txn
+from tb_footprint_plugin.engine.bucket_op_records import create_manifest
 from tb_footprint_plugin.engine.bucket_blobs import (
     adding,
     backup_entries,
@@ -323,7 +324,7 @@ class ObjectReduce(txn.Txn):
             sum(f["new_size"] for f in files if f.get("tmp"))
         # dated with the time the commit record then carries (``finished_at``, as on a disk)
         self.committed_at = now_s()
-        self.st.create(self.vault.manifest(self.op_id), manifest_doc(
+        create_manifest(self.ostore, self.vault, self.op_id, manifest_doc(
             self.ostore, self.en, rp, self.policy, self.bytes_after, self.vault, self.jnl.doc,
             committed_at=self.committed_at))
         self._adding.close()

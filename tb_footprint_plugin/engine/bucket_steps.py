@@ -23,6 +23,7 @@ from typing import Dict, List, Optional
 
 from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import faults, lease, manifest
+from tb_footprint_plugin.engine.bucket_op_records import create_manifest, forget_record
 from tb_footprint_plugin.engine.bucket_blobs import KEPT_IN, is_blob_entry, missing_blobs, put_back
 from tb_footprint_plugin.engine.bucket_state import (BucketState, BucketTxnError, BucketVault, delete_all, listing_of_runs,
                                                      must_delete, must_delete_versioned, now_s, run_prefix, vault_url)
@@ -396,6 +397,7 @@ def rollback_entry(ostore: ObjectStore, vault: BucketVault, en: dict, deleted: b
     # Originals are all in place (or kept): the copies in the vault are redundant now (the manifest
     # first, so no restorable operation ever points at a missing backup).
     must_delete(ostore, [vault.manifest(en["op"])])
+    forget_record(ostore, vault, en["op"])  # after its manifest: one left names nothing
     # (blobs stay: another operation may hold the same bytes; purge forgets what none names)
     must_delete(ostore, [f["backup"] for f in en.get("files", []) if not is_blob_entry(f) and f["path"] not in kept]
                 + temps)
@@ -412,7 +414,7 @@ def _name_kept(ostore: ObjectStore, vault: BucketVault, en: dict, kept: List[str
     named = [f for f in en.get("files", []) if f["path"] in kept or f.get("backup_checksums")]
     before = en.get("bytes_before") if isinstance(en.get("bytes_before"), int) else None
     doc = manifest_doc(ostore, dict(en, files=named), _Before(before), None, before, vault)
-    BucketState.of(ostore).create(vault.manifest(en["op"]), manifest.bucket_form(rolled_back_keeping(doc, kept, code)))
+    create_manifest(ostore, vault, en["op"], manifest.bucket_form(rolled_back_keeping(doc, kept, code)))
     must_delete(ostore, [f["backup"] for f in en.get("files", []) if f not in named and not is_blob_entry(f)
                          and isinstance(f.get("backup"), str)])
 
