@@ -27,8 +27,10 @@ flight); an open one says ``closed: false``. The word is the writer's own, so it
 the in-flight markers (a listing, a GET each, and a race with a worker putting its marker). An
 object of an earlier version (no such word; 1dc6b1e's objects of marks, 3f68b74's one per run) is
 folded when none of its entries is in flight: those versions wrote a closed batch with its runs
-settled, and an in-flight one (a killed worker's) stays for its settling to be read beside. Its
-delete is conditional on the version read, so a worker of that version writing it again keeps it
+settled. An object left open by a killed worker is folded once its writer is known gone
+(``writer_gone``: every mark in it names one process of this host that ended); its in-flight
+marks keep their worker in the fold, so a later start still settles them. Every delete is
+conditional on the version read, so a worker of an earlier version writing its object again keeps it
 (where the store enforces the condition: S3, GCS, Azure). An object with an entry refused as
 untrusted is never folded: its refusal stays to be reported.
 """
@@ -38,7 +40,7 @@ import json
 import secrets
 from typing import List, Optional, Tuple
 
-from tb_footprint_plugin.engine.ledger_entries import IN_FLIGHT_STATES, LEDGER_VERSION
+from tb_footprint_plugin.engine.ledger_entries import IN_FLIGHT_STATES, LEDGER_VERSION, pid_gone
 from tb_footprint_plugin.engine.ledger_reads import MAX_MARKS_BYTES, ObjectRead, marks_key, newest
 from tb_footprint_plugin.storage.store import Store
 
@@ -54,12 +56,26 @@ FOLD_BYTES = 1024 * 1024
 
 def foldable(o: ObjectRead) -> bool:
     """Whether the object ``o`` read may be folded (module doc): closed by its writer, or of an
-    earlier version with no entry in flight; no entry of it refused; not a full fold."""
+    earlier version with no entry in flight, or written by a worker that is gone; no entry of it
+    refused; not a full fold."""
     if o.refused or o.size >= FOLD_BYTES:
         return False
-    if o.closed is None:
-        return not any(e.get("state") in IN_FLIGHT_STATES for _run, e, _f, _p in o.entries)
-    return o.closed
+    if o.closed or writer_gone(o):
+        return True
+    return o.closed is None and not any(e.get("state") in IN_FLIGHT_STATES for _run, e, _f, _p in o.entries)
+
+
+def writer_gone(o: ObjectRead) -> bool:
+    """Whether the worker that wrote ``o`` is gone, so never writes it again: a worker writes only
+    marks of its own (``Ledger.mark``, a settling's too), each naming its host, pid and the pid's
+    start; every entry naming one process of this host that ended (``ledger_entries.pid_gone``;
+    this process never) — a killed worker's object, left open, its in-flight runs settled beside it
+    or, once folded, from the fold (its marks keep their worker)."""
+    who = {(e.get("host"), e.get("pid"), e.get("pid_start")) for _run, e, _f, _p in o.entries}
+    if len(who) != 1:
+        return False
+    host, pid, start = next(iter(who))
+    return pid_gone(host, pid, start)
 
 
 def fold(store: Store, folder: str, seen: List[ObjectRead]) -> Optional[Tuple[ObjectRead, List[str]]]:
@@ -91,4 +107,4 @@ def fold(store: Store, folder: str, seen: List[ObjectRead]) -> Optional[Tuple[Ob
     return ObjectRead(key, version or "", len(data), True, entries), [o.key for o in take]
 
 
-__all__ = ["FOLD_AFTER", "FOLD_BYTES", "fold", "foldable"]
+__all__ = ["FOLD_AFTER", "FOLD_BYTES", "fold", "foldable", "writer_gone"]

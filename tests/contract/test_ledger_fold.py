@@ -1,13 +1,15 @@
 """A bucket ledger folder's closed objects are folded (``engine.ledger_fold``): a start reads a
 bounded number of objects however many batches ran (before: one GET per batch ever run), every
 run's newest mark stays what the folder tells, an object a live worker may still write is never
-folded, and a crash or a second folder at any step loses no mark."""
+folded (a killed worker's is, once its process is gone, its runs still settled), and a crash or a
+second folder at any step loses no mark; on S3, GCS and Azure (moto, the GCS emulator, Azurite)."""
 import json
+import socket
 
 import pytest
 
 from contract_stores import buckets, store  # noqa: F401 - the store fixtures
-from test_ledger_batches import OLD_OBJECTS, _plant_old
+from test_ledger_batches import OLD_OBJECTS, _dead_pid, _plant_old
 from tb_footprint_plugin.engine import ledger
 from tb_footprint_plugin.engine.ledger import Ledger, record_rolled_back_objects
 from tb_footprint_plugin.engine.ledger_fold import FOLD_AFTER, fold
@@ -15,6 +17,7 @@ from tb_footprint_plugin.engine.ledger_objects import LEDGERS, read_folder_objec
 from tb_footprint_plugin.engine.ledger_reads import read_entries, tree
 
 FOLDER = "shard-0-of-2"
+BUCKET_KINDS = ["s3", "gs", "az"]
 
 
 def _batch(store, runs, n, *, done=True):
@@ -51,7 +54,7 @@ def _start_reads(store) -> int:
     return store.stats.read - before
 
 
-@pytest.mark.parametrize("store", ["s3"], indirect=True)
+@pytest.mark.parametrize("store", BUCKET_KINDS, indirect=True)
 def test_a_start_reads_a_bounded_number_of_objects_after_many_batches(store):  # noqa: F811
     expected = {}
     for n in range(30):
@@ -68,7 +71,7 @@ def test_a_start_reads_a_bounded_number_of_objects_after_many_batches(store):  #
     assert _view(store) == expected
 
 
-@pytest.mark.parametrize("store", ["s3"], indirect=True)
+@pytest.mark.parametrize("store", BUCKET_KINDS, indirect=True)
 def test_an_object_a_live_worker_may_still_write_is_never_folded(store):  # noqa: F811
     live = _batch(store, ["live"], 0, done=False)  # its batch in flight: its object open
     (open_key,) = _objects(store)
@@ -96,7 +99,7 @@ class _DeleteFails:
         raise OSError("killed before the delete")
 
 
-@pytest.mark.parametrize("store", ["s3"], indirect=True)
+@pytest.mark.parametrize("store", BUCKET_KINDS, indirect=True)
 def test_a_fold_killed_or_doubled_loses_no_mark(store):  # noqa: F811
     for n in range(FOLD_AFTER):
         _batch(store, [f"r{n}", "again"], n)
@@ -122,7 +125,7 @@ def test_a_fold_killed_or_doubled_loses_no_mark(store):  # noqa: F811
     assert refused == [] and {r: (e["state"], e.get("op_id"), e.get("code")) for r, e, _f, _p in got} == expected
 
 
-@pytest.mark.parametrize("store", ["s3"], indirect=True)
+@pytest.mark.parametrize("store", BUCKET_KINDS, indirect=True)
 def test_objects_earlier_versions_wrote_are_folded_unless_in_flight(store):  # noqa: F811
     _plant_old(store)  # 3f68b74's: a, b, c settled in shard 0/2; d in flight in shard 1/2
     store.put(f"{LEDGERS}/{FOLDER}/w-{'e' * 32}-0.json", json.dumps({  # 1dc6b1e's, no "closed" word
@@ -138,3 +141,36 @@ def test_objects_earlier_versions_wrote_are_folded_unless_in_flight(store):  # n
     assert _view(store) == expected
     # the killed worker's in-flight object of the other folder is left for its settling
     assert [k for k in OLD_OBJECTS if "ledgers/shard-1-of-2" in k][0] in tree(store, LEDGERS)
+
+
+@pytest.mark.parametrize("store", BUCKET_KINDS, indirect=True)
+def test_a_killed_workers_open_object_is_folded_and_its_runs_still_settle(store):  # noqa: F811
+    dead = _dead_pid()
+    key = f"{LEDGERS}/{FOLDER}/w-{'d' * 32}-0.json"
+    store.put(key, json.dumps({"version": 1, "kind": "marks", "closed": False, "runs": {"k": {
+        "policy": "archive", "entry": {"state": "verifying", "host": socket.gethostname(), "pid": dead,
+                                       "shard": "0/2", "updated_at": 1000.0, "original_size_bytes": 10}}}}).encode())
+    for n in range(FOLD_AFTER):
+        _batch(store, [f"r{n}"], n)
+    assert key not in _objects(store) and len(_objects(store)) < FOLD_AFTER  # folded with the closed ones
+    view = ledger.merged_of(store)
+    assert view["stalled"] == ["k"] and view["runs"]["k"]["pid"] == dead  # its worker kept in the fold
+    # its marker found by the next start: the run settled from the fold
+    store.put(f".tb-footprint/ledger-inflight/{FOLDER}/{'d' * 32}.json", json.dumps({
+        "version": 1, "host": socket.gethostname(), "pid": dead, "pid_start": None, "folder": FOLDER,
+        "since": 1000.0}).encode())
+    m = [{"run": "k", "kind": "reduce", "outcome": "verified", "finished_at": 1001.0, "op_id": "op-k",
+          "bytes_before": 10, "bytes_after": 3}]
+    assert ledger.settle_stale(store, lambda: m, journals_of=lambda: (set(), set())) == ["k"]
+    assert _view(store)["k"] == ("done", "op-k", "completed")
+
+
+@pytest.mark.parametrize("store", BUCKET_KINDS, indirect=True)
+def test_an_open_object_of_a_live_process_is_not_taken_for_a_gone_one(store):  # noqa: F811
+    key = f"{LEDGERS}/{FOLDER}/w-{'a' * 32}-0.json"
+    store.put(key, json.dumps({"version": 1, "kind": "marks", "closed": False, "runs": {"k": {
+        "policy": "archive", "entry": {"state": "reducing", "host": socket.gethostname(), "pid": 1,
+                                       "updated_at": 1000.0}}}}).encode())  # pid 1: alive
+    for n in range(FOLD_AFTER + 1):
+        _batch(store, [f"r{n}"], n)
+    assert key in _objects(store) and len(_objects(store)) < FOLD_AFTER
