@@ -18,7 +18,7 @@ URL never lists, restores or purges the moved one's operations. A manifest witho
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Optional, Set, Tuple
 
 from tb_footprint_plugin.codes import Failure, Finding
 
@@ -37,6 +37,8 @@ MADE_AT = "_made_at"  # the URL of the prefix that still holds this operation (a
 BY_RECORD = "_by_record"  # a recorded manifest's ``whose``, judged by the records (``by_record``)
 #: what ``whose`` says of a manifest
 OURS, COPY, OTHERS = "ours", "copy", "others"
+#: what ``standing`` says of a logdir's URL (and ``UNSURE``: a listing failed, nothing can be told)
+STANDS, NOTHING, UNSURE = "stands", "nothing", "unsure"
 
 
 def _ops_at(ostore: ObjectStore, root: str, seen: Dict[str, Optional[Set[str]]]) -> Optional[Set[str]]:
@@ -176,17 +178,24 @@ def not_ours_refusal(vault, m: dict) -> Optional[BucketTxnError]:
     return None
 
 
-def nothing_stands(ostore: ObjectStore) -> bool:
-    """Whether no object at all stands under the logdir's prefix, its state included: perhaps the
-    URL a logdir stood at before it was moved (review R11 G11), whose operations in a shared vault
-    name this URL and whose backups are the moved logdir's only copies. One listing of the state
-    folder, and of the prefix only when that holds nothing; one that fails says False."""
+def standing(ostore: ObjectStore) -> Tuple[str, Optional[str]]:
+    """What stands under the logdir's prefix, its state included: ``(STANDS, None)``, ``(NOTHING,
+    None)`` — perhaps the URL a logdir stood at before it was moved (review R11 G11), whose
+    operations in a shared vault name this URL and whose backups are the moved logdir's only
+    copies — or ``(UNSURE, why)`` when a listing failed (review R13 F7: taken for "something
+    stands", it let a purge free a moved logdir's only copies). One listing of the state folder,
+    and of the prefix only when that holds nothing."""
     try:
         if BucketState.of(ostore).listing(f"{ostore.root}/{STATE_DIR_NAME}", missing_ok=True):
-            return False
-        return next(iter(ostore.list("", every_key=True)), None) is None
-    except (StoreFailure, ValueError, OSError):
-        return False
+            return STANDS, None
+        return (NOTHING if next(iter(ostore.list("", every_key=True)), None) is None else STANDS), None
+    except (StoreFailure, ValueError, OSError) as e:
+        return UNSURE, _why(e)
+
+
+def _why(e: BaseException) -> str:
+    """A listing's failure as a verb says it (its message names the object), bounded."""
+    return str(e)[:300]
 
 
 def made_at_words(url: str) -> str:
@@ -201,5 +210,5 @@ def outside_words(m: dict, words: str) -> str:
     return f"manifest of {m.get('op_id')} {made_at_words(m[MADE_AT])}" if m.get(MADE_AT) else words
 
 
-__all__ = ["BY_RECORD", "COPY", "MADE_AT", "by_record", "MOVED_FROM", "OTHERS", "OURS", "made_at_words", "map_moved", "marked_afresh", "not_ours_refusal", "nothing_stands", "others_row", "outside_words",
-           "whose"]
+__all__ = ["BY_RECORD", "COPY", "MADE_AT", "by_record", "MOVED_FROM", "OTHERS", "OURS", "made_at_words", "map_moved", "marked_afresh", "NOTHING", "not_ours_refusal", "others_row", "outside_words",
+           "STANDS", "standing", "UNSURE", "whose"]

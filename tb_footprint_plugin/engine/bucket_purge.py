@@ -23,7 +23,7 @@ from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry, name
 from tb_footprint_plugin.engine.bucket_identity import dropped_claims
 from tb_footprint_plugin.engine.catalogue_rules import entry_released, is_rolled_back_keeping
 from tb_footprint_plugin.engine.bucket_catalogue import manifests, own_manifests
-from tb_footprint_plugin.engine.bucket_moved import nothing_stands
+from tb_footprint_plugin.engine.bucket_moved import NOTHING, STANDS, standing
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
     journal_path,
@@ -115,14 +115,13 @@ class BucketCopies(purge_run.PurgeLayout):
         # another logdir), is listed and left as it is; the other operations are purged
         refused: List[dict] = self.refused_rows
         every = self.every = own_manifests(ostore, vault, manifests(ostore, vault, refused), refused)
-        if every and not vault.root.startswith(ostore.root + "/") and nothing_stands(ostore):
-            # a vault elsewhere, and no logdir here: perhaps one moved away, whose only copies these are
-            refused += [{"code": Finding.PREFIX_MOVED, "file": ostore.url, "op_id": m["op_id"], "run": m["run"],
-                         "detail": f"no logdir stands at {ostore.url} (nothing there, not even its state): its "
-                                   "operations may be a logdir's moved away, their backups its only copies; move "
-                                   "it back here to purge or restore them. Never acted on, left in place"}
-                        for m in every]
-            every = self.every = []
+        if every and not vault.root.startswith(ostore.root + "/"):
+            # a vault elsewhere, and no logdir here (or none that can be told): perhaps one moved
+            # away, whose only copies these are
+            here, why = standing(ostore)
+            if here != STANDS:
+                refused += [_not_standing_row(ostore, m, here, why) for m in every]
+                every = self.every = []
         # manifests in the one schema (``engine.manifest``): a bucket keeps only verified ones, and
         # those of a rollback that kept backups (``rolled_back_keeping``): listed below, never freed
         chosen = [m for m in every if (m["outcome"] == Outcome.VERIFIED or is_rolled_back_keeping(m))
@@ -267,6 +266,22 @@ def folder_frees(vault: BucketVault, every: List[dict], chosen: List[dict]) -> O
     freed = {sha for sha in set().union(*drops.values())
              if bv.store.owners(sha) <= {o for o, shas in drops.items() if sha in shas}}
     return sum(r.length for r in bv.store.refs() if r.sha in freed)
+
+
+def _not_standing_row(ostore: ObjectStore, m: dict, here: str, why: Optional[str]) -> dict:
+    """The purge's refused row of operation ``m`` at a URL where no logdir stands (``here``
+    ``NOTHING``: ``Finding.PREFIX_MOVED``), or where a listing could not tell whether one does
+    (``UNSURE``, ``why`` the listing's failure: ``Finding.WHOSE_UNKNOWN``, review R13 F7): never
+    purged, left in place."""
+    if here == NOTHING:
+        return {"code": Finding.PREFIX_MOVED, "file": ostore.url, "op_id": m["op_id"], "run": m["run"],
+                "detail": f"no logdir stands at {ostore.url} (nothing there, not even its state): its operations may "
+                          "be a logdir's moved away, their backups its only copies; move it back here to purge or "
+                          "restore them. Never acted on, left in place"}
+    return {"code": Finding.WHOSE_UNKNOWN, "file": ostore.url, "op_id": m["op_id"], "run": m["run"],
+            "detail": f"cannot tell whether a logdir stands at {ostore.url} ({why}): nothing purged. Its operations "
+                      "may be a logdir's moved away, their backups its only copies; purge again once that URL can "
+                      "be listed. Never acted on, left in place"}
 
 
 def _size(m: dict) -> int:
