@@ -6,6 +6,8 @@ child. Every child now starts through ``storage.spawn.python_child`` in ``/``.""
 import os
 import subprocess
 
+import pytest
+
 from conftest import copy_real
 from tb_footprint_plugin import api
 from tb_footprint_plugin.storage.spawn import python_child, python_env
@@ -53,19 +55,32 @@ def test_a_child_runs_on_this_process_path_without_the_current_folder_or_a_later
     PYTHONPATH set since; the package root is on it."""
     import json as std_json
     import sys as this
+    import textwrap
 
-    cwd, lib, later = tmp_path / "cwd", tmp_path / "lib", tmp_path / "later"
-    for d in (cwd, lib, later):
+    cwd, lib, later, parent = tmp_path / "cwd", tmp_path / "lib", tmp_path / "later", tmp_path / "parent"
+    for d in (cwd, lib, later, parent):
         d.mkdir()
     for d in (cwd, later):
         (d / "json.py").write_text("raise SystemExit('planted json imported')\n")
     (lib / "probe.py").write_text("import sys, json\ndef main(argv):\n    print(json.dumps([sys.path, argv]))\n"
                                   "    return 0\n")
-    monkeypatch.setattr(this, "path", ["", "relative/x", str(lib)] + this.path)  # lib: as a module load puts it
-    env = python_env({"PYTHONPATH": f".:{later}"})
-    assert env["PYTHONPATH"] == str(later)
-    p = subprocess.run(python_child("probe", "main", ["a", "b"]), cwd=str(cwd), env=env, capture_output=True,
-                       text=True, timeout=60)
+    # the parent starts with lib on its PYTHONPATH (as a module load sets it), then sets another since
+    (parent / "runs_probe.py").write_text(textwrap.dedent(f"""
+        import subprocess, sys
+        from tb_footprint_plugin.storage.spawn import python_child, python_env
+        sys.path[:0] = ["", "relative/x"]  # after the imports: the parent's own json is the standard one
+        env = python_env({{"PYTHONPATH": ".:{later}"}})
+        assert env["PYTHONPATH"] == {str(later)!r}, env["PYTHONPATH"]
+        p = subprocess.run(python_child("probe", "main", ["a", "b"]), cwd={str(cwd)!r}, env=env,
+                           capture_output=True, text=True, timeout=60)
+        sys.stdout.write(p.stdout)
+        sys.stderr.write(p.stderr)
+        sys.exit(p.returncode)
+    """))
+    start_env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(lib), str(parent)] + [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]))
+    p = subprocess.run([this.executable, str(parent / "runs_probe.py")], cwd=str(cwd), env=start_env,
+                       capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr  # the planted json.py (cwd, later PYTHONPATH) never imported
     path, argv = std_json.loads(p.stdout)
     assert argv == ["a", "b"]
@@ -90,11 +105,15 @@ def test_an_installed_packages_root_keeps_its_place_after_the_standard_library(m
     assert spawn.child_path()[0] == "/nowhere/checkout"
 
 
-def test_a_python_m_parents_folder_is_no_way_into_a_child(tmp_path):
+@pytest.mark.parametrize("opts,chdir_before_import", [((), False), ((), True), (("-W", "ignore"), False),
+                                                     (("-u",), False)])
+def test_a_python_m_parents_folder_is_no_way_into_a_child(tmp_path, opts, chdir_before_import):
     """Review R13 F1 (a regression of 73a5eb7): ``python -m`` (a TensorBoard started as ``python -m
     tensorboard.main --logdir .``, a Jupyter kernel) puts the ABSOLUTE folder it starts in first on
     ``sys.path``; a child built its path from the parent's absolute entries, so a package planted in
-    that shared folder after the parent started was imported by every child of ours, as the user."""
+    that shared folder after the parent started was imported by every child of ours, as the user.
+    R14 G3: also after a ``chdir`` before the import (a notebook's ``%cd`` first cell), with options
+    before ``-m`` (``-W ignore -m``) and a combined flag group (``-um``)."""
     import sys
     import textwrap
 
@@ -105,20 +124,41 @@ def test_a_python_m_parents_folder_is_no_way_into_a_child(tmp_path):
     parent.mkdir()
     (parent / "r13_parent.py").write_text(textwrap.dedent(f"""
         import os, subprocess, sys
+        start = os.getcwd()
+        assert sys.path[0] == start, sys.path[:2]  # python -m put the folder first, absolute
+        if {chdir_before_import!r}:
+            os.chdir({str(tmp_path)!r})  # '%cd ~/work', then the import
         from tb_footprint_plugin.storage.spawn import child_path, python_child, python_env
-        assert sys.path[0] == os.getcwd(), sys.path[:2]  # python -m put the folder first, absolute
+        os.chdir({str(tmp_path)!r})
         # a teammate plants a package in the shared folder after this process started
-        os.makedirs("tb_footprint_plugin/engine", exist_ok=True)
-        open("tb_footprint_plugin/__init__.py", "w").write("open({str(marker)!r}, 'w').write('x')\\n")
-        open("tb_footprint_plugin/engine/__init__.py", "w").write("")
-        open("tb_footprint_plugin/engine/compact_worker.py", "w").write("def main(a): return 0\\n")
-        assert os.getcwd() not in child_path(), child_path()
+        os.makedirs(start + "/tb_footprint_plugin/engine", exist_ok=True)
+        open(start + "/tb_footprint_plugin/__init__.py", "w").write("open({str(marker)!r}, 'w').write('x')\\n")
+        open(start + "/tb_footprint_plugin/engine/__init__.py", "w").write("")
+        open(start + "/tb_footprint_plugin/engine/compact_worker.py", "w").write("def main(a): return 0\\n")
+        assert start not in child_path(), child_path()
         r = subprocess.run(python_child("tb_footprint_plugin.engine.compact_worker", "main", ["--help"]), cwd="/",
                            env=python_env(), stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
         print("child rc", r.returncode, r.stderr[-300:])
     """))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(parent), os.environ.get("PYTHONPATH", "")]))
-    r = subprocess.run([sys.executable, "-m", "r13_parent"], cwd=shared, env=env, capture_output=True, text=True,
+    m = [opts[0] + "m"] if opts == ("-u",) else [*opts, "-m"]  # -um: a combined flag group
+    r = subprocess.run([sys.executable, *m, "r13_parent"], cwd=shared, env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert not marker.exists(), "a package planted in the folder `python -m` was started in ran in our child"
+
+
+def test_standing_in_site_packages_keeps_it_on_a_childs_path(monkeypatch):
+    """R14 G4: every entry whose realpath was the current folder was dropped, so a process standing
+    in the venv's site-packages gave its children no numpy or TensorBoard (they failed: safe, but
+    every verification refused). An entry is judged by where it leads, never by the current folder."""
+    import sysconfig
+
+    purelib = sysconfig.get_paths()["purelib"]
+    monkeypatch.chdir(purelib)
+    from tb_footprint_plugin.storage.spawn import child_path
+
+    assert any(os.path.realpath(p) == os.path.realpath(purelib) for p in child_path()), child_path()
+    r = subprocess.run(python_child("tb_footprint_plugin.engine.compact_worker", "main", ["--help"])[:4]
+                       + [], cwd="/", env=python_env(), capture_output=True, text=True, timeout=60)
+    assert "No module named" not in r.stderr, r.stderr[-1000:]

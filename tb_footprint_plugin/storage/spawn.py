@@ -14,7 +14,8 @@ signal.
 Every Python child of ours starts through ``python_child`` (review R9 F1, R11 G8/G9): ``python -m
 mod`` (and ``-c``) put the CURRENT folder first on ``sys.path``, so a ``tb_footprint_plugin/`` or a
 ``json.py`` planted in a shared logdir the user stands in ran as that user. The child runs isolated
-(``-I``) on the absolute entries of this process's own ``sys.path`` (the package root among them),
+(``-I``) on the entries of this process's own ``sys.path`` that lead where this interpreter's
+modules are installed or that ``PYTHONPATH`` names (``child_path``; the package root among them),
 and starts in ``/``.
 
 Why a thread of its own, not the caller's mask blocked and restored (review R7 F1): Python runs
@@ -25,13 +26,16 @@ started later with them. The spawning thread never runs a handler and dies with 
 thread's mask is ever restored and none can leak."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
+import site
 import subprocess
 import sys
+import sysconfig
 import threading
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 #: what a terminal sends its foreground process group (Ctrl-C, Ctrl-\, Ctrl-Z)
 TERMINAL_SIGNALS = frozenset({signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP})
@@ -49,44 +53,94 @@ _BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _started_by_folder() -> bool:
-    """Whether this interpreter put the folder it started in first on ``sys.path``: ``python -m``
-    (and ``-c``: there as '') unless ``-P``/``-I``/``PYTHONSAFEPATH``; Jupyter's kernels start as
-    ``python -m ipykernel_launcher``, a TensorBoard as ``python -m tensorboard.main``."""
-    if getattr(sys.flags, "safe_path", False) or sys.flags.isolated:
-        return False
-    for a in list(getattr(sys, "orig_argv", None) or [])[1:]:
-        if not a.startswith("-") or a == "-":
-            return False  # a script (its own folder goes first) or stdin
-        if a.startswith(("-m", "-c")):
-            return True
-    return False
-
-
-def _here() -> Optional[str]:
+def _pth_entries(site_dir: str) -> List[str]:
+    """The folders the ``.pth`` files of ``site_dir`` add (``site``'s rule: a line naming a
+    folder, relative to ``site_dir`` or absolute; ``import`` lines and comments skipped)."""
+    out: List[str] = []
     try:
-        return os.path.realpath(os.getcwd())
+        names = sorted(n for n in os.listdir(site_dir) if n.endswith(".pth"))
     except OSError:
-        return None
+        return out
+    for n in names:
+        try:
+            with open(os.path.join(site_dir, n), encoding="utf-8", errors="replace") as f:
+                lines = f.read(1 << 20).splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            line = line.strip()
+            if line and not line.startswith(("#", "import ", "import\t")):
+                out.append(os.path.normpath(os.path.join(site_dir, line)))
+    return out
 
 
-#: the folder this process started in, when that put it first on ``sys.path`` (``python -m``): read
-#: at import, which comes before any ``chdir`` of ours (review R13 F1)
-_STARTED_IN = _here() if _started_by_folder() else None
+@functools.lru_cache(maxsize=1)
+def _installed_roots() -> Tuple[Tuple[str, ...], frozenset]:
+    """Where this interpreter's own modules are installed: (folders whose entries are kept with
+    all below them: the standard library and site-packages, ``sysconfig``'s and ``site``'s, the
+    prefixes unless one is '/'; folders kept as they are: the user site-packages and what the
+    ``.pth`` files of every site folder add, an editable install's checkout among them)."""
+    under = set()
+    for v in sysconfig.get_paths().values():
+        if isinstance(v, str) and v.startswith("/"):
+            under.add(os.path.realpath(v))
+    for pre in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}:
+        if isinstance(pre, str) and pre.startswith("/") and os.path.realpath(pre) != "/":
+            under.add(os.path.realpath(pre))
+    sites: List[str] = []
+    try:
+        sites += site.getsitepackages()
+    except AttributeError:  # an old virtualenv's site module
+        pass
+    user = site.getusersitepackages() if site.ENABLE_USER_SITE else None
+    exact = {os.path.realpath(user)} if isinstance(user, str) else set()
+    for d in sites + ([user] if isinstance(user, str) else []):
+        exact.update(os.path.realpath(e) for e in _pth_entries(d))
+    return tuple(sorted(under)), frozenset(exact)
+
+
+def _started_pythonpath() -> str:
+    """The ``PYTHONPATH`` this process was started with (Linux: its environment at ``exec``,
+    ``/proc/self/environ``; elsewhere the environment as this module is imported): the one whose
+    entries are on ``sys.path``, not one set since."""
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            for item in f.read(1 << 22).split(b"\0"):
+                if item.startswith(b"PYTHONPATH="):
+                    return os.fsdecode(item[len(b"PYTHONPATH="):])
+            return ""
+    except OSError:
+        return os.environ.get("PYTHONPATH", "")
+
+
+#: the absolute entries of the PYTHONPATH this process started with (an HPC ``module load``'s)
+_TOLD = frozenset(os.path.realpath(p) for p in _started_pythonpath().split(os.pathsep) if p.startswith("/"))
+
+
+def _installed(path: str) -> bool:
+    """Whether ``path`` (absolute, a ``sys.path`` entry) is where this interpreter's modules are
+    installed (``_installed_roots``), or one the ``PYTHONPATH`` this process started with named
+    (the user's own setting, an HPC ``module load``'s)."""
+    real = os.path.realpath(path)
+    under, exact = _installed_roots()
+    return real in exact or real in _TOLD or any(real == u or real.startswith(u.rstrip("/") + "/") for u in under)
 
 
 def child_path() -> List[str]:
-    """The ``sys.path`` a child of ours runs on: this process's own absolute entries, in their
-    order (an installed package's site-packages after the standard library, review R12; numpy or
-    TensorBoard found where this process found them, a PYTHONPATH of an HPC ``module load`` or
-    user site-packages included: review R11's note on 5a25d36), never '' or a relative one (the
-    current folder), never the folder ``python -m`` started this process in nor the current one
-    (review R13 F1: ``python -m tensorboard.main --logdir .`` or a Jupyter kernel started in a shared
-    logdir put it first, absolute, and a package planted there since ran in every child), and the
-    package root first when no entry holds it (a checkout)."""
-    standing = {d for d in (_STARTED_IN, _here()) if d is not None}
+    """The ``sys.path`` a child of ours runs on: this process's own entries that are where this
+    interpreter's modules are installed (the standard library, site-packages, what their ``.pth``
+    files add, the user site-packages) or that ``PYTHONPATH`` names (an HPC ``module load``'s:
+    review R11's note on 5a25d36), in their order (an installed package's site-packages after the
+    standard library, review R12), and the package root first when no entry holds it (a checkout).
+
+    Nothing else: not the folder a script or ``python -m`` put first (the folder the process
+    started in: a TensorBoard started as ``python -m tensorboard.main --logdir .`` or a Jupyter
+    kernel in a shared logdir, where a package planted since ran in every child, review R13 F1,
+    R14 G3 — whatever the flags or a ``chdir`` since), nor an entry inserted at run time, nor a
+    relative one. An entry is judged by where it leads (``realpath``), never by the current folder,
+    so standing in site-packages keeps it (R14 G4)."""
     path = [p for p in sys.path if isinstance(p, str) and p.startswith("/")
-            and (p == _PACKAGE_ROOT or os.path.realpath(p) not in standing)]
+            and (p == _PACKAGE_ROOT or _installed(p))]
     return path if _PACKAGE_ROOT in path else [_PACKAGE_ROOT] + path
 
 
