@@ -91,3 +91,65 @@ def test_a_bucket_plan_refuses_a_run_holding_a_nested_logdirs_state(s3_bucket, t
     assert aside["path"] == "exp1/.tb-footprint" and aside["run"] == "exp1", aside
     (item,) = api.retire_plan(top, api.retire_rule(runs=["exp1"]), quiet_period=0).items
     assert not item.selected and item.code == RetireSkip.HOLDS_STATE, item
+
+
+def test_the_engine_refuses_a_vault_made_at_the_run_folder_itself(tmp_path):
+    """Review R14 G2: ``--backup-dir`` given as an existing run folder makes it a vault's root; the
+    disk engine's look skipped the run's own folder and moved that vault whole."""
+    logs = tmp_path / "logs"
+    _run(logs / "exp1" / "a")
+    _run(logs / "old", seed=1)
+    kept_scan = api.scan(str(logs), write_cache=False)
+    rep = api.reduce_logdir(str(logs / "exp1"), policy=DROP, dry_run=False, quiet_period=0,
+                            backup_dir=str(logs / "old"), verify_backends=("python",))
+    assert [o.status for o in rep.outcomes] == ["verified"], [o.to_dict() for o in rep.outcomes]
+    rep = api.retire(str(logs), api.retire_rule(runs=["old"]), dry_run=False, quiet_period=0, footprint=kept_scan)
+    (o,) = rep.outcomes
+    assert o.status != "verified" and o.code == RetireSkip.HOLDS_STATE, o.to_dict()
+    assert [b.status for b in api.restore(str(logs / "exp1"), backup_dir=str(logs / "old"))] == ["restored"]
+
+
+def test_a_bucket_retirement_refuses_a_nested_state_made_after_the_kept_scan(s3_bucket, tmp_path):
+    """Review R14 G1: the bucket engine moved a nested logdir's state (its manifests and copies)
+    into this logdir's vault when the plan came from a scan kept since (the tab's)."""
+    src = tmp_path / "src"
+    _run(src / "exp1")
+    s3_bucket.upload(src, "runs")
+    exp1, top = s3_bucket.url("runs/exp1"), s3_bucket.url("runs")
+    kept_scan = api.scan(top, write_cache=False)
+    rep = api.reduce_logdir(exp1, policy=DROP, dry_run=False, quiet_period=0, verify_backends=("python",))
+    assert [o.status for o in rep.outcomes] == ["verified"], [o.to_dict() for o in rep.outcomes]
+    rep = api.retire(top, api.retire_rule(runs=["exp1"]), dry_run=False, quiet_period=0, footprint=kept_scan)
+    (o,) = rep.outcomes
+    assert o.status != "verified" and o.code == RetireSkip.HOLDS_STATE, o.to_dict()
+    assert "exp1/.tb-footprint: another logdir's state or vault inside the run" in o.reason, o.reason
+    assert [b.status for b in api.restore(exp1)] == ["restored"]
+
+
+def test_a_bucket_retirement_refuses_a_vault_of_copies_made_in_the_run(s3_bucket, tmp_path):
+    src = tmp_path / "src"
+    _run(src / "exp1")
+    _run(src / "old", seed=1)
+    s3_bucket.upload(src, "runs")
+    exp1, top = s3_bucket.url("runs/exp1"), s3_bucket.url("runs")
+    kept_scan = api.scan(top, write_cache=False)
+    vault = s3_bucket.url("runs/old/vault")
+    rep = api.reduce_logdir(exp1, policy=DROP, dry_run=False, quiet_period=0, backup_dir=vault,
+                            verify_backends=("python",))
+    assert [o.status for o in rep.outcomes] == ["verified"], [o.to_dict() for o in rep.outcomes]
+    rep = api.retire(top, api.retire_rule(runs=["old"]), dry_run=False, quiet_period=0, footprint=kept_scan)
+    (o,) = rep.outcomes
+    assert o.status != "verified" and o.code == RetireSkip.HOLDS_STATE, o.to_dict()
+    assert "old/vault: another logdir's state or vault" in o.reason, o.reason
+    assert [b.status for b in api.restore(exp1, backup_dir=vault)] == ["restored"]
+
+
+def test_the_listing_rule_finds_what_the_scan_sets_aside():
+    from tb_footprint_plugin.scan.set_aside import set_aside_in_listing
+
+    assert set_aside_in_listing(["r/a.tfevents", "r/plugins/profile/s/h.xplane.pb"], "r") is None
+    assert set_aside_in_listing(["r/x/.tb-footprint/manifests/m.json"], "r") == "r/x/.tb-footprint"
+    assert set_aside_in_listing(["r/v/manifests/20261206T102617-fd2f8b.json", "r/v/blobs/o/f"], "r") == "r/v"
+    assert set_aside_in_listing(["r/manifests/20261206T102617-fd2f8b.json", "r/blobs/o/f"], "r") == "r"
+    # a user's folders named like a vault's, holding no record named as the tool names them
+    assert set_aside_in_listing(["r/manifests/notes.json", "r/blobs/o/f"], "r") is None

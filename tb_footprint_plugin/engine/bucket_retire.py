@@ -54,7 +54,7 @@ import contextlib
 import time
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
-from tb_footprint_plugin.codes import BlobError, Code, Failure, Finding, Outcome, Recovery, Skip, StoreError
+from tb_footprint_plugin.codes import BlobError, Code, Failure, Finding, Outcome, Recovery, RetireSkip, Skip, StoreError
 from tb_footprint_plugin.engine import faults, lease, manifest, txn
 from tb_footprint_plugin.engine import retire_run as one_retirement
 from tb_footprint_plugin.engine import unretire_run as one_unretire
@@ -98,6 +98,7 @@ from tb_footprint_plugin.engine.retire_rules import (CHANGED_PATHS, KIND, RECOVE
                                                     retire_line, taken_along, unnamed_runs)
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.vault import who
+from tb_footprint_plugin.scan.set_aside import set_aside_in_listing
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256
 from tb_footprint_plugin.storage.remote import (
     ObjectInfo,
@@ -231,6 +232,12 @@ class BucketRetire(one_retirement.RetireLayout):
             active = written_recently(listing, run, self.quiet_period, self.closed_files)
             if active:
                 raise BucketTxnError(Skip.ACTIVE, active)
+            # the scan's rule, asked of what would move: another logdir's state or vault there
+            # (made since a kept scan) holds backups this vault must never take (review R14 G1)
+            held = set_aside_in_listing(listing, run)
+            if held is not None:
+                raise BucketTxnError(RetireSkip.HOLDS_STATE, f"{held}: another logdir's state or vault inside the run "
+                                     "(its backups, perhaps their only copies): a retirement never moves it; left alone")
         except (BucketTxnError, *STORE_FAILURES, ValueError) as e:
             raise txn.Refused(str(e), failure_code(e)) from e
         files = [_file_entry(vault, self.op_id, i, k, o) for i, (k, o) in enumerate(sorted(listing.items()))]

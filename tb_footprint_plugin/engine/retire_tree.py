@@ -180,7 +180,7 @@ def inventory(ctx: Context, run: str) -> Tuple[List[dict], List[dict]]:
             # logdir's state holds backups that this vault must never take (review R13 F5)
             if is_state_name(d) and is_state_folder(p):
                 raise _holds_state(ctx, p)
-        if root != top and holds_vault(root, dnames):
+        if holds_vault(root, dnames):  # the run's own folder too: a --backup-dir given as it (R14 G2)
             raise _holds_state(ctx, root)
         for n in fnames:
             p = os.path.join(root, n)

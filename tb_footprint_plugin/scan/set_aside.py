@@ -16,7 +16,7 @@ from typing import Dict, Iterable, List, Optional
 
 from tb_footprint_plugin.codes import SetAside
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.paths import MADE_OP_ID_RE
+from tb_footprint_plugin.storage.paths import MADE_OP_ID_RE, is_state_name
 
 
 def display(path: str) -> str:
@@ -64,6 +64,29 @@ def set_aside_entry(rel: str, run: Optional[str], code: SetAside) -> Dict[str, O
     return {"path": rel, "run": run, "code": code.value, "why": words}
 
 
+def set_aside_in_listing(keys: Iterable[str], run: str) -> Optional[str]:
+    """The first folder (relative to the logdir) among the listed ``keys`` of ``run`` (keys relative
+    to the logdir) that a bucket's scan sets aside: a state folder at any depth, or a vault's root
+    (``VAULT_SHAPES`` holding a record), the run's own folder included; None when there is none.
+    What a bucket retirement asks of the listing it would move (review R14 G1)."""
+    prefix = "" if run == "." else run.rstrip("/") + "/"
+    tree: Dict[str, tuple] = {}
+    for k in keys:
+        parts = (k[len(prefix):] if k.startswith(prefix) else k).split("/")
+        for i, c in enumerate(parts[:-1]):
+            if is_state_name(c):
+                return prefix + "/".join(parts[:i + 1])
+        for i in range(len(parts) - 1):
+            tree.setdefault("/".join(parts[:i]), (set(), set()))[0].add(parts[i])
+        tree.setdefault("/".join(parts[:-1]), (set(), set()))[1].add(parts[-1])
+    for folder, (subdirs, _names) in sorted(tree.items()):
+        for records in vault_manifests(subdirs):
+            inside = tree.get(f"{folder}/{records}" if folder else records, (set(), set()))[1]
+            if any(is_manifest_name(records, n) for n in inside):
+                return (prefix + folder) if folder else (run if run != "." else ".")
+    return None
+
+
 def is_state_folder(path: str) -> bool:
     """True when the folder at ``path`` (not followed) holds what a state folder holds
     (``STATE_MARKS``): a nested logdir's state, left out as the logdir's own is."""
@@ -100,4 +123,4 @@ def holds_vault(dirpath: str, subdirs: Iterable[str]) -> bool:
 
 
 __all__ = ["STATE_MARKS", "VAULT_SHAPES", "display", "holds_vault", "is_manifest_name", "is_state_folder",
-           "nested_state_words", "set_aside_entry", "vault_manifests", "vault_words"]
+           "nested_state_words", "set_aside_entry", "set_aside_in_listing", "vault_manifests", "vault_words"]
