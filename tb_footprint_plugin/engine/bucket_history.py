@@ -254,8 +254,9 @@ def note_manifests(ostore: ObjectStore, vault: BucketVault, written: Iterable[Tu
     put in between, read and merged again (``tries`` in all). True when written; never raised
     (a cache: a record it fails to add is read from its manifest once, as before)."""
     recs = {}
+    seen: dict = {}  # one listing of each state's records for the whole batch, not one per manifest
     for op_id, version, doc in written:
-        m = usable_manifest(ostore, vault.manifest(op_id), dict(doc), version) if version else None
+        m = usable_manifest(ostore, vault.manifest(op_id), dict(doc), version, seen=seen) if version else None
         if m is not None:
             recs[f"manifests/{op_id}.json"] = _record(m, {judge(ostore): whose(ostore, m)})
     for _ in range(tries if recs else 0):
