@@ -83,6 +83,8 @@ _GROW_BELOW = 1024  # records in a batch under which the default read size doubl
 # pass at once, and measured slower too (a pass over 100 MB of 8 KB records: 0.095 s CPU at
 # 8 MB, 0.054 s at 2 MB; buffers that stay in the CPU's caches)
 _MAX_READ = 2 << 20
+#: the most a buffer grows by at once for a record from a source of unknown size (``_batches``)
+_UNKNOWN_STEP = 64 << 20
 _MIN_RUN_FOR_SPLIT = 16  # consecutive small records seen by the walker before splitting
 # ... while hopping (``RecordReader._hop``), which costs ~0.6 us a record where a split window
 # costs ~100 us: a file of runs of tens of scalars between histograms paid two windows in vain
@@ -445,8 +447,13 @@ class RecordReader:
                 return
             prev, tail = buf, (pos, end)
             base += pos
-            # a record bigger than a chunk is completed with one read
+            # a record bigger than a chunk is completed with one read; from a source whose size is
+            # not known (a stream of late records), what a length field claims is untrusted: the
+            # buffer grows by at most what it holds (doubling), so a header claiming a terabyte reads
+            # to the stream's end and is "truncated" there, never one allocation of it (review R13 F4)
             want = max(read, need - (end - pos))
+            if want > _UNKNOWN_STEP and self._file_size() is None:
+                want = max(read, _UNKNOWN_STEP, min(want, end - pos))
 
     def _cannot_complete(self, offset: int, need: int) -> bool:
         """True when the file is too short to ever hold the pending record as it stands now."""
