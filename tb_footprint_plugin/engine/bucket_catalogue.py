@@ -13,7 +13,8 @@ from tb_footprint_plugin.engine.health import history_findings
 from tb_footprint_plugin.engine.bucket_blobs import check_entry, entry_ok, is_blob_entry, names_our_backup, put_back
 from tb_footprint_plugin.engine.bucket_identity import entry_claimed
 from tb_footprint_plugin.engine.history import HISTORY, bucket_log
-from tb_footprint_plugin.engine.bucket_moved import MADE_AT, MOVED_FROM, OTHERS, made_at_words, map_moved, others_row, whose
+from tb_footprint_plugin.engine.bucket_moved import (MADE_AT, MOVED_FROM, OTHERS, UNSURE, made_at_words, map_moved,
+                                                     others_row, unsure_row, whose)
 from tb_footprint_plugin.engine.bucket_recover import damaged_journals, damaged_locks
 from tb_footprint_plugin.engine.bucket_state import (
     BucketState,
@@ -55,7 +56,7 @@ def manifests(ostore: ObjectStore, vault: BucketVault, problems: Optional[List[d
     them back with ``manifest.bucket_form``) and ``_version``/``_path`` (the object's version
     and key). One that cannot be read or is not a manifest is left out (its backups stay) and,
     with ``problems``, named there by its URL (``Finding.MANIFEST_DAMAGED``, with the reader's
-    own code as ``why``)."""
+    own code as ``why``); one whose owner cannot be told, too (``bucket_moved.unsure_row``)."""
     out = list(read_listed(ostore, vault, manifest_listing(vault), problems, others))
     out.sort(key=lambda d: -(d.get("started_at") or 0))
     return out
@@ -84,7 +85,8 @@ def read_listed(ostore: ObjectStore, vault: BucketVault, wanted: Iterable[tuple]
     yielded one by one in its order: ``manifests``' reader and its rules (memory: the few in
     flight, not the vault's every manifest). Another logdir's (review R11 G6: a vault prefix
     given to several) is never yielded: appended to ``others`` when given (its op id and logdir
-    only), else dropped."""
+    only), else dropped. One whose owner cannot be told (a listing failed: ``UNSURE``) is neither:
+    named in ``problems`` when given (``bucket_moved.unsure_row``)."""
     st = BucketState(ostore)
     seen: dict = {}  # the old prefixes listed by this reading (``bucket_moved``)
 
@@ -97,7 +99,11 @@ def read_listed(ostore: ObjectStore, vault: BucketVault, wanted: Iterable[tuple]
         m = usable_manifest(ostore, p, doc, version, problems, seen) if doc is not None else None
         if m is None:
             continue
-        if whose(ostore, m) != OTHERS:
+        w = whose(ostore, m)
+        if w == UNSURE:  # a listing failed: neither ours nor another's, named (R13 F2)
+            if problems is not None:
+                problems.append(unsure_row(ostore, m))
+        elif w != OTHERS:
             yield m
         elif others is not None:
             others.append({"op_id": m["op_id"], "run": m["run"], "logdir": m.get("logdir"), "_path": m["_path"]})
@@ -143,7 +149,7 @@ def own_manifests(ostore: ObjectStore, vault: BucketVault, found: List[dict], re
             refused.append({"code": Finding.PREFIX_MOVED, "file": url, "op_id": m["op_id"], "run": m["run"],
                             "detail": f"{url}: {made_at_words(m[MADE_AT])}"})
             continue
-        if whose(ostore, m) == OTHERS:  # a caller's own list: another logdir's is never acted on
+        if whose(ostore, m) in (OTHERS, UNSURE):  # a caller's own list: another logdir's is never acted on
             continue
         if all(names_our_backup(vault, f) for f in m.get("files") or []):
             out.append(m)
@@ -323,7 +329,7 @@ def status(ostore: ObjectStore, vault: BucketVault) -> dict:
         # what the folder holds as stored (compressed, packed), beside the originals' sizes above
         fig = vault.blobs.store.stats()
         local = {"vault_stored_bytes": fig["stored_bytes"], "vault_objects": fig["objects"] + fig["index_objects"]}
-        if not any(p.get("code") == Finding.MANIFEST_DAMAGED for p in problems):  # one not read may name any blob
+        if not any(p.get("code") in (Finding.MANIFEST_DAMAGED, Finding.WHOSE_UNKNOWN) for p in problems):  # may name any blob
             from tb_footprint_plugin.engine.bucket_blob_release import folder_orphans
 
             # its orphans, as a disk vault's, from the manifests read above (R9 F8's follow-up)

@@ -25,7 +25,7 @@ from tb_footprint_plugin.codes import Failure, Finding
 from tb_footprint_plugin.engine.bucket_blobs import is_blob_entry
 from tb_footprint_plugin.engine.bucket_identity import entry_owner, moved_root, same_logdir
 from tb_footprint_plugin.engine.bucket_objects import BucketState
-from tb_footprint_plugin.engine.bucket_op_records import is_recorded, records_at
+from tb_footprint_plugin.engine.bucket_op_records import OPS, is_recorded, records_at
 from tb_footprint_plugin.engine.bucket_state import BucketTxnError, vault_url
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.store import StoreFailure
@@ -35,21 +35,25 @@ from tb_footprint_plugin.storage.store_object import ObjectStore
 MOVED_FROM = "_moved_from"  # the URL of the prefix whose keys were read here (moved)
 MADE_AT = "_made_at"  # the URL of the prefix that still holds this operation (a copy): not mapped
 BY_RECORD = "_by_record"  # a recorded manifest's ``whose``, judged by the records (``by_record``)
+#: what could not be listed to tell whose the manifest is (words): ``whose`` says ``UNSURE``
+UNSURE_WHY = "_unsure_why"
 #: what ``whose`` says of a manifest
 OURS, COPY, OTHERS = "ours", "copy", "others"
-#: what ``standing`` says of a logdir's URL (and ``UNSURE``: a listing failed, nothing can be told)
+#: what ``standing`` says of a logdir's URL; ``UNSURE``, of a URL or a manifest: a listing failed,
+#: nothing can be told — never counted as another's silently, never acted on (review R13 F2, F7)
 STANDS, NOTHING, UNSURE = "stands", "nothing", "unsure"
 
 
 def _ops_at(ostore: ObjectStore, root: str, seen: Dict[str, Optional[Set[str]]]) -> Optional[Set[str]]:
     """The operation ids whose manifests the prefix ``root``'s own state holds (one listing per
-    prefix and reading, kept in ``seen``); None when it cannot be listed (then nothing is mapped)."""
+    prefix and reading, kept in ``seen``); None when it cannot be listed (then nothing is mapped,
+    the failure kept in ``seen`` under ``why:<root>``)."""
     if root not in seen:
         try:
             found = BucketState.of(ostore).listing(f"{root}/{STATE_DIR_NAME}/manifests", missing_ok=True)
             seen[root] = {k.rsplit("/", 1)[-1][:-len(".json")] for k in found if k.endswith(".json")}
-        except (StoreFailure, ValueError, OSError):
-            seen[root] = None
+        except (StoreFailure, ValueError, OSError) as e:
+            seen[root], seen[f"why:{root}"] = None, _why(e)
     return seen[root]
 
 
@@ -73,8 +77,10 @@ def map_moved(ostore: ObjectStore, path: str, m: dict, seen: Optional[Dict[str, 
         return m
     url = m["logdir"]
     ops = _ops_at(ostore, old, seen)
-    if ops is None:
-        return m  # not told: another logdir's as far as any verb knows (``whose``)
+    if ops is None:  # a move cannot be told from a copy: nothing mapped, nothing done (R13 F2)
+        m[UNSURE_WHY] = (f"made at {url[:300]}, whose state cannot be listed ({seen.get(f'why:{old}')}): cannot tell "
+                         "whether this logdir was moved from there or is a copy of a logdir standing there")
+        return m
     if m.get("op_id") in ops:
         m[MADE_AT] = url
         return m
@@ -92,12 +98,18 @@ def by_record(ostore: ObjectStore, m: dict, seen: Dict[str, Optional[Set[str]]])
     whose state records it no more (moved here from there: ``MOVED_FROM`` that URL; its copies
     lie in the vault, read where they stand); ``OTHERS`` otherwise — a logdir made at a moved
     one's URL records none of its operations, a copy's old URL still records them (a copy, never
-    a move), and a state that cannot be listed tells nothing. One listing of each state's records
-    per reading (``seen``)."""
+    a move); ``UNSURE`` (``UNSURE_WHY`` saying what) when this logdir's records, or those of the
+    URL it names, cannot be listed (review R13 F2: such a failure once made it silently another's).
+    One listing of each state's records per reading (``seen``)."""
     op = m.get("op_id")
     mine = records_at(ostore, ostore.root, seen)
     m[BY_RECORD] = OTHERS
-    if mine is None or op not in mine:
+    if mine is None:  # this logdir's own records: whose it is cannot be told (R13 F2)
+        m[BY_RECORD], m[UNSURE_WHY] = UNSURE, (
+            f"is recorded in its logdir's state, and this logdir's records ({ostore.url_of(f'{STATE_DIR_NAME}/{OPS}')}) "
+            f"cannot be listed ({seen.get(f'why:ops:{ostore.root}')}): cannot tell whether it is this logdir's")
+        return m
+    if op not in mine:
         return m
     url = m.get("logdir")
     if same_logdir(ostore, url):
@@ -107,6 +119,10 @@ def by_record(ostore: ObjectStore, m: dict, seen: Dict[str, Optional[Set[str]]])
     theirs = records_at(ostore, old, seen) if old is not None else None
     if theirs is not None and op not in theirs:
         m[BY_RECORD], m[MOVED_FROM] = OURS, url
+    elif old is not None and theirs is None:
+        m[BY_RECORD], m[UNSURE_WHY] = UNSURE, (
+            f"made at {str(url)[:300]}, whose records cannot be listed ({seen.get(f'why:ops:{old}')}): cannot tell "
+            "whether this logdir was moved from there or is a copy of a logdir standing there")
     return m
 
 
@@ -115,7 +131,7 @@ def marked_afresh(ostore: ObjectStore, path: str, m: dict) -> dict:
     operation, never the manifest's word) with ``map_moved``'s marks made here, none taken from
     the caller's dict: a recovery passes a manifest as the store holds it, where a planted
     ``_moved_from`` would otherwise pass for one (review R11 G10)."""
-    return map_moved(ostore, path, {k: v for k, v in m.items() if k not in (MOVED_FROM, MADE_AT, BY_RECORD)})
+    return map_moved(ostore, path, {k: v for k, v in m.items() if k not in (MOVED_FROM, MADE_AT, BY_RECORD, UNSURE_WHY)})
 
 
 def whose(ostore: ObjectStore, m: dict) -> str:
@@ -126,7 +142,11 @@ def whose(ostore: ObjectStore, m: dict) -> str:
     ``COPY`` for one of this logdir's own state made at a prefix that still holds its operation
     (``MADE_AT``: named, never acted on); ``OTHERS`` for the rest, another logdir's (a shared
     vault), never listed, counted, restored or purged here. A recorded manifest is what its records
-    say (``by_record``; one not read by ``map_moved`` is another's)."""
+    say (``by_record``; one not read by ``map_moved`` is another's). ``UNSURE`` for one whose
+    judging needed a listing that failed (``UNSURE_WHY``): never acted on, never counted as
+    another's, named by every verb (``unsure_row``)."""
+    if m.get(UNSURE_WHY):
+        return UNSURE
     if is_recorded(m):
         return OURS if m.get(BY_RECORD) == OURS else OTHERS
     if m.get(MOVED_FROM) or same_logdir(ostore, m.get("logdir")):
@@ -159,10 +179,12 @@ def others_row(ostore: ObjectStore, vault, others: List[dict]) -> List[dict]:
 
 def not_ours_refusal(vault, m: dict) -> Optional[BucketTxnError]:
     """Before a restore's journal: why manifest ``m`` (read by the catalogue's one reader) may not
-    copy its blobs into the bucket, or None: made at a prefix that still holds it (a copy: where
+    copy its blobs into the bucket, or None: whose it is cannot be told (``Finding.WHOSE_UNKNOWN``), made at a prefix that still holds it (a copy: where
     to restore it), or an entry whose blob this logdir did not claim where it stands or where
     ``m`` was found moved from (``entry_owner``'s copying rule: another logdir's, whatever id the
     bucket's state says)."""
+    if m.get(UNSURE_WHY):
+        return BucketTxnError(Finding.WHOSE_UNKNOWN, unsure_words(m))
     if m.get(MADE_AT):
         return BucketTxnError(Failure.REFUSED, f"manifest of {m.get('op_id')} {made_at_words(m[MADE_AT])}")
     if is_recorded(m) and m.get(BY_RECORD) != OURS:
@@ -198,6 +220,25 @@ def _why(e: BaseException) -> str:
     return str(e)[:300]
 
 
+def unsure_words(m: dict) -> str:
+    """What every verb says of manifest ``m`` whose owner cannot be told (``UNSURE_WHY``)."""
+    return (f"manifest of {m.get('op_id')} (run {str(m.get('run'))[:300]}) {m[UNSURE_WHY]}: never listed as this "
+            "logdir's, restored or purged until it can be told; nothing done, left in place — retry once that "
+            "listing works")
+
+
+def unsure_row(ostore: ObjectStore, m: dict) -> dict:
+    """A problem row (status, a purge's refused, a restore's outcome) naming manifest ``m`` whose
+    owner cannot be told (``Finding.WHOSE_UNKNOWN``): its URL, op, run (and the runs a retirement
+    took along), what could not be listed and what to do."""
+    row = {"code": Finding.WHOSE_UNKNOWN, "file": vault_url(ostore, str(m.get("_path"))), "op_id": m.get("op_id"),
+           "run": m.get("run"), "bytes": 0, "detail": unsure_words(m)}
+    along = m.get("takes_along")
+    if isinstance(along, list) and along:
+        row["takes_along"] = [str(r) for r in along]
+    return row
+
+
 def made_at_words(url: str) -> str:
     """What a verb says of a manifest ``MADE_AT`` another prefix that still holds its operation."""
     return (f"made at {url}, which still holds this operation: this logdir is a copy of that one; restore it "
@@ -211,4 +252,4 @@ def outside_words(m: dict, words: str) -> str:
 
 
 __all__ = ["BY_RECORD", "COPY", "MADE_AT", "by_record", "MOVED_FROM", "OTHERS", "OURS", "made_at_words", "map_moved", "marked_afresh", "NOTHING", "not_ours_refusal", "others_row", "outside_words",
-           "STANDS", "standing", "UNSURE", "whose"]
+           "STANDS", "standing", "UNSURE", "UNSURE_WHY", "unsure_row", "unsure_words", "whose"]

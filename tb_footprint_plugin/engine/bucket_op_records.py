@@ -90,15 +90,16 @@ def forget_record(ostore: ObjectStore, vault: BucketVault, op_id: str) -> None:
 
 def records_at(ostore: ObjectStore, root: str, seen: Dict[str, Optional[Set[str]]]) -> Optional[Set[str]]:
     """The op ids recorded in the state of the logdir at store path ``root`` (one listing per
-    prefix and reading, kept in ``seen``); None when it cannot be listed."""
+    prefix and reading, kept in ``seen``); None when it cannot be listed (the failure kept in
+    ``seen`` under ``why:ops:<root>``)."""
     key = f"ops:{root}"
     if key not in seen:
         try:
             found = BucketState.of(ostore).listing(f"{root}/{STATE_DIR_NAME}/{OPS}", missing_ok=True)
             seen[key] = {k[:-len(".json")] for k in found if k.endswith(".json") and "/" not in k
                          and is_op_id(k[:-len(".json")])}
-        except (StoreFailure, ValueError, OSError):
-            seen[key] = None
+        except (StoreFailure, ValueError, OSError) as e:
+            seen[key], seen[f"why:{key}"] = None, str(e)[:300]
     return seen[key]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Collection, List, Mapping, Optional, Sequence, Tuple
 
-from tb_footprint_plugin.codes import Failure, Outcome, Recovery, Skip, StoreError
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery, Skip, StoreError
 from tb_footprint_plugin.engine import health, usage
 from tb_footprint_plugin.engine.bucket_objects import BucketState
 from tb_footprint_plugin.engine.catalogue_rules import backup_kept, is_kept, summarize_operations
@@ -266,7 +266,8 @@ class BucketEngine(Engine):
                 cancel: Optional[CancelToken] = None,
                 progress: Optional[Callable[[str, str, float], None]] = None) -> List[RunOutcome]:
         """A retired run comes back first; a damaged manifest that may hide a backup is a failed
-        outcome (``Failure.RESTORE_BLOCKED``). Differs: an operation restored already is not
+        outcome (``Failure.RESTORE_BLOCKED``), and so is an operation whose owner a failed listing could
+        not tell (``Finding.WHOSE_UNKNOWN``, named by op and run). Differs: an operation restored already is not
         listed again (no ``already_restored`` skip); nothing found is a ``TransactionError`` for
         ``op`` as for ``run``. ``cancel``: a reduction's restore stops before its first put-back
         (``bucket_restore.restore_op``); a retired run's is not stopped once started
@@ -287,8 +288,13 @@ class BucketEngine(Engine):
                     and (run is None or takes_out(m, run))):
                 todo.append((v.get("kind") != "retire", m))
         todo = [m for _later, m in sorted(todo, key=lambda t: t[0])]  # a retired run comes back first, as on disk
-        damage = [d["detail"] for d in damaged]
-        if (op or run) and not todo:
+        # an operation whose owner a failed listing could not tell (R13 F2): a refused outcome each
+        unsure = [RunOutcome(run=str(d.get("run")), status=Outcome.FAILED, code=d["code"], reason=d["detail"],
+                             op_id=d.get("op_id")) for d in damaged if d.get("code") == Finding.WHOSE_UNKNOWN
+                  and (op is None or d.get("op_id") == op)
+                  and (run is None or run == d.get("run") or run in d.get("takes_along", ()))]
+        damage = [d["detail"] for d in damaged if d.get("code") != Finding.WHOSE_UNKNOWN]
+        if (op or run) and not todo and not unsure:
             # damage that may hide its backup is a refusal programs can tell (a code), as on a disk
             raise TransactionError(f"nothing to restore for {op or run!r} in {self.logdir}"
                                    + "".join(f"; {w}" for w in damage), Failure.RESTORE_BLOCKED if damage else Failure.NOT_FOUND)
@@ -311,7 +317,7 @@ class BucketEngine(Engine):
             for o in outcomes:
                 if o.run in late.runs():
                     o.reason += release_note(late.failure)
-        return outcomes + [
+        return outcomes + unsure + [
             RunOutcome(run="", status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, reason=w) for w in damage]
 
     def restorable(self, run: Optional[str] = None) -> List[dict]:
