@@ -21,7 +21,9 @@ Each blob entry of a journal or manifest records the owner it was claimed under
 nothing into the bucket (status, a check) takes an owner of this logdir's id or place as ours
 (``is_ours``); a restore's put-back only one of this place, or of the place its manifest was
 found moved from with this id (``entry_owner``, review R11 G10: the id object is a bucket object
-anyone who may write the prefix can replace); a purge drops only the claims of the
+anyone who may write the prefix can replace), or of this id at this very prefix reached through
+another spelling of the endpoint, as the folder (local, ours) recorded that place in clear when it
+claimed there (``note_place``, ``places/<place>.json``; review R13 F6); a purge drops only the claims of the
 owners that stand here (``forgettable``: the current owner and, for 3f68b74's entries, the
 legacy one), never an earlier location's: a moved logdir's old claims stay (leaked, named by
 ``status``), and no new logdir at the old URL can drop them.
@@ -29,6 +31,7 @@ legacy one), never an earlier location's: a moved logdir's old claims stay (leak
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import secrets
@@ -40,6 +43,7 @@ from tb_footprint_plugin.storage.paths import STATE_DIR_NAME, is_sha256
 from tb_footprint_plugin.storage.remote import protocol_of
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_object import ObjectStore
+from tb_footprint_plugin.storage.store_posix import PosixStore
 
 #: the logdir's id object, relative to the logdir
 IDENTITY = f"{STATE_DIR_NAME}/identity.json"
@@ -98,8 +102,57 @@ def place_of(store: ObjectStore) -> str:
 def place_at(store: ObjectStore, root: str) -> str:
     """``place_of`` the prefix ``root`` (a store path) of ``store``'s own service: where a logdir
     of this store stood before it was moved here."""
-    where = f"{store.protocol}\0{endpoint_of(store)}\0{root}"
-    return hashlib.sha256(where.encode("utf-8", "surrogateescape")).hexdigest()[:24]
+    return _place_hash(store.protocol, endpoint_of(store), root)
+
+
+def _place_hash(protocol: str, endpoint: str, root: str) -> str:
+    return hashlib.sha256(f"{protocol}\0{endpoint}\0{root}".encode("utf-8", "surrogateescape")).hexdigest()[:24]
+
+
+#: the folder, in a local folder of blobs, of what each place is in clear (``note_place``)
+PLACES = "places"
+
+
+def note_place(bv) -> None:
+    """What this logdir's place is, in clear (protocol, endpoint as its client spells it, root),
+    recorded once in its local folder of blobs (``places/<place>.json``, create-only): the folder
+    is ours and local, unlike the bucket, so a restore can tell a claim made at this very prefix
+    through another spelling of the endpoint (review R13 F6: localhost vs 127.0.0.1, a new DNS
+    name, a connection string vs an account) from another logdir's. One that cannot be written is
+    left: the copying rule then refuses that place as it did."""
+    store = bv.logdir
+    doc = {"protocol": store.protocol, "endpoint": endpoint_of(store), "root": store.root}
+    try:
+        PosixStore(bv.folder).put(f"{PLACES}/{bv.place}.json", json.dumps(doc).encode(), if_absent=True)
+    except (StoreFailure, OSError, ValueError):
+        pass  # there already, or not writable: nothing more is honoured than before
+
+
+def place_record(bv, place: str) -> Optional[dict]:
+    """What ``place`` is in clear, as this folder recorded it (``note_place``), when the record
+    reads and hashes to ``place`` (the folder is ours, yet a record never stands for another place
+    than its own name); None otherwise."""
+    if not re.fullmatch(r"[0-9a-f]{24}", place or ""):
+        return None
+    try:
+        doc = json.loads(PosixStore(bv.folder).read_all(f"{PLACES}/{place}.json", 4096))
+    except (StoreFailure, OSError, ValueError):
+        return None
+    if not (isinstance(doc, dict) and all(isinstance(doc.get(k), str) for k in ("protocol", "endpoint", "root"))):
+        return None
+    return doc if _place_hash(doc["protocol"], doc["endpoint"], doc["root"]) == place else None
+
+
+def claimed_where(bv, f: dict) -> Optional[str]:
+    """Where blob entry ``f``'s owner claimed it, in clear, as the folder recorded its place: words
+    for a restore's refusal (``bucket_moved.not_ours_refusal``); None when not recorded."""
+    parts = split_owner(f.get(BLOB_OWNER) if isinstance(f, dict) else None)
+    doc = place_record(bv, parts[1]) if parts is not None else None
+    if doc is None:
+        return None
+    here = bv.logdir
+    return (f"claimed at {doc['protocol']}://{doc['root'][:300]} through endpoint {doc['endpoint'][:300] or '(default)'}; "
+            f"this logdir is {here.protocol}://{here.root[:300]} through {endpoint_of(here)[:300] or '(default)'}")
 
 
 def owner_name(logdir_id: str, place: str) -> str:
@@ -162,10 +215,12 @@ def entry_owner(bv, f: dict, *, copying: bool = False, moved_from: Optional[str]
     for a read that never copies a byte into the bucket (status, a check, purge bookkeeping) an
     owner of this id anywhere or of this place is ours (``BlobVault.is_ours``). A read that
     COPIES into the bucket (``copying``: a restore's put-back, a bring-back) honours an owner of
-    this place, and one of another place only when the manifest naming the entry is this
-    logdir's own, moved here from the prefix whose place that is (``moved_from``: the URL
-    ``bucket_moved.map_moved`` found it moved from, never a manifest's word) and the owner has
-    this logdir's id: a planted id and manifest never make another logdir's blobs flow in."""
+    this place, and one of another place only when the owner has this logdir's id and that place
+    is the prefix the manifest naming the entry was found moved here from (``moved_from``: the URL
+    ``bucket_moved.map_moved`` found it moved from, never a manifest's word), or the folder's own
+    record of that place (``note_place``) says it is this prefix (or that one) on this protocol,
+    reached through another spelling of the endpoint (review R13 F6): a planted id and manifest
+    never make another logdir's blobs flow in, another root is never honoured."""
     got = f.get(BLOB_OWNER) if isinstance(f, dict) else None
     if got is None:
         return bv.legacy_owner
@@ -179,9 +234,15 @@ def entry_owner(bv, f: dict, *, copying: bool = False, moved_from: Optional[str]
     if parts[1] == bv.place:
         return got
     old = moved_root(bv.logdir, moved_from)
-    ok = old is not None and bv.logdir_id is not None and parts[0] == bv.logdir_id \
-        and parts[1] == place_at(bv.logdir, old)
-    return got if ok else None
+    if bv.logdir_id is None or parts[0] != bv.logdir_id:
+        return None
+    if old is not None and parts[1] == place_at(bv.logdir, old):
+        return got
+    # this id at this prefix (or the one it was found moved from) through another spelling of the
+    # endpoint, as the folder recorded that place (R13 F6); another root is never honoured (G10)
+    was = place_record(bv, parts[1])
+    roots = {bv.logdir.root} | ({old} if old is not None else set())
+    return got if was is not None and was["protocol"] == bv.logdir.protocol and was["root"] in roots else None
 
 
 def moved_root(store: ObjectStore, url: Optional[str]) -> Optional[str]:
@@ -253,6 +314,6 @@ def claimed_here(bv) -> Tuple[list, list]:
     return mine, earlier
 
 
-__all__ = ["BLOB_OWNER", "IDENTITY", "claimed_here", "dropped_claims", "entry_claimed", "entry_owner", "let_go_owner", "IdentityRefused", "endpoint_of", "ensure_id", "legacy_owner", "moved_root", "owner_name", "place_at",
+__all__ = ["BLOB_OWNER", "IDENTITY", "PLACES", "claimed_here", "claimed_where", "note_place", "place_record", "dropped_claims", "entry_claimed", "entry_owner", "let_go_owner", "IdentityRefused", "endpoint_of", "ensure_id", "legacy_owner", "moved_root", "owner_name", "place_at",
            "place_of", "same_logdir",
            "read_id", "split_owner"]

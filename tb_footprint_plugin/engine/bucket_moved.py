@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Set, Tuple
 from tb_footprint_plugin.codes import Failure, Finding
 
 from tb_footprint_plugin.engine.bucket_blobs import is_blob_entry
-from tb_footprint_plugin.engine.bucket_identity import entry_owner, moved_root, same_logdir
+from tb_footprint_plugin.engine.bucket_identity import claimed_where, entry_owner, moved_root, same_logdir
 from tb_footprint_plugin.engine.bucket_objects import BucketState
 from tb_footprint_plugin.engine.bucket_op_records import OPS, is_recorded, records_at
 from tb_footprint_plugin.engine.bucket_state import BucketTxnError, vault_url
@@ -195,8 +195,11 @@ def not_ours_refusal(vault, m: dict) -> Optional[BucketTxnError]:
               and entry_owner(vault.blobs, f) is not None
               and entry_owner(vault.blobs, f, copying=True, moved_from=m.get(MOVED_FROM)) is None]
     if theirs:
+        where = next((w for f in m.get("files") or [] if f.get("path") == theirs[0]
+                      for w in [claimed_where(vault.blobs, f)] if w), None)
         return BucketTxnError(Failure.REFUSED, f"names blobs of {vault.blobs.folder} this logdir did not add where it "
-                              f"stands (another logdir's, or another location's): {', '.join(theirs[:5])}")
+                              f"stands (another logdir's, or another location's): {', '.join(theirs[:5])}"
+                              + (f" ({where})" if where else ""))
     return None
 
 

@@ -152,6 +152,7 @@ class BlobVault:
                 raise BucketTxnError(e.code, str(e)) from None
             self._id_read = True
             self._store = None  # made again under the new owner
+        bucket_identity.note_place(self)  # what this place is, in clear, for a restore (R13 F6)
         return self.owner
 
     def forgettable(self) -> List[str]:
