@@ -245,8 +245,10 @@ def entry_owner(bv, f: dict, *, copying: bool = False, moved_from: Optional[str]
     return got if was is not None and was["protocol"] == bv.logdir.protocol and was["root"] in roots else None
 
 
-def moved_root(store: ObjectStore, url: Optional[str]) -> Optional[str]:
-    """The store path of ``url`` when it is another prefix of ``store``'s protocol, else None."""
+def root_of(store: ObjectStore, url) -> Optional[str]:
+    """The store path ``url`` (a manifest's ``logdir``, untrusted) names on ``store``'s protocol,
+    normalised as a store's root is (scheme aliases, slashes); None for another protocol or no URL.
+    The one rule of ``same_logdir`` and ``moved_root``."""
     if not isinstance(url, str) or "://" not in url:
         return None
     try:
@@ -254,19 +256,18 @@ def moved_root(store: ObjectStore, url: Optional[str]) -> Optional[str]:
             return None
     except ValueError:
         return None
-    root = url.split("://", 1)[1].strip("/")
+    return url.split("://", 1)[1].strip("/")
+
+
+def moved_root(store: ObjectStore, url: Optional[str]) -> Optional[str]:
+    """The store path of ``url`` when it is another prefix of ``store``'s protocol, else None."""
+    root = root_of(store, url)
     return root if root and root != store.root else None
 
 
 def same_logdir(store: ObjectStore, url) -> bool:
-    """Whether ``url`` (a manifest's ``logdir``, untrusted) names ``store``'s own prefix, normalised
-    as a store's root is (scheme aliases, slashes)."""
-    if not isinstance(url, str) or "://" not in url:
-        return False
-    try:
-        return protocol_of(url) == store.protocol and url.split("://", 1)[1].strip("/") == store.root
-    except ValueError:
-        return False
+    """Whether ``url`` (a manifest's ``logdir``, untrusted) names ``store``'s own prefix."""
+    return root_of(store, url) == store.root
 
 
 def entry_claimed(bv, f: dict, *, copying: bool = False, moved_from: Optional[str] = None) -> bool:
@@ -316,4 +317,4 @@ def claimed_here(bv) -> Tuple[list, list]:
 
 __all__ = ["BLOB_OWNER", "IDENTITY", "PLACES", "claimed_here", "claimed_where", "note_place", "place_record", "dropped_claims", "entry_claimed", "entry_owner", "let_go_owner", "IdentityRefused", "endpoint_of", "ensure_id", "legacy_owner", "moved_root", "owner_name", "place_at",
            "place_of", "same_logdir",
-           "read_id", "split_owner"]
+           "read_id", "root_of", "split_owner"]

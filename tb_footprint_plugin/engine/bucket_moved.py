@@ -18,7 +18,9 @@ URL never lists, restores or purges the moved one's operations. A manifest witho
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set, Tuple
+import contextlib
+import contextvars
+from typing import Iterator, Dict, List, Optional, Set, Tuple
 
 from tb_footprint_plugin.codes import Failure, Finding
 
@@ -126,12 +128,31 @@ def by_record(ostore: ObjectStore, m: dict, seen: Dict[str, Optional[Set[str]]])
     return m
 
 
+#: the listings one command's re-judging shares (``one_reading``): None outside one
+_READING: "contextvars.ContextVar[Optional[dict]]" = contextvars.ContextVar("bucket_moved_reading", default=None)
+
+
+@contextlib.contextmanager
+def one_reading() -> Iterator[None]:
+    """For the ``with`` block (one restore command's operations), ``marked_afresh`` lists each
+    state it needs once, not once per operation (a recorded manifest's records: a LIST each).
+    Nothing a restore does changes them: no record or manifest of another prefix is written."""
+    token = _READING.set({}) if _READING.get() is None else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            _READING.reset(token)
+
+
 def marked_afresh(ostore: ObjectStore, path: str, m: dict) -> dict:
     """``m`` (in the one schema, read from the store path ``path``: the vault's own key of its
     operation, never the manifest's word) with ``map_moved``'s marks made here, none taken from
     the caller's dict: a recovery passes a manifest as the store holds it, where a planted
-    ``_moved_from`` would otherwise pass for one (review R11 G10)."""
-    return map_moved(ostore, path, {k: v for k, v in m.items() if k not in (MOVED_FROM, MADE_AT, BY_RECORD, UNSURE_WHY)})
+    ``_moved_from`` would otherwise pass for one (review R11 G10). Inside ``one_reading``, its
+    listings are shared."""
+    return map_moved(ostore, path, {k: v for k, v in m.items() if k not in (MOVED_FROM, MADE_AT, BY_RECORD, UNSURE_WHY)},
+                     _READING.get())
 
 
 def whose(ostore: ObjectStore, m: dict) -> str:
@@ -254,5 +275,5 @@ def outside_words(m: dict, words: str) -> str:
     return f"manifest of {m.get('op_id')} {made_at_words(m[MADE_AT])}" if m.get(MADE_AT) else words
 
 
-__all__ = ["BY_RECORD", "COPY", "MADE_AT", "by_record", "MOVED_FROM", "OTHERS", "OURS", "made_at_words", "map_moved", "marked_afresh", "NOTHING", "not_ours_refusal", "others_row", "outside_words",
+__all__ = ["BY_RECORD", "COPY", "MADE_AT", "by_record", "MOVED_FROM", "OTHERS", "OURS", "made_at_words", "map_moved", "marked_afresh", "NOTHING", "one_reading", "not_ours_refusal", "others_row", "outside_words",
            "STANDS", "standing", "UNSURE", "UNSURE_WHY", "unsure_row", "unsure_words", "whose"]

@@ -303,7 +303,10 @@ class BucketEngine(Engine):
         outcomes = []
         # a vault of blobs forgets what the restored retirements let go once, at the end: its
         # forget reads every manifest and journal in the bucket, so K runs paid it K times
-        with forgets_at_end(ostore, vault) as late:
+        from tb_footprint_plugin.engine.bucket_moved import one_reading
+
+        # each operation's re-judging lists a state once per command, not once per operation
+        with forgets_at_end(ostore, vault) as late, one_reading():
             for m in todo:
                 if cancel is not None and cancel.cancelled:
                     outcomes.append(RunOutcome(run=m["run"], status=Outcome.SKIPPED, code=Skip.CANCELLED,
