@@ -94,3 +94,36 @@ def test_a_logdir_whose_own_records_cannot_be_listed(s3_bucket, prof_logdir, mon
     outs = api.restore(url, backup_dir=vault)
     assert sorted(o.status for o in outs) == ["restored", "restored"], [o.to_dict() for o in outs]
     assert _user(s3_bucket, "runs") == before
+
+
+def test_a_listing_that_fails_between_the_catalogue_and_the_restore_refuses_before_any_journal(
+        s3_bucket, prof_logdir, monkeypatch):
+    """The catalogue judged the operations this logdir's; the re-judging right before each restore
+    (``marked_afresh``) cannot list the records: refused (whose_unknown) before its journal, the run
+    left as it was; restored once the listing works."""
+    url = s3_bucket.upload(prof_logdir, "runs")
+    vault = s3_bucket.url("vault")
+    before = _user(s3_bucket, "runs")
+    _reduce_and_retire(url, vault)
+    reduced = _user(s3_bucket, "runs")
+    calls = []
+
+    def refused(p):
+        if p.endswith("/.tb-footprint/ops"):
+            calls.append(p)
+            return len(calls) > 1  # the catalogue's reading lists; every later one fails
+        return False
+    with monkeypatch.context() as mp:
+        _listings_fail(mp, refused)
+        outs = api.restore(url, backup_dir=vault)
+    assert sorted((o.run, o.status) for o in outs) == [("r0", Outcome.FAILED), ("r1", Outcome.FAILED)], \
+        [o.to_dict() for o in outs]
+    # the unretire's refusal keeps its own code (bucket_retire's ``txn.Refused``), the words say why
+    assert [o.code for o in outs if o.run == "r0"] == [Finding.WHOSE_UNKNOWN], [o.to_dict() for o in outs]
+    assert all("cannot be listed" in o.reason and "nothing done" in o.reason for o in outs), [o.reason for o in outs]
+    assert _user(s3_bucket, "runs") == reduced
+    s3_bucket.fs.invalidate_cache()
+    assert not [k for k in s3_bucket.fs.find(s3_bucket.key("runs")) if "/.tb-footprint/journal/" in k]
+    outs = api.restore(url, backup_dir=vault)
+    assert sorted(o.status for o in outs) == ["restored", "restored"], [o.to_dict() for o in outs]
+    assert _user(s3_bucket, "runs") == before
