@@ -159,6 +159,7 @@ class Finding(Code):
     LOGDIR_NOT_STICKY = "logdir_not_sticky"  # others may write the logdir, no sticky bit: they can move the state folder away
     STATE_MOVED = "state_moved"  # this logdir's state folder (ours, its identity) stands under another name in the logdir
     WHOSE_UNKNOWN = "whose_unknown"  # a listing failed: whether an operation is this logdir's (moved here, or a logdir standing at its URL) cannot be told; never acted on (retry once it lists)
+    MOVED_UNCLAIMED = "moved_unclaimed"  # a recorded operation made at another URL: this logdir moved from there, or a copy made before a move; its copies never freed from here (move it back there to purge)
     PREFIX_MOVED = "prefix_moved"  # a bucket logdir's manifest names backups under the prefix it was made at (the logdir was moved or copied since): its restore must run there, or the prefix be moved back
     HARD_LINKED = "hard_linked_elsewhere"  # a planned original has other hard links (a snapshot's): its swap frees nothing while they stand
     PINS_UNSETTLED = "pins_unsettled"  # backups pinned by an operation with neither a journal nor a manifest: kept, named, never purged

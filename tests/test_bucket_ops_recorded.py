@@ -53,7 +53,9 @@ def test_a_new_logdir_at_a_moved_ones_url_never_restores_or_purges_its_operation
     assert _user(s3_bucket, "runsA2") == before
 
 
-def test_a_logdir_moved_away_from_a_shared_vault_restores_and_purges_from_its_new_url(s3_bucket, prof_logdir):
+def test_a_logdir_moved_away_from_a_shared_vault_restores_from_its_new_url_and_purges_once_back(s3_bucket, prof_logdir):
+    """From its new URL it restores; it never frees the vault's copies there (a copy made before the
+    move would hold the same records: review R14 G5, test_bucket_copy_then_move), moved back it does."""
     a = s3_bucket.upload(prof_logdir, "runsA")
     vault = s3_bucket.url("vault")
     before = _user(s3_bucket, "runsA")
@@ -69,9 +71,12 @@ def test_a_logdir_moved_away_from_a_shared_vault_restores_and_purges_from_its_ne
     outs = api.restore(a2, backup_dir=vault)
     assert sorted(o.status for o in outs) == ["restored", "restored"], [o.to_dict() for o in outs]
     assert _user(s3_bucket, "runsA2") == before
-    pr = api.purge(a2, yes=True, backup_dir=vault)  # the reduction's copies (the retirement's went with its restore)
-    assert [o["run"] for o in pr.ops] == ["r0"] and pr.freed_bytes > 0, pr.to_dict()
-    assert _user(s3_bucket, "runsA2") == before
+    pr = api.purge(a2, yes=True, backup_dir=vault)
+    assert not pr.ops and sorted(k["code"] for k in pr.kept) == [Finding.MOVED_UNCLAIMED] * 2, pr.to_dict()
+    _move(s3_bucket, "runsA2", "runsA")
+    pr = api.purge(a, yes=True, backup_dir=vault)
+    assert sorted(o["run"] for o in pr.ops) == ["r0", "r1"] and pr.freed_bytes > 0, pr.to_dict()
+    assert _user(s3_bucket, "runsA") == before
 
 
 def test_a_copy_in_a_shared_vault_is_never_taken_for_a_move(s3_bucket, prof_logdir):

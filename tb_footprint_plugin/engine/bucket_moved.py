@@ -128,6 +128,15 @@ def by_record(ostore: ObjectStore, m: dict, seen: Dict[str, Optional[Set[str]]])
     return m
 
 
+def moved_unclaimed(m: dict) -> bool:
+    """Whether ``m`` (read by ``map_moved``) is this logdir's only by its records, made at another
+    URL (``MOVED_FROM``): a copy of the logdir made before it moved holds the same records, and
+    both are judged moved here (review R14 G5). Nothing that frees a vault's copies acts on it
+    (purge keeps it, an unretire puts the run back without releasing them): the other may rely
+    on them. Restores work; at the URL it names (moved back) it is this logdir's outright."""
+    return bool(m.get(MOVED_FROM)) and is_recorded(m)
+
+
 #: the listings one command's re-judging shares (``one_reading``): None outside one
 _READING: "contextvars.ContextVar[Optional[dict]]" = contextvars.ContextVar("bucket_moved_reading", default=None)
 
@@ -275,5 +284,5 @@ def outside_words(m: dict, words: str) -> str:
     return f"manifest of {m.get('op_id')} {made_at_words(m[MADE_AT])}" if m.get(MADE_AT) else words
 
 
-__all__ = ["BY_RECORD", "COPY", "MADE_AT", "by_record", "MOVED_FROM", "OTHERS", "OURS", "made_at_words", "map_moved", "marked_afresh", "NOTHING", "one_reading", "not_ours_refusal", "others_row", "outside_words",
+__all__ = ["BY_RECORD", "COPY", "MADE_AT", "by_record", "MOVED_FROM", "OTHERS", "OURS", "made_at_words", "map_moved", "marked_afresh", "moved_unclaimed", "NOTHING", "one_reading", "not_ours_refusal", "others_row", "outside_words",
            "STANDS", "standing", "UNSURE", "UNSURE_WHY", "unsure_row", "unsure_words", "whose"]

@@ -23,7 +23,7 @@ from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry, name
 from tb_footprint_plugin.engine.bucket_identity import dropped_claims
 from tb_footprint_plugin.engine.catalogue_rules import entry_released, is_rolled_back_keeping
 from tb_footprint_plugin.engine.bucket_catalogue import manifests, own_manifests
-from tb_footprint_plugin.engine.bucket_moved import NOTHING, STANDS, standing
+from tb_footprint_plugin.engine.bucket_moved import MOVED_FROM, NOTHING, STANDS, moved_unclaimed, standing
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
     journal_path,
@@ -136,6 +136,10 @@ class BucketCopies(purge_run.PurgeLayout):
         # copies may be the only ones, so it is left for a purge after it settled (one HEAD each)
         busy = [m for m in chosen if BucketState.of(ostore).head(journal_path(ostore, m["op_id"])) is not None]
         chosen = [m for m in chosen if m not in busy]
+        # moved here by its records alone: a copy of the logdir made before the move holds the same
+        # records, and its copies may be that one's only ones (review R14 G5): never freed from here
+        unclaimed = [m for m in chosen if moved_unclaimed(m)]
+        chosen = [m for m in chosen if m not in unclaimed]
         # a run not restored has its originals only in the vault (a reduction's removed or rewritten
         # objects, a retired run's every object): each whose copy goes is lost for good, as on a disk
         # (``originals``; the report's ``originals_lost`` is their sum). A server-side copy is the
@@ -150,6 +154,11 @@ class BucketCopies(purge_run.PurgeLayout):
         rows = [kept_row(m, _size(m), Finding.NOT_RESTORED, kept_by_restore(m)) for m in kept]
         rows += [kept_row(m, _size(m), Skip.LOCKED, "the operation is still under way or awaits recovery (its "
                                                     "journal is there); purge it once it has settled") for m in busy]
+        rows += [kept_row(m, _size(m), Finding.MOVED_UNCLAIMED,
+                          f"made at {str(m[MOVED_FROM])[:300]} and recorded in this logdir's state: this logdir was "
+                          "moved from there, or is a copy of one made before it moved, and which cannot be told: "
+                          "its copies are never freed from here (the other may rely on them); restore works; move "
+                          "this logdir back there to purge them") for m in unclaimed]
         self.folder_freed = folder_frees(vault, every, chosen)
         # one transaction, run even with none chosen: the vault of blobs forgets what nothing names
         yield purge_run.Chosen([purge_run.Group(chosen, ops, plan=[])], rows)

@@ -59,7 +59,8 @@ from tb_footprint_plugin.engine import faults, lease, manifest, txn
 from tb_footprint_plugin.engine import retire_run as one_retirement
 from tb_footprint_plugin.engine import unretire_run as one_unretire
 from tb_footprint_plugin.engine.bucket_op_records import create_manifest, forget_record
-from tb_footprint_plugin.engine.bucket_moved import MADE_AT, MOVED_FROM, marked_afresh, not_ours_refusal, outside_words
+from tb_footprint_plugin.engine.bucket_moved import (MADE_AT, MOVED_FROM, marked_afresh, moved_unclaimed,
+                                                     not_ours_refusal, outside_words)
 from tb_footprint_plugin.engine.bucket_blobs import (KEPT_IN, adding, backup_entries, blobs_of, entry_failure,
                                                       entry_ok, is_blob_entry, put_back)
 from tb_footprint_plugin.engine.bucket_state import (
@@ -817,7 +818,11 @@ class BucketUnretire(one_unretire.UnretireLayout):
         # each entry marked released in the same write, the others kept (purge keeps them whole);
         # a vault of blobs forgets the digests nothing else names, under its lock
         back = [f for f in m["files"] if f["path"] not in left]
-        if conflicts:
+        if moved_unclaimed(m):
+            # moved here by its records alone: a copy made before the move may rely on these copies
+            # (review R14 G5): the run is back, the vault's copies stay, listed by purge as kept
+            back = []
+        elif conflicts:
             doc["not_restored"] = sorted(left)
             doc["files"] = [dict(f, **{RELEASED_BY: op_id}) if f["path"] not in left else f for f in m["files"]]
         else:
