@@ -162,3 +162,61 @@ def test_standing_in_site_packages_keeps_it_on_a_childs_path(monkeypatch):
     r = subprocess.run(python_child("tb_footprint_plugin.engine.compact_worker", "main", ["--help"])[:4]
                        + [], cwd="/", env=python_env(), capture_output=True, text=True, timeout=60)
     assert "No module named" not in r.stderr, r.stderr[-1000:]
+
+
+def test_an_entry_is_given_as_it_was_judged_never_by_a_name_swapped_since(tmp_path):
+    """Review R15 S1: an entry was judged by where its name led (realpath) and handed to the child by
+    name; a folder renamed away and replaced by a link into site-packages was kept, then the link
+    pointed at a planted folder before the child imported."""
+    import sys
+    import sysconfig
+    import textwrap
+
+    shared, evil, marker = tmp_path / "shared", tmp_path / "evil", tmp_path / "PWNED"
+    start = shared / "start"
+    start.mkdir(parents=True)
+    (evil / "tb_footprint_plugin" / "engine").mkdir(parents=True)
+    (evil / "tb_footprint_plugin" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    (evil / "tb_footprint_plugin" / "engine" / "__init__.py").write_text("")
+    (evil / "tb_footprint_plugin" / "engine" / "compact_worker.py").write_text("def main(a): return 0\n")
+    parent = tmp_path / "pp"
+    parent.mkdir()
+    site_pk = sysconfig.get_paths()["purelib"]
+    (parent / "r15_parent.py").write_text(textwrap.dedent(f"""
+        import os, subprocess
+        from tb_footprint_plugin.storage.spawn import child_path, python_child, python_env
+        os.rename({str(start)!r}, {str(start)!r} + ".moved")  # the planter: a link into site-packages
+        os.symlink({site_pk!r}, {str(start)!r})
+        cmd = python_child("tb_footprint_plugin.engine.compact_worker", "main", ["--help"])
+        assert {str(start)!r} not in child_path(), child_path()
+        os.unlink({str(start)!r})  # ... pointed at the planted folder before the child imports
+        os.symlink({str(evil)!r}, {str(start)!r})
+        subprocess.run(cmd, cwd="/", env=python_env(), stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    """))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(parent), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-m", "r15_parent"], cwd=str(start), env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert not marker.exists(), "a folder swapped after it was judged reached our child"
+
+
+def test_a_child_keeps_its_own_isolated_entries_after_the_given_ones(monkeypatch, tmp_path):
+    """Review R15 S2: EasyBuild's Python adds its modules' folders from a sitecustomize, under no
+    prefix, PYTHONPATH or .pth: dropped from the path given, the child lost numpy and every
+    verification failed. The child's own isolated entries it was not given now follow the given
+    ones (nothing of the current folder among them: -I)."""
+    from tb_footprint_plugin.storage import spawn
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "probe2.py").write_text("import sys, json\ndef main(argv):\n    print(json.dumps(sys.path))\n    return 0\n")
+    monkeypatch.setattr(spawn, "child_path", lambda: [str(lib)])  # given: no standard library at all
+    p = subprocess.run(spawn.python_child("probe2", "main"), cwd="/", env=python_env(), capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    import json as std_json
+    import sysconfig
+
+    path = std_json.loads(p.stdout)
+    assert path[0] == str(lib) and sysconfig.get_paths()["stdlib"] in path, path
+    assert "" not in path and all(e.startswith("/") for e in path), path

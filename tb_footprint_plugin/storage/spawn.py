@@ -43,9 +43,10 @@ TERMINAL_SIGNALS = frozenset({signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP})
 
 #: the boot of a Python child (``python_child``), run isolated (``-I``: no current folder, no
 #: ``PYTHON*`` variables, no user site-packages on ``sys.path``, so the ``json`` it imports is the
-#: standard library's): ``sys.path`` becomes the one its parent gave, then ``module.function(argv)``,
-#: its return the exit status
-_BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
+#: standard library's): ``sys.path`` becomes the one its parent gave, then the child's own isolated
+#: entries it lacks (a ``sitecustomize``'s, as EasyBuild's Python adds its modules' folders: review
+#: R15 S2), then ``module.function(argv)``, its return the exit status
+_BOOT = ("import sys, json; g = json.loads(sys.argv[1]); sys.path[:] = g + [e for e in sys.path if e not in g]; "
          "from {module} import {function} as f; sys.exit(f(sys.argv[2:]))")
 
 
@@ -77,23 +78,27 @@ def _pth_entries(site_dir: str) -> List[str]:
 @functools.lru_cache(maxsize=1)
 def _installed_roots() -> Tuple[Tuple[str, ...], frozenset]:
     """Where this interpreter's own modules are installed: (folders whose entries are kept with
-    all below them: the standard library and site-packages, ``sysconfig``'s and ``site``'s, the
-    prefixes unless one is '/'; folders kept as they are: the user site-packages and what the
+    all below them: the standard library and site-packages, ``sysconfig``'s and ``site``'s, never
+    '/'; entries kept as they are: the standard library's zip, the user site-packages and what the
     ``.pth`` files of every site folder add, an editable install's checkout among them)."""
-    under = set()
-    for v in sysconfig.get_paths().values():
-        if isinstance(v, str) and v.startswith("/"):
-            under.add(os.path.realpath(v))
-    for pre in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}:
-        if isinstance(pre, str) and pre.startswith("/") and os.path.realpath(pre) != "/":
-            under.add(os.path.realpath(pre))
+    # the library folders only, never a whole prefix: '/usr' or a '--prefix=$HOME' would keep a
+    # start folder under it (review R15 S3)
+    paths = sysconfig.get_paths()
+    under = {os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")
+             if isinstance(paths.get(k), str) and paths[k].startswith("/")}
     sites: List[str] = []
     try:
         sites += site.getsitepackages()
     except AttributeError:  # an old virtualenv's site module
         pass
+    under.update(os.path.realpath(d) for d in sites if isinstance(d, str) and d.startswith("/"))
+    under.discard("/")
     user = site.getusersitepackages() if site.ENABLE_USER_SITE else None
     exact = {os.path.realpath(user)} if isinstance(user, str) else set()
+    # the standard library's zip beside its folder (``python311.zip``)
+    stdlib = paths.get("stdlib")
+    if isinstance(stdlib, str) and stdlib.startswith("/"):
+        exact.add(os.path.realpath(os.path.join(os.path.dirname(stdlib), "python%d%d.zip" % sys.version_info[:2])))
     for d in sites + ([user] if isinstance(user, str) else []):
         exact.update(os.path.realpath(e) for e in _pth_entries(d))
     return tuple(sorted(under)), frozenset(exact)
@@ -117,11 +122,11 @@ def _started_pythonpath() -> str:
 _TOLD = frozenset(os.path.realpath(p) for p in _started_pythonpath().split(os.pathsep) if p.startswith("/"))
 
 
-def _installed(path: str) -> bool:
-    """Whether ``path`` (absolute, a ``sys.path`` entry) is where this interpreter's modules are
-    installed (``_installed_roots``), or one the ``PYTHONPATH`` this process started with named
-    (the user's own setting, an HPC ``module load``'s)."""
-    real = os.path.realpath(path)
+def _installed(real: str) -> bool:
+    """Whether ``real`` (a ``sys.path`` entry resolved once by the caller: judged as it will be
+    given, review R15 S1) is where this interpreter's modules are installed (``_installed_roots``),
+    or one the ``PYTHONPATH`` this process started with named (the user's own setting, an HPC
+    ``module load``'s)."""
     under, exact = _installed_roots()
     return real in exact or real in _TOLD or any(real == u or real.startswith(u.rstrip("/") + "/") for u in under)
 
@@ -139,8 +144,15 @@ def child_path() -> List[str]:
     R14 G3 — whatever the flags or a ``chdir`` since), nor an entry inserted at run time, nor a
     relative one. An entry is judged by where it leads (``realpath``), never by the current folder,
     so standing in site-packages keeps it (R14 G4)."""
-    path = [p for p in sys.path if isinstance(p, str) and p.startswith("/")
-            and (p == _PACKAGE_ROOT or _installed(p))]
+    path: List[str] = []
+    for p in sys.path:
+        if not (isinstance(p, str) and p.startswith("/")):
+            continue
+        # resolved once, then judged and given as resolved: an entry judged by where a link led
+        # and given by its name could be swapped to another folder in between (review R15 S1)
+        real = _PACKAGE_ROOT if p == _PACKAGE_ROOT else os.path.realpath(p)
+        if (real == _PACKAGE_ROOT or _installed(real)) and real not in path:
+            path.append(real)
     return path if _PACKAGE_ROOT in path else [_PACKAGE_ROOT] + path
 
 
