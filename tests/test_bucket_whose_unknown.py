@@ -120,6 +120,7 @@ def test_a_listing_that_fails_between_the_catalogue_and_the_restore_refuses_befo
         [o.to_dict() for o in outs]
     # the unretire's refusal keeps its own code (bucket_retire's ``txn.Refused``), the words say why
     assert [o.code for o in outs if o.run == "r0"] == [Finding.WHOSE_UNKNOWN], [o.to_dict() for o in outs]
+    assert [o.code for o in outs if o.run == "r1"] == [Finding.WHOSE_UNKNOWN], [o.to_dict() for o in outs]
     assert all("cannot be listed" in o.reason and "nothing done" in o.reason for o in outs), [o.reason for o in outs]
     assert _user(s3_bucket, "runs") == reduced
     s3_bucket.fs.invalidate_cache()

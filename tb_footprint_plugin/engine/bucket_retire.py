@@ -696,7 +696,10 @@ class BucketUnretire(one_unretire.UnretireLayout):
                 if is_blob_entry(f):
                     blobs_of(vault, f)  # the folder not given: said before anything moves
         except (BucketTxnError, ValueError) as e:
-            raise txn.Refused(f"{e}; nothing was changed") from e
+            # a refusal that cannot tell whose the retirement is keeps its code (R13 F2's verdict), as
+            # a restore's does; the others are the unretire's own refusal (restore_blocked)
+            keep = getattr(e, "code", None) == Finding.WHOSE_UNKNOWN
+            raise txn.Refused(f"{e}; nothing was changed", *([e.code] if keep else [])) from e
 
     def standing(self) -> Optional[Dict[str, ObjectInfo]]:
         """One listing of the run's prefix (the state and the vault left out; a folder marker is
