@@ -39,3 +39,23 @@ def test_two_logdirs_sharing_a_vault_count_only_their_own_operations(s3_bucket, 
         part = eng.partition_history()
         assert _ops(part) == ops and part == _slim(eng.history())
     assert bucket_history.SUMMARY in {k.rsplit("/", 1)[-1] for k in s3_bucket.fs.find(s3_bucket.key("vault"))}
+
+
+def test_a_listing_that_fails_once_never_keeps_an_operation_out_of_the_partition(s3_bucket, tmp_path, monkeypatch):
+    """Review R15 L1: whose a recorded manifest is needs a listing of the logdir's records; one that
+    failed was cached in the summary as that version's verdict (nothing counted), so the operation
+    stayed out of every later partition. Undecided, nothing is cached: the next reading counts it."""
+    from test_bucket_whose_unknown import _listings_fail
+
+    vault = s3_bucket.url("vault")
+    a = s3_bucket.upload(_logdir(tmp_path / "a"), "runsA")
+    r = api.reduce_logdir(a, dry_run=False, backup_dir=vault, verify_backends=("python",), quiet_period=0,
+                          runs=["jax1"])
+    assert all(o.status == "verified" for o in r.outcomes), [o.reason for o in r.outcomes]
+    eng = open_engine(a, vault)
+    ops = _ops(eng.history())
+    assert len(ops) == 1
+    with monkeypatch.context() as mp:
+        _listings_fail(mp, lambda p: p.endswith("/.tb-footprint/ops"))
+        assert _ops(open_engine(a, vault).partition_history()) == set()  # undecided: not counted now
+    assert _ops(open_engine(a, vault).partition_history()) == ops  # ... and counted once it lists

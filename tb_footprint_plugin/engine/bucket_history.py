@@ -12,10 +12,10 @@ import json
 import math
 from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
-from tb_footprint_plugin.codes import StoreError
+from tb_footprint_plugin.codes import Finding, StoreError
 from tb_footprint_plugin.engine.bucket_catalogue import (entries_of, entry_when, line_entry, manifest_listing, op_of,
                                                          read_listed, usable_manifest)
-from tb_footprint_plugin.engine.bucket_moved import COPY, OTHERS, OURS, whose
+from tb_footprint_plugin.engine.bucket_moved import COPY, OTHERS, OURS, UNSURE, whose
 from tb_footprint_plugin.engine.bucket_objects import STATE_LIMIT
 from tb_footprint_plugin.engine.bucket_state import BucketState, BucketVault
 from tb_footprint_plugin.engine.history import HistoryPage, bucket_log
@@ -212,7 +212,8 @@ def partition_entries(ostore: ObjectStore, vault: BucketVault, held: Callable[[]
     del summary
     prefix = f"{vault.root}/"
     others: List[dict] = []
-    for m in read_listed(ostore, vault, stale, others=others):
+    problems: List[dict] = []
+    for m in read_listed(ostore, vault, stale, problems=problems, others=others):
         key = m["_path"][len(prefix):]
         had = now[key]["w"] if now[key]["v"] == m["_version"] else {}
         now[key] = _record(m, dict(had, **{me: whose(ostore, m)}))
@@ -220,8 +221,12 @@ def partition_entries(ostore: ObjectStore, vault: BucketVault, held: Callable[[]
         key = str(o.get("_path", ""))[len(prefix):]
         if key in now:
             now[key] = dict(now[key], w=dict(now[key]["w"], **{me: OTHERS}))
+    # whose one is could not be told (a listing failed): no verdict kept, the next reading judges again
+    # (a verdict cached at its version kept it out of every partition for good: review R15 L1)
+    unsure = {f"manifests/{p['op_id']}.json" for p in problems
+              if p.get("code") == Finding.WHOSE_UNKNOWN and isinstance(p.get("op_id"), str)}
     for key, _info in stale:
-        if me not in now[key]["w"]:  # no usable manifest read there: nothing counted at this version
+        if me not in now[key]["w"] and key not in unsure:  # no usable manifest there: nothing counted at it
             now[key] = dict(now[key], w=dict(now[key]["w"], **{me: NONE_USABLE}))
     if stale and write:
         _write_summary(vault, now)
@@ -257,8 +262,9 @@ def note_manifests(ostore: ObjectStore, vault: BucketVault, written: Iterable[Tu
     seen: dict = {}  # one listing of each state's records for the whole batch, not one per manifest
     for op_id, version, doc in written:
         m = usable_manifest(ostore, vault.manifest(op_id), dict(doc), version, seen=seen) if version else None
-        if m is not None:
-            recs[f"manifests/{op_id}.json"] = _record(m, {judge(ostore): whose(ostore, m)})
+        verdict = whose(ostore, m) if m is not None else None
+        if m is not None and verdict != UNSURE:  # undecided: left for a reading to judge
+            recs[f"manifests/{op_id}.json"] = _record(m, {judge(ostore): verdict})
     for _ in range(tries if recs else 0):
         try:
             there = vault.store.stat(SUMMARY)
