@@ -27,7 +27,7 @@ from tb_footprint_plugin.codes import Failure, Finding
 from tb_footprint_plugin.engine.bucket_blobs import is_blob_entry
 from tb_footprint_plugin.engine.bucket_identity import claimed_where, entry_owner, moved_root, same_logdir
 from tb_footprint_plugin.engine.bucket_objects import BucketState
-from tb_footprint_plugin.engine.bucket_op_records import OPS, is_recorded, records_at
+from tb_footprint_plugin.engine.bucket_op_records import OPS, is_recorded, listing_failure, records_at, state_op_ids
 from tb_footprint_plugin.engine.bucket_state import BucketTxnError, vault_url
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.store import StoreFailure
@@ -44,19 +44,6 @@ OURS, COPY, OTHERS = "ours", "copy", "others"
 #: what ``standing`` says of a logdir's URL; ``UNSURE``, of a URL or a manifest: a listing failed,
 #: nothing can be told — never counted as another's silently, never acted on (review R13 F2, F7)
 STANDS, NOTHING, UNSURE = "stands", "nothing", "unsure"
-
-
-def _ops_at(ostore: ObjectStore, root: str, seen: Dict[str, Optional[Set[str]]]) -> Optional[Set[str]]:
-    """The operation ids whose manifests the prefix ``root``'s own state holds (one listing per
-    prefix and reading, kept in ``seen``); None when it cannot be listed (then nothing is mapped,
-    the failure kept in ``seen`` under ``why:<root>``)."""
-    if root not in seen:
-        try:
-            found = BucketState.of(ostore).listing(f"{root}/{STATE_DIR_NAME}/manifests", missing_ok=True)
-            seen[root] = {k.rsplit("/", 1)[-1][:-len(".json")] for k in found if k.endswith(".json")}
-        except (StoreFailure, ValueError, OSError) as e:
-            seen[root], seen[f"why:{root}"] = None, _why(e)
-    return seen[root]
 
 
 def map_moved(ostore: ObjectStore, path: str, m: dict, seen: Optional[Dict[str, Optional[Set[str]]]] = None) -> dict:
@@ -78,9 +65,9 @@ def map_moved(ostore: ObjectStore, path: str, m: dict, seen: Optional[Dict[str, 
     if old is None:
         return m
     url = m["logdir"]
-    ops = _ops_at(ostore, old, seen)
+    ops = state_op_ids(ostore, old, "manifests", seen)
     if ops is None:  # a move cannot be told from a copy: nothing mapped, nothing done (R13 F2)
-        m[UNSURE_WHY] = (f"made at {url[:300]}, whose state cannot be listed ({seen.get(f'why:{old}')}): cannot tell "
+        m[UNSURE_WHY] = (f"made at {url[:300]}, whose state cannot be listed ({listing_failure(seen, 'manifests', old)}): cannot tell "
                          "whether this logdir was moved from there or is a copy of a logdir standing there")
         return m
     if m.get("op_id") in ops:
@@ -109,7 +96,7 @@ def by_record(ostore: ObjectStore, m: dict, seen: Dict[str, Optional[Set[str]]])
     if mine is None:  # this logdir's own records: whose it is cannot be told (R13 F2)
         m[BY_RECORD], m[UNSURE_WHY] = UNSURE, (
             f"is recorded in its logdir's state, and this logdir's records ({ostore.url_of(f'{STATE_DIR_NAME}/{OPS}')}) "
-            f"cannot be listed ({seen.get(f'why:ops:{ostore.root}')}): cannot tell whether it is this logdir's")
+            f"cannot be listed ({listing_failure(seen, OPS, ostore.root)}): cannot tell whether it is this logdir's")
         return m
     if op not in mine:
         return m
@@ -123,7 +110,7 @@ def by_record(ostore: ObjectStore, m: dict, seen: Dict[str, Optional[Set[str]]])
         m[BY_RECORD], m[MOVED_FROM] = OURS, url
     elif old is not None and theirs is None:
         m[BY_RECORD], m[UNSURE_WHY] = UNSURE, (
-            f"made at {str(url)[:300]}, whose records cannot be listed ({seen.get(f'why:ops:{old}')}): cannot tell "
+            f"made at {str(url)[:300]}, whose records cannot be listed ({listing_failure(seen, OPS, old)}): cannot tell "
             "whether this logdir was moved from there or is a copy of a logdir standing there")
     return m
 

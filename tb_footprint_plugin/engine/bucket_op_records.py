@@ -88,19 +88,31 @@ def forget_record(ostore: ObjectStore, vault: BucketVault, op_id: str) -> None:
             pass  # left: it names no manifest any more, nothing of anyone's
 
 
-def records_at(ostore: ObjectStore, root: str, seen: Dict[str, Optional[Set[str]]]) -> Optional[Set[str]]:
-    """The op ids recorded in the state of the logdir at store path ``root`` (one listing per
-    prefix and reading, kept in ``seen``); None when it cannot be listed (the failure kept in
-    ``seen`` under ``why:ops:<root>``)."""
-    key = f"ops:{root}"
+def state_op_ids(ostore: ObjectStore, root: str, folder: str, seen: dict) -> Optional[Set[str]]:
+    """The op ids that ``<op_id>.json`` objects name directly in ``folder`` of the state of the
+    logdir at store path ``root`` (``ops``: its records; ``manifests``: its own vault's), one
+    listing per prefix, folder and reading (kept in ``seen``); None when it cannot be listed (the
+    failure's words kept in ``seen``: ``listing_failure``)."""
+    key = f"{folder}:{root}"
     if key not in seen:
         try:
-            found = BucketState.of(ostore).listing(f"{root}/{STATE_DIR_NAME}/{OPS}", missing_ok=True)
+            found = BucketState.of(ostore).listing(f"{root}/{STATE_DIR_NAME}/{folder}", missing_ok=True)
             seen[key] = {k[:-len(".json")] for k in found if k.endswith(".json") and "/" not in k
                          and is_op_id(k[:-len(".json")])}
         except (StoreFailure, ValueError, OSError) as e:
-            seen[key], seen[f"why:{key}"] = None, str(e)[:300]
+            seen[key], seen[f"why:{key}"] = None, str(e)[:300]  # its message names the object
     return seen[key]
+
+
+def listing_failure(seen: dict, folder: str, root: str) -> Optional[str]:
+    """Why ``state_op_ids`` could not list ``folder`` at ``root`` in this reading (None: it could)."""
+    return seen.get(f"why:{folder}:{root}")
+
+
+def records_at(ostore: ObjectStore, root: str, seen: Dict[str, Optional[Set[str]]]) -> Optional[Set[str]]:
+    """The op ids recorded in the state of the logdir at store path ``root`` (``state_op_ids`` of
+    its ``ops`` folder)."""
+    return state_op_ids(ostore, root, OPS, seen)
 
 
 def is_recorded(m: dict) -> bool:
@@ -109,5 +121,5 @@ def is_recorded(m: dict) -> bool:
     return RECORDED in m and m[RECORDED] is not None
 
 
-__all__ = ["OPS", "RECORDED", "create_manifest", "forget_record", "is_recorded", "needs_records", "record_path", "recorded",
-           "records_at"]
+__all__ = ["OPS", "RECORDED", "create_manifest", "forget_record", "is_recorded", "listing_failure", "needs_records",
+           "record_path", "recorded", "records_at", "state_op_ids"]

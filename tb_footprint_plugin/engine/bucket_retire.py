@@ -99,7 +99,7 @@ from tb_footprint_plugin.engine.retire_rules import (CHANGED_PATHS, KIND, RECOVE
                                                     retire_line, taken_along, unnamed_runs)
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.vault import who
-from tb_footprint_plugin.scan.set_aside import set_aside_in_listing
+from tb_footprint_plugin.scan.set_aside import holding_words, set_aside_in_listing
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256
 from tb_footprint_plugin.storage.remote import (
     ObjectInfo,
@@ -237,8 +237,7 @@ class BucketRetire(one_retirement.RetireLayout):
             # (made since a kept scan) holds backups this vault must never take (review R14 G1)
             held = set_aside_in_listing(listing, run)
             if held is not None:
-                raise BucketTxnError(RetireSkip.HOLDS_STATE, f"{held}: another logdir's state or vault inside the run "
-                                     "(its backups, perhaps their only copies): a retirement never moves it; left alone")
+                raise BucketTxnError(RetireSkip.HOLDS_STATE, holding_words(held))
         except (BucketTxnError, *STORE_FAILURES, ValueError) as e:
             raise txn.Refused(str(e), failure_code(e)) from e
         files = [_file_entry(vault, self.op_id, i, k, o) for i, (k, o) in enumerate(sorted(listing.items()))]

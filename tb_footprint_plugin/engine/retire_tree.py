@@ -46,7 +46,7 @@ from tb_footprint_plugin.engine.vault import Vault, restore_folder, who
 from tb_footprint_plugin.storage.files import (CopyMismatch, copy_new, give_owner, recorded_owner, sha256_file,
                                                sha256_stream, unlink_if_same)
 from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
-from tb_footprint_plugin.scan.set_aside import holds_vault, is_state_folder
+from tb_footprint_plugin.scan.set_aside import holding_words, holds_vault, is_state_folder
 from tb_footprint_plugin.storage.paths import MADE_OP_ID_RE, is_state_name, is_within, plausible_mtime_ns
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.private import NotPrivate, check_private_dir
@@ -151,9 +151,7 @@ def tree_sha256(entries: Iterable[dict]) -> str:
 
 def _holds_state(ctx: Context, path: str) -> TransactionError:
     """A retirement's refusal of a run holding another logdir's state or vault at ``path``."""
-    return TransactionError(f"{os.path.relpath(path, ctx.logdir)}: another logdir's state or vault inside the run "
-                            "(its backups, perhaps their only copies): a retirement never moves it; left alone",
-                            RetireSkip.HOLDS_STATE)
+    return TransactionError(holding_words(os.path.relpath(path, ctx.logdir)), RetireSkip.HOLDS_STATE)
 
 
 def inventory(ctx: Context, run: str) -> Tuple[List[dict], List[dict]]:

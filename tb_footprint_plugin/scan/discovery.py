@@ -22,13 +22,12 @@ import stat
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import StoreError
+from tb_footprint_plugin.codes import SetAside, StoreError
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.scan.model import COMPACT, DiskTally, UNATTRIBUTED
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.codes import SetAside
-from tb_footprint_plugin.scan.set_aside import (display, holds_vault, is_manifest_name, is_state_folder,
-                                                nested_state_words, set_aside_entry, vault_manifests, vault_words)
+from tb_footprint_plugin.scan.set_aside import (display, holds_vault, is_state_folder, is_vault_root,
+                                                nested_state_words, set_aside_entry, vault_words)
 from tb_footprint_plugin.storage.paths import DEMO_MARKER, STATE_DIR_NAME, is_state_name, is_within, state_dirs_in
 from tb_footprint_plugin.storage.regular import kind_of
 
@@ -438,8 +437,7 @@ def discover_listing(logdir_url: str, objects: Dict[str, "ObjectInfo"],
     while stack:
         parts, owner, owner_depth = stack.pop()
         names, subdirs = tree[parts]
-        if parts and any(is_manifest_name(found, n) for found in vault_manifests(subdirs)
-                         for n in tree[parts + (found,)][0]):
+        if parts and is_vault_root(subdirs, lambda r: tree[parts + (r,)][0]):
             warnings.append(vault_words(_rel(parts)))  # another logdir's vault of copies: no runs here
             aside.append(set_aside_entry(_rel(parts), owner, SetAside.NESTED_VAULT))
             continue

@@ -12,7 +12,7 @@ named like those stay runs.
 from __future__ import annotations
 
 import os
-from typing import Dict, Iterable, List, Optional
+from typing import Callable, Dict, Iterable, List, Optional
 
 from tb_footprint_plugin.codes import SetAside
 from tb_footprint_plugin.storage import throttle as fsops
@@ -49,6 +49,19 @@ def vault_manifests(subdirs: Iterable[str]) -> List[str]:
     return [records for records, beside in VAULT_SHAPES if records in have and any(b in have for b in beside)]
 
 
+def is_vault_root(subdirs: Iterable[str], records_in: Callable[[str], Iterable[str]]) -> bool:
+    """The one rule of a vault's root, however its folder was listed: of ``VAULT_SHAPES``' shape
+    (``subdirs``), a records folder holding a record named as the tool names them
+    (``is_manifest_name``; ``records_in(folder)``: the names in that records folder)."""
+    return any(is_manifest_name(records, n) for records in vault_manifests(subdirs) for n in records_in(records))
+
+
+def holding_words(rel: str) -> str:
+    """Why a retirement refuses a run holding another logdir's state or vault at ``rel``."""
+    return (f"{display(rel)}: another logdir's state or vault inside the run (its backups, perhaps their only "
+            "copies): a retirement never moves it; left alone")
+
+
 def vault_words(rel: str) -> str:
     """The scan's warning for a vault it leaves out, kept inside the folder it scans (G7's class:
     another logdir's ``--backup-dir`` made there, its retired runs and copies keyed like runs)."""
@@ -80,10 +93,8 @@ def set_aside_in_listing(keys: Iterable[str], run: str) -> Optional[str]:
             tree.setdefault("/".join(parts[:i]), (set(), set()))[0].add(parts[i])
         tree.setdefault("/".join(parts[:-1]), (set(), set()))[1].add(parts[-1])
     for folder, (subdirs, _names) in sorted(tree.items()):
-        for records in vault_manifests(subdirs):
-            inside = tree.get(f"{folder}/{records}" if folder else records, (set(), set()))[1]
-            if any(is_manifest_name(records, n) for n in inside):
-                return (prefix + folder) if folder else (run if run != "." else ".")
+        if is_vault_root(subdirs, lambda r: tree.get(f"{folder}/{r}" if folder else r, (set(), set()))[1]):
+            return (prefix + folder) if folder else (run if run != "." else ".")
     return None
 
 
@@ -112,15 +123,16 @@ def holds_vault(dirpath: str, subdirs: Iterable[str]) -> bool:
     """Whether the folder at ``dirpath`` (its folders: ``subdirs``, not followed) is a vault's
     root: of ``VAULT_SHAPES``' shape, its records folder holding a record (``is_manifest_name``;
     one listing more, only for a folder of that shape)."""
-    for found in vault_manifests(subdirs):
+    def records_in(records: str) -> List[str]:
         try:
-            with fsops.scandir(os.path.join(dirpath, found)) as it:
-                if any(is_manifest_name(found, e.name) for e in it):
-                    return True
+            with fsops.scandir(os.path.join(dirpath, records)) as it:
+                return [e.name for e in it]
         except OSError:
-            continue
-    return False
+            return []
+
+    return is_vault_root(subdirs, records_in)
 
 
-__all__ = ["STATE_MARKS", "VAULT_SHAPES", "display", "holds_vault", "is_manifest_name", "is_state_folder",
+__all__ = ["STATE_MARKS", "VAULT_SHAPES", "display", "holding_words", "holds_vault", "is_manifest_name",
+           "is_state_folder", "is_vault_root",
            "nested_state_words", "set_aside_entry", "set_aside_in_listing", "vault_manifests", "vault_words"]

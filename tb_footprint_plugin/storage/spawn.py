@@ -118,8 +118,11 @@ def _started_pythonpath() -> str:
         return os.environ.get("PYTHONPATH", "")
 
 
-#: the absolute entries of the PYTHONPATH this process started with (an HPC ``module load``'s)
-_TOLD = frozenset(os.path.realpath(p) for p in _started_pythonpath().split(os.pathsep) if p.startswith("/"))
+@functools.lru_cache(maxsize=1)
+def _told() -> frozenset:
+    """The absolute entries of the PYTHONPATH this process started with (an HPC ``module load``'s),
+    resolved; read once, when a child is first started."""
+    return frozenset(os.path.realpath(p) for p in _started_pythonpath().split(os.pathsep) if p.startswith("/"))
 
 
 def _installed(real: str) -> bool:
@@ -128,7 +131,7 @@ def _installed(real: str) -> bool:
     or one the ``PYTHONPATH`` this process started with named (the user's own setting, an HPC
     ``module load``'s)."""
     under, exact = _installed_roots()
-    return real in exact or real in _TOLD or any(real == u or real.startswith(u.rstrip("/") + "/") for u in under)
+    return real in exact or real in _told() or any(real == u or real.startswith(u.rstrip("/") + "/") for u in under)
 
 
 def child_path() -> List[str]:
