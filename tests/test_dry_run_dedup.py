@@ -211,15 +211,21 @@ def test_the_pass_stays_small_beside_the_plan(tmp_path, monkeypatch):
     for i in range(3000):
         (logdir / f"run{i:05d}").mkdir()
         (logdir / f"run{i:05d}" / "f").write_bytes(b"x" * 512)
+    # tracemalloc counts every thread's allocations: a thread an earlier test of this worker left
+    # running (a parked data server's stderr reader) once added ~280 kB to one measurement in CI;
+    # the smallest of three peaks at each size is this pass's own
     peaks = []
     for k in (1000, 3000):
         p = _synthetic_plan(logdir, k, lambda i: 512)
-        tracemalloc.start()
-        base = tracemalloc.get_traced_memory()[0]
-        dd = plan_notes.content_dups(str(logdir), str(logdir / ".tb-footprint"), p)
-        peaks.append(tracemalloc.get_traced_memory()[1] - base)
-        tracemalloc.stop()
-        assert dd.hashed_files == k and dd.in_plan_files == dd.files == k - 1
+        each = []
+        for _ in range(3):
+            tracemalloc.start()
+            base = tracemalloc.get_traced_memory()[0]
+            dd = plan_notes.content_dups(str(logdir), str(logdir / ".tb-footprint"), p)
+            each.append(tracemalloc.get_traced_memory()[1] - base)
+            tracemalloc.stop()
+            assert dd.hashed_files == k and dd.in_plan_files == dd.files == k - 1
+        peaks.append(min(each))
     assert (peaks[1] - peaks[0]) / 2000 < 48, peaks
     # once per plan: its note and the dry run's figures share one listing of the vault
     listed = []
