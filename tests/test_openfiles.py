@@ -119,7 +119,7 @@ def test_container_init_holding_none_of_the_files_is_ruled_out(tmp_path, monkeyp
     file (nobody anywhere holds one open for writing), pid 1 is not reported as a possible
     writer, and the plan prints no writers_not_ruled_out note."""
     from tb_footprint_plugin.plan.model import Plan, RunPlan
-    from tb_footprint_plugin.plan.planner import apply_open_writers
+    from tb_footprint_plugin.plan.left_alone import apply_open_writers
 
     f = tmp_path / "logs" / "run" / "events.out.tfevents.1"
     f.parent.mkdir(parents=True)

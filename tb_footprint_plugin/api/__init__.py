@@ -41,8 +41,8 @@ from tb_footprint_plugin.engine.transaction import reduce_run
 from tb_footprint_plugin.engine.vault import (compact_operation, DEFAULT_VAULT_FORMAT, note_compaction,
                                               refuse_unless_ours, Vault, VAULT_FORMATS)
 from tb_footprint_plugin.plan.model import Plan
-from tb_footprint_plugin.plan.planner import (apply_open_writers, DEFAULT_QUIET_PERIOD, leave_alone,
-                                              LOCAL_VAULT_NOTE, make_plan, SelectionError)
+from tb_footprint_plugin.plan.left_alone import apply_open_writers, leave_alone
+from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, LOCAL_VAULT_NOTE, make_plan, SelectionError
 from tb_footprint_plugin.plan.retire import plan_retire, read_keep_list, RetirePlan, RetireRule
 from tb_footprint_plugin.plan import select as selecting, shard as sharding
 from tb_footprint_plugin.plan.cost import format_cost

@@ -15,7 +15,8 @@ from tb_footprint_plugin.engine.front import open_engine
 from tb_footprint_plugin.engine.ledger import Ledger
 from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT
 from tb_footprint_plugin.plan.model import Plan
-from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, let_go, make_plan, SelectionError, unread_folders
+from tb_footprint_plugin.plan.left_alone import unread_folders
+from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, let_go, make_plan, SelectionError
 from tb_footprint_plugin.plan import select as selecting, shard as sharding
 from tb_footprint_plugin.plan.policies import get_policy
 from tb_footprint_plugin.scan.model import LogdirFootprint, UNATTRIBUTED

@@ -41,7 +41,8 @@ from tb_footprint_plugin.engine.transaction import reduce_run
 from tb_footprint_plugin.engine.upkeep import forget_released, settle_stale_ledgers, start
 from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT, ManifestMemo, refuse_unless_ours, Vault
 from tb_footprint_plugin.engine.vault_reads import refuse_unreadable, StateUnreadable, VaultRead
-from tb_footprint_plugin.plan.planner import apply_open_writers, DEFAULT_QUIET_PERIOD, leave_alone, LOCAL_VAULT_NOTE
+from tb_footprint_plugin.plan.left_alone import apply_open_writers, leave_alone
+from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, LOCAL_VAULT_NOTE
 from tb_footprint_plugin.plan import shard as sharding
 from tb_footprint_plugin.scan.model import LogdirFootprint
 from tb_footprint_plugin.scan.scanner import scan
