@@ -12,7 +12,7 @@ from helpers_txn import observe_txn
 from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Failure, Outcome
 from tb_footprint_plugin.engine import bucket_restore, faults, txn
-from tb_footprint_plugin.engine.bucket_catalogue import manifests
+from tb_footprint_plugin.engine.bucket_manifests import manifests
 from tb_footprint_plugin.engine.bucket_state import BucketVault
 from tb_footprint_plugin.engine.context import CancelToken
 from tb_footprint_plugin.storage.remote import RemoteFS

@@ -47,7 +47,8 @@ from typing import Callable, List, Optional
 
 from tb_footprint_plugin.codes import Outcome
 from tb_footprint_plugin.engine.bucket_batch import reduce_batch
-from tb_footprint_plugin.engine.bucket_catalogue import history, kept_objects, manifests, recheck, status
+from tb_footprint_plugin.engine.bucket_catalogue import history, kept_objects, recheck, status
+from tb_footprint_plugin.engine.bucket_manifests import manifests
 from tb_footprint_plugin.engine.bucket_purge import purge, retention_report
 from tb_footprint_plugin.engine.bucket_recover import recover
 from tb_footprint_plugin.engine.bucket_restore import restore_op as restore_reduction

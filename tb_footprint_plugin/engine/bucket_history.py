@@ -13,8 +13,8 @@ import math
 from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from tb_footprint_plugin.codes import Finding, StoreError
-from tb_footprint_plugin.engine.bucket_catalogue import (entries_of, entry_when, line_entry, manifest_listing, op_of,
-                                                         read_listed, usable_manifest)
+from tb_footprint_plugin.engine.bucket_catalogue import entries_of, entry_when, line_entry, op_of
+from tb_footprint_plugin.engine.bucket_manifests import manifest_listing, read_listed, usable_manifest
 from tb_footprint_plugin.engine.bucket_moved import COPY, OTHERS, OURS, UNSURE, whose
 from tb_footprint_plugin.engine.bucket_objects import STATE_LIMIT
 from tb_footprint_plugin.engine.bucket_state import BucketState, BucketVault

@@ -22,7 +22,7 @@ from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_by_restore,
 from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry, named_digests
 from tb_footprint_plugin.engine.bucket_identity import dropped_claims
 from tb_footprint_plugin.engine.catalogue_rules import entry_released, is_rolled_back_keeping
-from tb_footprint_plugin.engine.bucket_catalogue import manifests, own_manifests
+from tb_footprint_plugin.engine.bucket_manifests import manifests, own_manifests
 from tb_footprint_plugin.engine.bucket_moved import MOVED_FROM, NOTHING, STANDS, moved_unclaimed, standing
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
