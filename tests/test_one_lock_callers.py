@@ -15,7 +15,7 @@ from tb_footprint_plugin.engine.context import new_op_id
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
 ENGINE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tb_footprint_plugin", "engine")
-CALLERS = ("bucket_batch.py", "bucket_rewrite.py", "bucket_retire.py", "bucket_restore.py")
+CALLERS = ("bucket_batch.py", "bucket_batch_runs.py", "bucket_rewrite.py", "bucket_retire.py", "bucket_restore.py")
 #: ``bucket_lease``'s path-keyed table: what ``ObjectRunLock`` itself uses, never a verb
 BY_PATH = {"still_held", "release", "hold"}
 DROP_PROFILES = {"name": "drop-profiles", "rules": {c: "delete" for c in (

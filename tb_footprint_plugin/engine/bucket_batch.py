@@ -11,7 +11,7 @@ The batch is one transaction, ``ObjectBatchReduce``, whose entries are its runs,
 driver ``engine.txn.run`` (issue #26): the driver alone orders the steps, writes the commit record
 (``swapping``) and the rollback record (``rolling_back``) before what they guard, honours a cancel
 and hits the failpoints. A run that fails a step before the commit record is taken out of the
-batch there and rolled back alone (``_drop_run``), the others go on; a step that finds no run left
+batch there and rolled back alone (``bucket_batch_runs.drop_run``), the others go on; a step that finds no run left
 ends the batch (``txn.Settled``). What the driver rolls back (a cancel, a failed delete step) is
 every run still in the batch.
 """
@@ -23,31 +23,18 @@ from typing import Callable, Dict, List, Mapping, Optional
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import faults, txn
-from tb_footprint_plugin.engine.bucket_blobs import adding, backup_entries, is_blob_entry, missing_blobs
+from tb_footprint_plugin.engine.bucket_batch_runs import batch_entries, drop_run, not_to_delete, rollback_unfinished
+from tb_footprint_plugin.engine.bucket_blobs import adding, backup_entries, is_blob_entry
 from tb_footprint_plugin.engine.bucket_history import note_shard_batch
 from tb_footprint_plugin.engine.bucket_op_records import create_manifest
 from tb_footprint_plugin.engine.history import append_rolled_back, rolled_back_line
-from tb_footprint_plugin.engine.bucket_state import (
-    ACTIVE_OPS,
-    BucketState,
-    BucketTxnError,
-    BucketVault,
-    failure_code,
-    listing_of_runs,
-    lock_failure_code,
-    lock_refused,
-    lock_run,
-    must_close, must_delete,
-    new_journal,
-    now_s,
-    STORE_FAILURES,
-    unlock_all,
-    written_recently,
-)
-from tb_footprint_plugin.engine.bucket_steps import (backup_object, file_entry, finish_op, manifest_doc, rollback_entry,
-                                                     rollback_incomplete, rolled_back, verify_batch)
+from tb_footprint_plugin.engine.bucket_state import (ACTIVE_OPS, BucketState, BucketTxnError, BucketVault, failure_code,
+                                                     listing_of_runs, must_close, must_delete, new_journal, now_s,
+                                                     STORE_FAILURES, unlock_all)
+from tb_footprint_plugin.engine.bucket_steps import (backup_object, finish_op, manifest_doc, rollback_entry,
+                                                     rollback_incomplete, verify_batch)
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id
-from tb_footprint_plugin.engine.recovery_rules import CANCELLED_REASON, MAX_REASON, kept_words
+from tb_footprint_plugin.engine.recovery_rules import CANCELLED_REASON, kept_words
 from tb_footprint_plugin.engine.journal import Rec
 from tb_footprint_plugin.engine.ledger_objects import write_waiting
 from tb_footprint_plugin.engine.lease import RunLease
@@ -148,36 +135,8 @@ class ObjectBatchReduce(txn.Txn):
         (each outcome says why, the batch ended)."""
         ACTIVE_OPS.add(self.batch_id)
         try:
-            for rp in self.rps:
-                out = RunOutcome(run=rp.run, status=Outcome.SKIPPED, bytes_before=rp.bytes_before,
-                                 bytes_after=rp.bytes_before)
-                self.outs[rp.run] = out
-                files = []
-                missing = None
-                op_id = new_op_id()
-                for a in rp.actions:
-                    if a.kind != "delete":
-                        continue
-                    o = self.listing.get(a.path)
-                    if o is None:
-                        missing = a.path
-                        break
-                    files.append(file_entry(self.vault, op_id, a, o))
-                if missing:
-                    out.reason, out.code = f"{missing}: gone since the plan", Skip.NOT_IN_PLAN
-                    continue
-                try:
-                    self.held[rp.run] = lock_run(self.st, rp.run, self.batch_id)
-                except BucketTxnError as e:
-                    lock_refused(out, e)
-                    continue
-                except STORE_FAILURES as e:
-                    out.status, out.reason, out.code = Outcome.FAILED, str(e), lock_failure_code(e)
-                    continue
-                out.op_id = op_id
-                # its size before, for recovery to report of a run it rolls back before its manifest exists
-                self.entries.append({"run": rp.run, "op": op_id, "lock": self.held[rp.run].path, "files": files,
-                                     "bytes_before": rp.bytes_before})
+            self.entries = batch_entries(self.st, self.vault, self.rps, self.listing, self.batch_id, self.outs,
+                                         self.held)
             if settled_early:
                 taken = {en["run"] for en in self.entries}
                 for run, o in self.outs.items():
@@ -278,30 +237,20 @@ class ObjectBatchReduce(txn.Txn):
                 for en in list(self.live):
                     self._drop(en, e)
                 now_objs = {}
-            reread = True
+            reread = True  # the blob folder's index read again once, by the first run that asks
             for en in list(self.live):
-                changed = next((f["path"] for f in en["files"] if f["path"] not in now_objs
-                                or now_objs[f["path"]].version_token != f["version"]), None)
-                active = None if changed else written_recently(now_objs, en["run"], self.quiet_period,
-                                                               self.closed_files)
-                if changed:
-                    self._drop(en, BucketTxnError(
-                        Failure.CHANGED_SINCE_BACKUP, f"{changed}: changed since its backup; run left as it was"))
-                elif active:
-                    self._drop(en, BucketTxnError(Skip.ACTIVE, active))
+                why = not_to_delete(self.vault, en, now_objs, self.quiet_period, self.closed_files, reread)
+                if why is None:
+                    reread = False
                 else:
-                    try:  # its blobs still there: the delete removes what only they hold
-                        missing_blobs(self.vault, en["files"], reread=reread)
-                        reread = False
-                    except BucketTxnError as e:
-                        self._drop(en, e)
+                    self._drop(en, why)
             self.now_objs = now_objs
         for en in list(self.live):  # a run whose lock another worker took over stops before its delete step
             if not self.held[en["run"]].still_held():
                 self._drop(en, BucketTxnError(
                     Skip.LOCKED, f"run {en['run']}: its lock was taken over; left as it was"))
         if not self.live:
-            if not _incomplete(self.entries, self.outs):
+            if not rollback_unfinished(self.entries, self.outs):
                 ours, versions = unlock_all([self.held[en["run"]] for en in self.entries])
                 self._write_lines()
                 self.jnl.close(also=ours, versions=versions)
@@ -345,7 +294,7 @@ class ObjectBatchReduce(txn.Txn):
             if bad:
                 o.reason, o.code = bad, unverified
             o.bytes_after = o.bytes_before - sum(f["size"] for f in en["files"])
-        if not _incomplete(self.entries, outs):
+        if not rollback_unfinished(self.entries, outs):
             ours, versions = unlock_all([self.held[en["run"]] for en in self.entries])
             self._write_lines()
             self.jnl.close(also=ours, versions=versions)
@@ -375,7 +324,7 @@ class ObjectBatchReduce(txn.Txn):
         if not committed:
             for en in list(self.live):
                 self._drop(en, self.error)
-            if not _incomplete(self.entries, self.outs):
+            if not rollback_unfinished(self.entries, self.outs):
                 ours, versions = unlock_all([self.held[en["run"]] for en in self.entries])
                 self._write_lines()
                 self.jnl.close(also=ours, versions=versions)
@@ -393,7 +342,7 @@ class ObjectBatchReduce(txn.Txn):
                     self._record(en)
             except (BucketTxnError, *STORE_FAILURES, OSError) as e2:
                 rollback_incomplete(o, e2)
-        if _incomplete(self.entries, self.outs):
+        if rollback_unfinished(self.entries, self.outs):
             return
         try:
             ours, versions = unlock_all([self.held[en["run"]] for en in live])
@@ -444,9 +393,9 @@ class ObjectBatchReduce(txn.Txn):
         append_rolled_back(BucketState.of(self.ostore).logdir_store(), lines, rolled)
 
     def _drop(self, en: dict, e: BaseException) -> None:
-        """Take ``en`` out of the batch, rolled back alone (``_drop_run``)."""
+        """Take ``en`` out of the batch, rolled back alone (``bucket_batch_runs.drop_run``)."""
         self.live = [x for x in self.live if x is not en]
-        if not _drop_run(self.ostore, self.vault, en, self.outs[en["run"]], e) and \
+        if not drop_run(self.ostore, self.vault, en, self.outs[en["run"]], e) and \
                 self.outs[en["run"]].code != Failure.ROLLBACK_INCOMPLETE:  # kept: its manifest names it
             self._record(en)
 
@@ -472,29 +421,6 @@ class ObjectBatchReduce(txn.Txn):
 
 def _among(en: dict, ens: List[dict]) -> bool:
     return any(x is en for x in ens)
-
-
-def _drop_run(ostore: ObjectStore, vault: BucketVault, en: dict, out: RunOutcome, e: BaseException) -> List[str]:
-    """Take one run out of a batch before its destructive step: its originals untouched, its backups
-    and manifest gone (kept where one is not in place: their keys returned, ``rollback_entry``)."""
-    code, kept = failure_code(e), []
-    out.reason = str(e)
-    try:
-        kept = rollback_entry(ostore, vault, en, deleted=False, code=code, out=out)
-        rolled_back(out, code)
-        out.reason += f"; {kept_words(kept)}" if kept else ""
-    except (BucketTxnError, *STORE_FAILURES, OSError) as e2:
-        rollback_incomplete(out, e2)
-    en["dropped"] = True
-    # what its change-log line says, for a recovery that finds it taken out and its line not written
-    en["rolled_back"] = {"code": str(code), "reason": str(e)[:MAX_REASON], "before": out.bytes_before}
-    return kept
-
-
-def _incomplete(entries: List[dict], outs: Dict[str, RunOutcome]) -> bool:
-    """Whether a run of the batch was left with its rollback unfinished (its manifest or backups
-    may still be there): then the journal naming it, and the batch's locks, must stay."""
-    return any(outs[en["run"]].code == Failure.ROLLBACK_INCOMPLETE for en in entries)
 
 
 __all__ = ["ObjectBatchReduce", "reduce_batch"]
