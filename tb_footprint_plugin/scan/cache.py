@@ -26,8 +26,8 @@ from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.storage import jsondoc
 from tb_footprint_plugin.storage.lock import exclusive
 from tb_footprint_plugin.storage.paths import UnsafePath, safe_rel
+from tb_footprint_plugin.storage.ours_read import open_ours
 from tb_footprint_plugin.storage.private import ensure_private_dir, set_aside_stranger
-from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.storage.store import READ_ALL_LIMIT, StoreFailure
 
 CACHE_VERSION = 3
@@ -118,9 +118,10 @@ class ScanCache:
     def _load(self) -> None:
         if not self.path:
             return
-        try:
-            f = open_regular(self.path)  # never through a symlink, never a FIFO
-        except OSError:
+        # only a file of ours in a folder of ours, as the selection and digest caches (another
+        # user's cache would put made-up stats into the plan; not reading it is a slower scan)
+        f = open_ours(self.path)
+        if f is None:
             return
         recs, hashes = bytearray(), array("q")
         ok = False

@@ -28,8 +28,8 @@ from typing import Optional
 
 from tb_footprint_plugin.scan.selcache import write_cache_file
 from tb_footprint_plugin.storage.lock import exclusive
-from tb_footprint_plugin.storage.private import ensure_private_dir, is_ours
-from tb_footprint_plugin.storage.regular import open_regular
+from tb_footprint_plugin.storage.ours_read import open_ours
+from tb_footprint_plugin.storage.private import ensure_private_dir
 
 DIGESTS_NAME = "plan-digests.bin"
 #: files below this are read again rather than kept: their read costs about what a look-up does,
@@ -101,16 +101,9 @@ class DigestCache:
 
     @property
     def stored(self) -> bytes:
-        """The stored table (read once; a folder not ours is never read)."""
+        """The stored table (read once; a file or folder not ours is never read)."""
         if self._stored is None:
-            self._stored = b""
-            if self.folder:
-                try:
-                    ours = is_ours(os.lstat(self.folder))
-                except OSError:
-                    ours = False
-                if ours:
-                    self._stored = self._read()
+            self._stored = self._read() if self.folder else b""
         return self._stored
 
     @property
@@ -118,8 +111,11 @@ class DigestCache:
         return os.path.join(self.folder, DIGESTS_NAME) if self.folder else None
 
     def _read(self) -> bytes:
+        f = open_ours(self.path)  # a file or folder not ours is never read
+        if f is None:
+            return b""
         try:
-            with open_regular(self.path) as f:  # never through a symlink, never a FIFO
+            with f:
                 # at most MAX_RECORDS: a longer table's first ones are still a sorted table
                 data = f.read(len(_MAGIC) + MAX_RECORDS * _REC)
         except OSError:

@@ -17,7 +17,8 @@ The file lives where the scan cache does (``storage.paths.cache_dir``: the user'
 a reduce made the state folder), as ``selection-cache.json``, written like the scan cache:
 atomically, under the scan cache's lock, in a folder of ours, never through a symlink. Read
 back, it is untrusted input: entries of another shape are dropped, a damaged or foreign-version
-file is only a slower plan, and a folder that is not ours is neither read nor written.
+file is only a slower plan, and a file or folder that is not ours is never read
+(``storage.ours_read``, the rule of the scan cache and the digests too) nor written.
 """
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ from typing import Dict, Iterable, Optional, Tuple
 
 from tb_footprint_plugin.storage.lock import exclusive
 from tb_footprint_plugin.storage.paths import UnsafePath, safe_rel
-from tb_footprint_plugin.storage.private import ensure_private_dir, is_ours, set_aside_stranger
-from tb_footprint_plugin.storage.regular import open_regular
+from tb_footprint_plugin.storage.ours_read import open_ours
+from tb_footprint_plugin.storage.private import ensure_private_dir, set_aside_stranger
 
 SELCACHE_VERSION = 1
 SELCACHE_NAME = "selection-cache.json"
@@ -126,24 +127,20 @@ class SelectionCache:
     def path(self) -> Optional[str]:
         return os.path.join(self.folder, SELCACHE_NAME) if self.folder else None
 
-    def _folder_ours(self) -> bool:
-        try:
-            return is_ours(os.lstat(self.folder))
-        except OSError:
-            return False
-
     def _read(self) -> Tuple[Dict[str, dict], Dict[str, Dict[str, dict]]]:
         """(selection entries, trace measures) as stored, each entry checked (untrusted input)."""
         path = self.path
-        ident = _ident(path)
-        if ident is None:
+        f = open_ours(path)  # a file or folder not ours is never read
+        if f is None:
             return {}, {}
-        with _MEMO_LOCK:
-            memo = _MEMO.get(path)
-        if memo is not None and memo[0] == ident:
-            return memo[1], memo[2]
         try:
-            with open_regular(path) as f:  # never through a symlink, never a FIFO
+            with f:
+                st = os.fstat(f.fileno())
+                ident = (st.st_size, st.st_mtime_ns, st.st_ino)
+                with _MEMO_LOCK:
+                    memo = _MEMO.get(path)
+                if memo is not None and memo[0] == ident:
+                    return memo[1], memo[2]
                 data = json.load(f)
         except (OSError, ValueError, RecursionError):
             return {}, {}  # a damaged cache is only a slower plan
@@ -158,7 +155,7 @@ class SelectionCache:
         return entries, traces
 
     def _load(self) -> None:
-        if self.folder and self._folder_ours():
+        if self.folder:
             self.entries, self.traces = self._read()
 
     def get(self, run: str, key: str) -> Optional[dict]:
