@@ -77,6 +77,7 @@ from tb_footprint_plugin.engine.retire_tree import (
     check_retired_dir,
     chmod_dirs,
     drop_retired,
+    folders_not_ours,
     grown,
     inventory,
     is_restorable_retirement,
@@ -508,6 +509,14 @@ def _check_space(path: str, need: int) -> None:
                                f"has {human_bytes(free)}; nothing was changed", Failure.REFUSED)
 
 
+def _refuse_folders_not_ours(ctx: Context, dirs: List[dict]) -> None:
+    """Once the recorded folders stand (``make_dirs``), before any file moves: none of another user
+    (``retire_tree.folders_not_ours``, review R16 H1); the files stay in the vault, the journal kept."""
+    foreign = folders_not_ours(ctx, dirs)
+    if foreign:
+        raise TransactionError(foreign, Failure.RESTORE_BLOCKED)
+
+
 def rollback_retire(ctx: Context, records: List[dict], reason: str, journal: Optional[OpJournal] = None,
                     unsettled: Optional[List[str]] = None) -> str:
     """Put every file of an uncommitted retirement back at its path; idempotent. Returns what
@@ -534,6 +543,7 @@ def rollback_retire(ctx: Context, records: List[dict], reason: str, journal: Opt
                                "its files are not taken out of the vault on a journal's word", Failure.REFUSED)
     check_retired_dir(vault, op_id)
     make_dirs(ctx, begin["dirs"])  # a restore's one folder rule: made by the no-follow walk, 0700
+    _refuse_folders_not_ours(ctx, begin["dirs"])
     if journal is None:
         journal = Journal(os.path.join(ctx.journal_dir, f"{op_id}.jsonl"), may_create=False)
     begun = copies_begun(records)
@@ -644,6 +654,9 @@ class DiskUnretire(one_unretire.UnretireLayout):
             check_retired_dir(self.vault, m["op_id"])
         except TransactionError as e:
             raise txn.Refused(f"{e}; nothing was changed") from e
+        foreign = folders_not_ours(ctx, m["dirs"])
+        if foreign:
+            raise txn.Refused(f"{foreign}; nothing was changed", Failure.RESTORE_BLOCKED)
 
     def standing(self) -> Optional[Dict[str, os.stat_result]]:
         """What stands at or below the run's path (``standing_at``: the walk that follows no link),
@@ -855,6 +868,7 @@ def unretire_put_back(ctx: Context, records: List[dict], grown: Optional[Dict[in
     op_id = m["op_id"]
     check_retired_dir(vault, op_id)
     make_dirs(ctx, m["dirs"])
+    _refuse_folders_not_ours(ctx, m["dirs"])
     same_fs = m.get("same_fs") and vault.same_filesystem(ctx.logdir)
     # where the folder does not rename, each copy is journaled first (``copying``), and a partial
     # copy an earlier, killed attempt so recorded is its own (``retire_tree.put_back``)

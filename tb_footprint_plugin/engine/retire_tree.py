@@ -49,7 +49,7 @@ from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
 from tb_footprint_plugin.scan.set_aside import holding_words, holds_vault, is_state_folder
 from tb_footprint_plugin.storage.paths import MADE_OP_ID_RE, is_state_name, is_within, plausible_mtime_ns
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.private import NotPrivate, check_private_dir
+from tb_footprint_plugin.storage.private import NotPrivate, check_private_dir, user_name
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_posix import version_token
 from tb_footprint_plugin.version import __version__
@@ -286,6 +286,30 @@ def chmod_dirs(ctx: Context, dirs: List[dict]) -> List[str]:
         settle_folder(ctx, d["path"], d["mode"], plausible_mtime_ns(d.get("mtime_ns")), recorded_owner(d),
                       unreached=unreached)
     return unreached
+
+
+def folders_not_ours(ctx: Context, dirs: List[dict]) -> Optional[str]:
+    """Why the retired files may not go back into the folders standing at their recorded paths, or
+    None: a folder there of another user than this one and than the folder's recorded owner (review
+    R16 H1). A retirement frees its run's name: in a shared logdir anyone may make a folder there,
+    and a file put back into it is theirs to delete while the vault has let it go. Asked before a
+    restore's journal (its words) and again once the recorded folders are made (``make_dirs``),
+    before any file moves: a folder of ours then stays ours, since only its owner renames it in a
+    sticky logdir. A rollback's and recovery's put-back ask it too."""
+    me = os.geteuid()
+    for d in sorted(dirs, key=lambda d: len(d["path"]) if isinstance(d.get("path"), str) else 0):
+        path = d.get("path") if isinstance(d, dict) else None
+        if not isinstance(path, str):
+            continue
+        st = _look(ctx, ctx.key(path))
+        if st is None or not stat.S_ISDIR(st.st_mode):
+            continue
+        owner = recorded_owner(d)
+        if st.st_uid != me and (owner is None or st.st_uid != owner[0]):
+            return (f"{path} is a folder of {user_name(st.st_uid)}, made there since the retirement: "
+                    "nothing is put back into another user's folder (they could delete the files); the run "
+                    "stays in the vault; move that folder away, then restore again")
+    return None
 
 
 def _give_back_owner(path: str, rec: dict, kind: int = 0, dir_fd: Optional[int] = None) -> None:
@@ -608,7 +632,7 @@ def tree_size(d: str) -> int:
     return total
 
 
-__all__ = ["RETIRED", "OP_ID_RE", "StandsThere", "retired_dir", "stored_file", "check_retired_dir", "drop_retired", "rel_ok",
+__all__ = ["folders_not_ours", "RETIRED", "OP_ID_RE", "StandsThere", "retired_dir", "stored_file", "check_retired_dir", "drop_retired", "rel_ok",
            "check_record", "tree_sha256", "inventory", "unchanged", "still_recorded", "recorded_in", "grown", "sized", "chmod_dirs", "put_back",
            "stored_ok", "RECORDED", "GROWN", "CHANGED", "MISSING", "stored_as", "stored_problems",
            "write_retire_manifest", "retirements", "is_restorable_retirement", "retired_now",
