@@ -1,9 +1,10 @@
 """A single-run reduce's fixed work outside the verification (issue #28 item 3).
 
 * The journal of a run whose event file is rewritten is fsynced once per record a step waits on
-  (the last backup's, stage, swap; the blobs and pins synced once before the swap): the ``staged`` record is made durable by the swap record's fsync, which
-  comes before anything in place is replaced, so the swap still finds every record it needs
-  on disk.
+  (the last of the backup and stage records, then swap; the blobs and pins synced once before the
+  swap): the ``staged`` record is made durable by the swap record's fsync, which comes before
+  anything in place is replaced, so the swap still finds every record it needs on disk; the
+  ``stage`` record rides on the backup records' fsync, which comes before the temp is written.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 import time
 
 from tb_footprint_plugin import api, synth
+from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.storage import throttle
 
 OLD = time.time() - 3 * 86400
@@ -59,15 +61,24 @@ def test_the_staged_record_is_made_durable_by_the_swap_records_fsync(tmp_path, m
             durable_at_swap.append(journal_syncs[-1] if journal_syncs else [])
         return real_replace(src, dst, *a, **kw)
 
+    durable_at_stage: list = []  # the journal's last fsync when the temp is about to be written
+
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(throttle, "replace", replace)
-    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
+    faults.arm("reduce.stage_record", lambda: durable_at_stage.append(journal_syncs[-1] if journal_syncs else []))
+    try:
+        rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
+    finally:
+        faults.disarm_all()
     (o,) = rep.outcomes
     assert o.status == "verified", o.to_dict()
     assert any("tfevents" in f for f in o.created_files)
-    # appends fsynced: the last backup record (every record before its blob; the blobs' and the pins'
-    # folders synced by ``sync_pinned`` before the swap record), stage (before the temp file), swap
-    # (before the swap); staged, backed_up, verified, swapped and commit ride on the next one
-    assert [s[-1] for s in journal_syncs] == ["backup", "stage", "swap"], journal_syncs
+    # appends fsynced: the last of the backup and stage records (every record before its blob and
+    # its temp; the blobs' and the pins' folders synced by ``sync_pinned`` before the swap record),
+    # swap (before the swap); backed_up, staged, verified, swapped and commit ride on the next one
+    assert [s[-1] for s in journal_syncs] == ["stage", "swap"], journal_syncs
+    assert journal_syncs[0] == ["begin", "backup", "stage"], journal_syncs
+    # the temp was written only once its stage record was durable
+    assert durable_at_stage and "stage" in durable_at_stage[0], durable_at_stage
     # the staged file replaced the original only once its staged record was durable
     assert durable_at_swap and {"stage", "staged", "swap"} <= set(durable_at_swap[0]), durable_at_swap

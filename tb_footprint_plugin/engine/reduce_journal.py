@@ -191,6 +191,14 @@ def append_record(journal: Journal, record: dict, sync: bool = True) -> None:
         journal.append(record, sync=sync)
 
 
+def stage_record(ctx: Context, op_id: str, i: int, action) -> dict:
+    """The ``stage`` record of an operation's ``i``-th staged file (``action``: a compress or
+    rewrite): its temp beside the original, under the one name recovery may delete."""
+    tmp = os.path.join(os.path.dirname(ctx.abs(action.path)), f".footprint-{op_id}-{i}.tmp")
+    return {"type": "stage", "tmp": os.path.relpath(tmp, ctx.logdir), "final": action.new_path or action.path,
+            "src": action.path}
+
+
 def create_journal(ctx: Context, op_id: str, begin: dict) -> Journal:
     """The operation's journal with its begin record; on a full disk none is left behind (an
     empty journal is no operation) and ``NoSpace`` names it."""
