@@ -286,7 +286,10 @@ def _blob_plan(vault: Vault, ms: List[dict], pending: set, known: Optional[List[
     # counted, for its bytes, with the first; it is lost for both)
     doomed = {f["sha256"] for m in ms for f in m["files"] if f["sha256"] not in keep}
     for m in ms:
-        shas = [f["sha256"] for f in m["files"] if f["sha256"] not in keep and f["sha256"] not in seen]
+        # each blob once: two entries of one manifest (hard-linked twins, byte-identical files)
+        # name one blob, which purge deletes once (review R17 F1, F5)
+        shas = list(dict.fromkeys(f["sha256"] for f in m["files"]
+                                  if f["sha256"] not in keep and f["sha256"] not in seen))
         seen.update(shas)
         size = sum(vault.blob_size_on_disk(s) for s in shas)  # as stored: a .zst frees its compressed size
         # a run not restored has its originals only in this backup: each of its files
