@@ -14,7 +14,7 @@ from tb_footprint_plugin.engine.bucket_blobs import check_entry, is_blob_entry, 
 from tb_footprint_plugin.engine.bucket_identity import entry_claimed
 from tb_footprint_plugin.engine.bucket_manifests import manifests, own_manifests
 from tb_footprint_plugin.engine.history import HISTORY, bucket_log
-from tb_footprint_plugin.engine.bucket_moved import MOVED_FROM, others_row
+from tb_footprint_plugin.engine.bucket_moved import MOVED_FROM, others_row, unsure_words
 from tb_footprint_plugin.engine.bucket_recover import damaged_journals, damaged_locks
 from tb_footprint_plugin.engine.bucket_state import (
     BucketState,
@@ -114,12 +114,25 @@ def history(ostore: ObjectStore, vault: BucketVault) -> List[dict]:
     """The change log of a bucket logdir, oldest first: its manifests (each operation's manifest
     is its record, marked when restored or purged) and the change-log object's lines of the
     reductions rolled back (``engine.history.bucket_log``: their manifests are gone), each with
-    ``backup: none`` as a disk's ``history_view`` says it."""
+    ``backup: none`` as a disk's ``history_view`` says it. An operation whose owner cannot be told
+    (a listing failed) has a line saying so (``unsure_entry``), never none (review R15 L4)."""
     out = [line_entry(e) for e in bucket_log(BucketState.of(ostore).logdir_store()).read()]
-    for m in manifests(ostore, vault):
+    unsure: List[dict] = []
+    for m in manifests(ostore, vault, unsure=unsure):
         out += entries_of(m)
+    out += [unsure_entry(m) for m in unsure]
     out.sort(key=entry_when)
     return out
+
+
+def unsure_entry(m: dict) -> dict:
+    """The history's line of manifest ``m`` whose owner cannot be told (``bucket_moved.UNSURE``):
+    when it finished, its op id, kind and run, coded ``whose_unknown`` with the words status and
+    restore say of it (``unsure_words``: what could not be listed, retry once it lists); no sizes
+    nor backup state, as it may be another logdir's."""
+    return {"time": m["finished_at"], "op_id": m["op_id"], "kind": m["kind"], "run": m["run"],
+            "outcome": Finding.WHOSE_UNKNOWN, "code": Finding.WHOSE_UNKNOWN, "reason": unsure_words(m),
+            "backup": "unknown"}
 
 
 def op_of(entry: dict) -> Optional[str]:
@@ -355,9 +368,14 @@ def bring_back(ostore: ObjectStore, vault: BucketVault, op_id: str, path: str) -
     is never overwritten) and checked (a blob streamed from the folder and hashed while read, a
     server-side copy by the store's checksums). Nothing in the vault changes. Returns ``{"path",
     "to", "bytes"}``; raises ``BucketTxnError`` (``not_found``: no such operation or original left;
-    ``backup_damaged``; ``restore_blocked``: its folder not given) or ``StoreFailure``
+    ``backup_damaged``; ``restore_blocked``: its folder not given; ``whose_unknown``: whose the
+    operation is cannot be told, a listing failed) or ``StoreFailure``
     (``already_exists``: the key is taken)."""
-    found = [m for m in manifests(ostore, vault) if m.get("op_id") == op_id]
+    unsure: List[dict] = []
+    found = [m for m in manifests(ostore, vault, unsure=unsure) if m.get("op_id") == op_id]
+    told = [m for m in unsure if m.get("op_id") == op_id]
+    if not found and told:  # whose it is cannot be told (a listing failed): said so, never "no such" (R15 L4)
+        raise BucketTxnError(Finding.WHOSE_UNKNOWN, unsure_words(told[0]))
     if not found:
         raise BucketTxnError(Failure.NOT_FOUND, f"no operation {op_id!r} in the vault of {ostore.url_of('')}")
     m = found[0]

@@ -13,7 +13,7 @@ import math
 from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from tb_footprint_plugin.codes import Finding, StoreError
-from tb_footprint_plugin.engine.bucket_catalogue import entries_of, entry_when, line_entry, op_of
+from tb_footprint_plugin.engine.bucket_catalogue import entries_of, entry_when, line_entry, op_of, unsure_entry
 from tb_footprint_plugin.engine.bucket_manifests import manifest_listing, read_listed, usable_manifest
 from tb_footprint_plugin.engine.bucket_moved import COPY, OTHERS, OURS, UNSURE, whose
 from tb_footprint_plugin.engine.bucket_objects import STATE_LIMIT
@@ -99,9 +99,13 @@ def history_page(ostore: ObjectStore, vault: BucketVault, newest: int,
             n = sum(1 for b, _k, _i in order[pos:pos + 2 * READ_WORKERS] if b >= kept[0][0][0])
         wave = [(key, info) for _b, key, info in order[pos:pos + max(1, min(n, 2 * READ_WORKERS))]]
         pos += len(wave)
-        for m in read_listed(ostore, vault, wave):
+        unsure: List[dict] = []  # whose each is cannot be told: a line saying so (R15 L4)
+        for m in read_listed(ostore, vault, wave, unsure=unsure):
             for j, e in enumerate(entries_of(m)):
                 offer((entry_when(e), 1, -(m.get("started_at") or 0), m["_path"], j), e)
+        for m in unsure:
+            e = unsure_entry(m)
+            offer((entry_when(e), 1, -(m.get("started_at") or 0), m["_path"], 0), e)
     # not read: one entry each, but an operation held (its key names it, as its journal does);
     # its restore and purge lines are not known, so the total is then a lower bound
     unread = sum(1 for _b, key, _i in order[pos:] if _listed_op(key) not in skip)

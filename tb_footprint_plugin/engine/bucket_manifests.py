@@ -34,15 +34,16 @@ def _entries_damage(doc: dict) -> Optional[str]:
 
 
 def manifests(ostore: ObjectStore, vault: BucketVault, problems: Optional[List[dict]] = None,
-              others: Optional[List[dict]] = None) -> List[dict]:
+              others: Optional[List[dict]] = None, unsure: Optional[List[dict]] = None) -> List[dict]:
     """Every usable manifest of this logdir in the vault (``bucket_moved.whose``; another logdir's,
     sharing the vault, only in ``others`` when given), newest first, read through ``engine.manifest.read``:
     the one schema (without the aliases a bucket also writes for older workers: a writer puts
     them back with ``manifest.bucket_form``) and ``_version``/``_path`` (the object's version
     and key). One that cannot be read or is not a manifest is left out (its backups stay) and,
     with ``problems``, named there by its URL (``Finding.MANIFEST_DAMAGED``, with the reader's
-    own code as ``why``); one whose owner cannot be told, too (``bucket_moved.unsure_row``)."""
-    out = list(read_listed(ostore, vault, manifest_listing(vault), problems, others))
+    own code as ``why``); one whose owner cannot be told, too (``bucket_moved.unsure_row``), and
+    itself appended to ``unsure`` when given (``read_listed``)."""
+    out = list(read_listed(ostore, vault, manifest_listing(vault), problems, others, unsure))
     out.sort(key=lambda d: -(d.get("started_at") or 0))
     return out
 
@@ -64,14 +65,16 @@ def manifest_listing(vault: BucketVault) -> List[tuple]:
 
 
 def read_listed(ostore: ObjectStore, vault: BucketVault, wanted: Iterable[tuple],
-                problems: Optional[List[dict]] = None, others: Optional[List[dict]] = None) -> Iterator[dict]:
+                problems: Optional[List[dict]] = None, others: Optional[List[dict]] = None,
+                unsure: Optional[List[dict]] = None) -> Iterator[dict]:
     """The usable manifests of ``wanted`` (``(key, info)`` of the vault's listing) that are this
     logdir's (``bucket_moved.whose``: its own, or a copy's named as one), read a few at once and
     yielded one by one in its order: ``manifests``' reader and its rules (memory: the few in
     flight, not the vault's every manifest). Another logdir's (review R11 G6: a vault prefix
     given to several) is never yielded: appended to ``others`` when given (its op id and logdir
     only), else dropped. One whose owner cannot be told (a listing failed: ``UNSURE``) is neither:
-    named in ``problems`` when given (``bucket_moved.unsure_row``)."""
+    named in ``problems`` when given (``bucket_moved.unsure_row``), and appended to ``unsure``
+    when given (the history's line of it: ``bucket_catalogue.unsure_entry``)."""
     st = BucketState(ostore)
     seen: dict = {}  # the old prefixes listed by this reading (``bucket_moved``)
 
@@ -88,6 +91,8 @@ def read_listed(ostore: ObjectStore, vault: BucketVault, wanted: Iterable[tuple]
         if w == UNSURE:  # a listing failed: neither ours nor another's, named (R13 F2)
             if problems is not None:
                 problems.append(unsure_row(ostore, m))
+            if unsure is not None:
+                unsure.append(m)
         elif w != OTHERS:
             yield m
         elif others is not None:
