@@ -282,6 +282,14 @@ def _policy(args):
                              keep_per_tag=args.keep_per_tag)
 
 
+def _frees(removable: int, on_disk: int) -> str:
+    """A run's plan figure: what ``du`` sees go, and the names' bytes when they differ (a sparse
+    file's holes, a second hard link of an inode the plan removes: review R17 F3)."""
+    if on_disk == removable:
+        return f"frees {human_bytes(removable)}"
+    return f"removes {human_bytes(removable)}, frees {human_bytes(on_disk)} on disk"
+
+
 def _print_plan(p, verbose: bool = False) -> None:
     print(f"policy {p.policy['name']}: {p.policy['description']}")
     idle = [rp for rp in p.runs if rp.code == Skip.NOTHING]
@@ -292,7 +300,7 @@ def _print_plan(p, verbose: bool = False) -> None:
         if rp.skipped:  # with its code, as a reduce's skipped outcome says it
             print(f"{head}  [skipped{f' [{rp.code}]' if rp.code else ''}: {rp.skipped}]")
             continue
-        print(f"{head}  (frees {human_bytes(rp.removable_bytes)})")
+        print(f"{head}  ({_frees(rp.removable_bytes, rp.disk_removable_bytes)})")
         if rp.owner_said:  # another user's, taken on request: said before anyone says yes (review R12 H3)
             print(f"  ! {rp.owner_said}")
         if rp.linked_files:  # what the swap cannot free: another name keeps it (the plan's note says more)
@@ -315,7 +323,9 @@ def _print_plan(p, verbose: bool = False) -> None:
               f"({human_bytes(sum(rp.bytes_before for rp in idle))}): "
               + ", ".join(rp.run for rp in idle[:6]) + (" …" if len(idle) > 6 else ""))
     print(f"\ntotal: {human_bytes(p.total_bytes)} → {human_bytes(p.expected_after_bytes)} "
-          f"(removable {human_bytes(p.removable_bytes)}, {share(p.removable_bytes, p.total_bytes).strip()})")
+          f"(removable {human_bytes(p.removable_bytes)}, {share(p.removable_bytes, p.total_bytes).strip()}"
+          + (f"; {human_bytes(p.disk_removable_bytes)} of it on disk" if p.disk_removable_bytes != p.removable_bytes
+             else "") + ")")
     if p.disk_in_use_bytes is not None:
         print(f"{_in_use_now(p.logdir)} (logdir + vault): {human_bytes(p.disk_in_use_bytes)}")
     for n in p.notes:

@@ -76,3 +76,41 @@ def test_after_purge_counts_a_hard_linked_twins_blob_once(tmp_path):
 def test_after_purge_counts_byte_identical_files_blob_once(tmp_path):
     logdir = dup_logdir(tmp_path)
     check_after_purge_is_what_purge_frees(logdir, reduce(logdir))
+
+
+def du_logdir_only(logdir: Path) -> int:
+    """``du`` of the logdir without its state folder (the vault): what the runs hold."""
+    return du(*[p for p in logdir.iterdir() if p.name != ".tb-footprint"])
+
+
+def check_status_freed_now_is_what_du_saw(logdir: Path, **kw) -> None:
+    before = du(logdir)
+    rep = reduce(logdir, **kw)
+    real = before - du(logdir)
+    st = api.status(str(logdir))
+    assert real > 0
+    assert abs(st["freed_now_bytes"] - real) <= SLACK + 0.01 * rep.removed_from_logdir_bytes, \
+        (st["freed_now_bytes"], real, rep.freed_now_bytes)
+
+
+def test_status_freed_now_counts_a_hard_linked_twin_once(tmp_path):
+    check_status_freed_now_is_what_du_saw(twin_logdir(tmp_path))
+
+
+def test_plan_disk_removable_counts_a_hard_linked_twin_once(tmp_path):
+    logdir = twin_logdir(tmp_path)
+    p = api.plan(str(logdir), "archive", quiet_period=0)
+    before = du_logdir_only(logdir)
+    reduce(logdir)
+    gone = before - du_logdir_only(logdir)
+    assert abs(p.disk_removable_bytes - gone) <= SLACK, (p.disk_removable_bytes, gone, p.removable_bytes)
+    assert p.to_dict()["disk_removable_bytes"] == p.disk_removable_bytes
+    rp = p.run("torch")
+    assert rp.twin_bytes > 0 and rp.disk_removable_bytes == rp.removable_bytes - rp.twin_bytes
+    from helpers_cli import run_cli as cli
+    (tmp_path / "again").mkdir()
+    logdir2 = twin_logdir(tmp_path / "again")
+    out = cli("plan", logdir2, "--policy", "archive", "--quiet-period", "0").stdout
+    from tb_footprint_plugin.fmt import human_bytes
+    assert f"frees {human_bytes(p.disk_removable_bytes)} on disk)" in out, out
+

@@ -57,14 +57,16 @@ def linked_cut(logdir: str, p: Plan) -> LinkedCut:
     removes is freed once (its other names are ``twins``); any other keeps its bytes on disk (a
     ``cp -al`` / ``rsync --link-dest`` snapshot beside the logdir, or a run this plan leaves).
     One that cannot be looked at counts as kept when the scan saw links (the figure errs toward
-    freeing less). Memory: the linked originals only."""
+    freeing less). Each run's ``twin_bytes`` is set (its ``disk_removable_bytes`` leaves its twins
+    out). Memory: the linked originals only."""
     cut = LinkedCut()
-    groups: Dict[Tuple[int, int], Tuple[int, List[Tuple[str, object]]]] = {}
+    groups: Dict[Tuple[int, int], Tuple[int, List[Tuple[object, object]]]] = {}
     kept: List[Tuple[str, object]] = []
     now = time.time()
     for rp in p.runs:
         if rp.skipped:
             continue
+        rp.twin_bytes = 0
         stale = now - rp.planned_at > FRESH_SCAN_S
         for a in rp.actions:
             if (a.links <= 1 and not stale) or a.kind == "remove_dir":
@@ -80,15 +82,16 @@ def linked_cut(logdir: str, p: Plan) -> LinkedCut:
             if st.st_nlink <= 1:
                 continue  # its other names went since the scan: it frees as any
             nlink, names = groups.setdefault((st.st_dev, st.st_ino), (st.st_nlink, []))
-            names.append((rp.run, a))
+            names.append((rp, a))
     for nlink, names in groups.values():
         if len(names) >= nlink:  # every name goes: the last one frees the inode
-            for run, a in names[:-1]:
+            for rp, a in names[:-1]:
                 cut.twin_files += 1
                 cut.twin_bytes += a.disk_before
-                cut.twins.add((run, a.path))
+                rp.twin_bytes += a.disk_before
+                cut.twins.add((rp.run, a.path))
         else:
-            kept.extend(names)
+            kept.extend((rp.run, a) for rp, a in names)
     for run, a in kept:
         n, b = cut.runs.get(run, (0, 0))
         cut.runs[run] = (n + 1, b + a.disk_before)
@@ -309,20 +312,20 @@ def freed_estimate(logdir: str, backup_dir: Optional[str], p: Plan,
     plan, or a blob there now) get no backup of their own: the compressed vault's estimate leaves
     them out; a hard-link vault frees them now (unless it must copy beside a ``.zst`` or packed
     blob) and its purge frees nothing of them (reviews R14 F9, R15 F6)."""
-    removable = p.disk_removable_bytes
+    cut = cut or linked_cut(logdir, p)
+    removable = p.disk_removable_bytes  # twins left out (``linked_cut`` set them)
     vault = os.path.abspath(backup_dir) if backup_dir else state_dir(logdir)
     same = usage.device_of(vault) == usage.device_of(logdir)
-    cut = cut or linked_cut(logdir, p)
     dd = plan_dups(logdir, vault, p, cut)
     if vault_format != "compressed":
         if not same:
-            return removable - cut.bytes - cut.twin_bytes, removable - cut.twin_bytes - dd.bytes, same
+            return removable - cut.bytes, removable - dd.bytes, same
         # every original stays (a hard link in the vault) and what the reduce writes takes its
         # own blocks until purge frees the originals: that is the cost now, purge frees the rest;
         # an original the vault holds already goes now (its blob is another's), or is a copy
         written = sum(a.bytes_after for rp in p.runs if not rp.skipped for a in rp.actions
                       if a.kind in ("compress", "rewrite"))
-        return (-cut.bytes - written + dd.adopted_bytes, removable - cut.twin_bytes + written - dd.bytes, same)
+        return (-cut.bytes - written + dd.adopted_bytes, removable + written - dd.bytes, same)
     # one at a time: a list of them all was ~375 bytes a run at the plan's peak (issue 28)
     originals = ((os.path.join(logdir, a.path), a.bytes_before) for rp in p.runs if not rp.skipped
                  for a in rp.actions if a.kind in BACKED_UP
@@ -346,7 +349,7 @@ def freed_estimate(logdir: str, backup_dir: Optional[str], p: Plan,
         # below zero when what the reduce writes takes more disk than the originals held (a
         # sparse trace gzipped: its holes freed nothing, its .gz is data): a cost until purge
         return (removable - kept if same else removable), kept, same
-    now = (removable - kept if same else removable) - cut.bytes - cut.twin_bytes
+    now = (removable - kept if same else removable) - cut.bytes
     return now, kept, same
 
 
@@ -354,7 +357,7 @@ def offload_freed(logdir: str, p: Plan, cut: Optional[LinkedCut] = None) -> Tupl
     """``(freed now, freed after purge)`` with a remote vault: the backups leave the local disk
     at once, so all of it now but what other hard links keep (``linked_cut``), nothing at purge."""
     cut = cut or linked_cut(logdir, p)
-    return p.disk_removable_bytes - cut.bytes - cut.twin_bytes, 0
+    return p.disk_removable_bytes - cut.bytes, 0  # twins left out (``linked_cut`` set them)
 
 
 def note_links(logdir: str, p: Plan, cut: Optional[LinkedCut] = None) -> List[str]:

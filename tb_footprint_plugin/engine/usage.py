@@ -219,14 +219,16 @@ def freed_by_op(m: dict, vault_roots: Sequence[str], logdir_device: Optional[int
     Originals whose other hard links kept their bytes on disk (its plan's ``linked_bytes``: a
     snapshot's) freed nothing when they left the logdir, and their backups are copies: so "freed
     now" is that much less (below zero while such a copy is kept: the reduce cost disk). A sparse
-    original's holes (its plan's ``hole_bytes``) left the logdir's size but no disk: left out too."""
+    original's holes (its plan's ``hole_bytes``) left the logdir's size but no disk: left out too,
+    and so are the second names of an inode the reduce removed under each (its plan's
+    ``twin_bytes``): the disk freed that inode once."""
     linked = _linked_bytes(m)
     if m.get("backup_released_by_restore") or m.get("restored_by"):
         return removed_bytes, 0
     holes = _plan_bytes(m, "hole_bytes")
     # a sparse original's removal may free less than its replacement takes (a .gz of its holes is
     # data): then the figure goes below zero, as ``du`` does
-    removed_bytes -= holes
+    removed_bytes -= holes + _plan_bytes(m, "twin_bytes")
     if m.get("backup_purged"):
         return removed_bytes - linked, 0
     root = m.get("vault")

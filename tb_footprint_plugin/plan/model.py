@@ -84,6 +84,10 @@ class RunPlan:
     #: ``bytes_before - allocated``): "removable" counts them (the data the plan removes), "freed
     #: now / after purge" do not (``disk_removable_bytes``, what ``du`` sees go)
     hole_bytes: int = 0
+    #: bytes of this run's originals that are one more name of an inode the plan removes under
+    #: another name too (``engine.plan_notes.linked_cut``'s twins): "removable" counts each name,
+    #: the disk frees the inode once (``disk_removable_bytes`` leaves them out); set by the engine
+    twin_bytes: int = 0
     #: another user's uid owning the run's folder or a file it changes (``plan.owners``): left
     #: alone with ``Skip.OTHERS_RUN``, or planned on request (``include_others_runs``); None: yours
     owner_uid: Optional[int] = None
@@ -105,8 +109,9 @@ class RunPlan:
 
     @property
     def disk_removable_bytes(self) -> int:
-        """What the plan removes from the disk (allocated blocks: sparse holes left out)."""
-        return self.removable_bytes - self.hole_bytes
+        """What the plan removes from the disk, what ``du`` sees go (allocated blocks: sparse holes
+        and hard-linked twins' second names left out)."""
+        return self.removable_bytes - self.hole_bytes - self.twin_bytes
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -148,7 +153,8 @@ class Plan:
 
     @property
     def disk_removable_bytes(self) -> int:
-        """``removable_bytes`` as the disk counts it: sparse files' holes left out (``RunPlan.hole_bytes``)."""
+        """``removable_bytes`` as the disk counts it: sparse files' holes and hard-linked twins left
+        out (``RunPlan.hole_bytes``, ``RunPlan.twin_bytes``)."""
         return sum(r.disk_removable_bytes for r in self.runs if not r.skipped)
 
     @property
