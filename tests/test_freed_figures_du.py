@@ -114,3 +114,14 @@ def test_plan_disk_removable_counts_a_hard_linked_twin_once(tmp_path):
     from tb_footprint_plugin.fmt import human_bytes
     assert f"frees {human_bytes(p.disk_removable_bytes)} on disk)" in out, out
 
+
+def test_status_freed_now_counts_a_blob_operations_share_once(tmp_path):
+    """Three runs holding the same bytes: three reductions, one set of blobs in the vault."""
+    logdir = tmp_path / "ld"
+    logdir.mkdir()
+    src = copy_real("torch/profiled", tmp_path / "src")
+    shutil.rmtree(next(p for p in src.iterdir() if p.is_dir()))
+    for n in ("c1", "c2", "c3"):
+        shutil.copytree(src, logdir / n, copy_function=shutil.copy2)
+        os.utime(logdir / n, (os.path.getmtime(src),) * 2)
+    check_status_freed_now_is_what_du_saw(logdir)

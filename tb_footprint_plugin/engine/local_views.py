@@ -106,9 +106,11 @@ def disk_numbers_view(ctx: Context) -> dict:
 def _freed_now(ctx: Context, manifests: List[dict], vaults: List[str]) -> Tuple[int, List[str]]:
     """What the verified reductions not restored freed on disk as things stand
     (``usage.freed_by_op``), and the operations whose backups are kept (what a purge would free):
-    one rule for status and the tab's numbers."""
+    one rule for status and the tab's numbers. A blob several of them share holds its blocks once:
+    subtracted once (``freed_by_op``'s ``counted``)."""
     device = usage.device_of(ctx.logdir)
     freed_now, kept_ops = 0, []
+    counted: set = set()
     for m in manifests:  # untrusted: a malformed count counts as nothing
         if m.get("kind") != "reduce" or m.get("outcome") != Outcome.VERIFIED or m.get("restored_by"):
             continue
@@ -116,7 +118,7 @@ def _freed_now(ctx: Context, manifests: List[dict], vaults: List[str]) -> Tuple[
             removed = max(0, int(m.get("bytes_before") or 0) - int(m.get("bytes_after") or 0))
         except (TypeError, ValueError):
             removed = 0
-        freed_now += usage.freed_by_op(m, vaults, device, removed)[0]
+        freed_now += usage.freed_by_op(m, vaults, device, removed, counted)[0]
         if not m.get("backup_purged"):
             kept_ops.append(m.get("op_id"))
     return freed_now, kept_ops

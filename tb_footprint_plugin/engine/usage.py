@@ -209,7 +209,7 @@ def device_of(path: str) -> Optional[int]:
 
 
 def freed_by_op(m: dict, vault_roots: Sequence[str], logdir_device: Optional[int],
-                removed_bytes: int) -> Tuple[int, int]:
+                removed_bytes: int, counted: Optional[Set[Tuple[str, str]]] = None) -> Tuple[int, int]:
     """``(freed_now, freed_after_purge)`` of one reduction as things stand: its backups still in
     the vault hold their bytes (on the logdir's disk, a hard-linked backup freed nothing yet), so
     what the logdir lost counts as freed now only for backups elsewhere or gone; purge frees the
@@ -221,7 +221,11 @@ def freed_by_op(m: dict, vault_roots: Sequence[str], logdir_device: Optional[int
     now" is that much less (below zero while such a copy is kept: the reduce cost disk). A sparse
     original's holes (its plan's ``hole_bytes``) left the logdir's size but no disk: left out too,
     and so are the second names of an inode the reduce removed under each (its plan's
-    ``twin_bytes``): the disk freed that inode once."""
+    ``twin_bytes``): the disk freed that inode once.
+
+    ``counted``: (digest, vault) of the blobs an earlier operation of the same sum counted (a sum
+    over several operations, as ``status`` makes it; updated here): a blob several operations
+    share holds its blocks once, so it is subtracted once, by the first (review R17 F10)."""
     linked = _linked_bytes(m)
     if m.get("backup_released_by_restore") or m.get("restored_by"):
         return removed_bytes, 0
@@ -242,6 +246,9 @@ def freed_by_op(m: dict, vault_roots: Sequence[str], logdir_device: Optional[int
         if not is_sha256(sha) or sha in seen:
             continue
         seen.add(sha)
+        once = counted is not None and (sha, root) in counted  # its blocks subtracted by an earlier one
+        if counted is not None:
+            counted.add((sha, root))
         found = False
         for name in (sha, sha + ZST_SUFFIX):  # plain (a hard link, or a copy) or compressed, as stored
             try:
@@ -252,14 +259,14 @@ def freed_by_op(m: dict, vault_roots: Sequence[str], logdir_device: Optional[int
                 continue
             found = True
             kept += st.st_size
-            if st.st_dev == logdir_device:
+            if st.st_dev == logdir_device and not once:
                 held_here += st.st_blocks * BLOCK
         ref = None if found else remote_vault.packed_ref(root, sha)
         if ref is not None:  # its share of a pack of the vault, as stored
             kept += ref.length
             if packs_device is None:
                 packs_device = device_of(remote_vault.packs_root(root))
-            if packs_device == logdir_device:
+            if packs_device == logdir_device and not once:
                 held_here += ref.length
     return (removed_bytes - held_here if holes else max(0, removed_bytes - held_here)) - linked, kept
 
