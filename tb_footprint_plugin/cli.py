@@ -1253,7 +1253,9 @@ def cmd_status(args) -> int:
         print(f"    bring it back: {kb['bring_back']}")
     if st["settle_command"]:
         print(f"  run `{st['settle_command']}` to settle this (also done by the next reduce, restore or purge)")
-    kept = [o for o in st["operations"] if o["kind"] == "reduce" and not o["backup_purged"]]
+    # a retired run's copy in the vault is a kept backup too: purge frees it (review R17 F11)
+    kept = [o for o in st["operations"] if not o["backup_purged"] and (
+        o["kind"] == "reduce" or (o["kind"] == "retire" and o["outcome"] == Outcome.VERIFIED and not o["restored_by"]))]
     print(f"  operations: {len(st['operations'])} ({len(kept)} with kept backups)")
     if st["ledger"]:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(st["ledger"]["counts"].items()))

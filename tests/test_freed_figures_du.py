@@ -125,3 +125,23 @@ def test_status_freed_now_counts_a_blob_operations_share_once(tmp_path):
         shutil.copytree(src, logdir / n, copy_function=shutil.copy2)
         os.utime(logdir / n, (os.path.getmtime(src),) * 2)
     check_status_freed_now_is_what_du_saw(logdir)
+
+
+def test_after_purge_counts_the_retired_runs_kept_in_the_vault(tmp_path):
+    """Retired runs (renamed into the vault: du unchanged) are what a purge frees: status, the tab
+    (and history's head, from the same count) say it, and "N with kept backups" counts them."""
+    from helpers_cli import run_cli as cli
+    logdir = tmp_path / "ld"
+    logdir.mkdir()
+    for n in ("a", "b"):
+        copy_real("tf/keras_profiled/train", logdir / n)
+    assert api.retire(str(logdir), api.retire_rule(runs=["a", "b"]), dry_run=False, quiet_period=0).ok
+    st, tab = api.status(str(logdir)), api.disk_numbers(str(logdir))
+    before = du(logdir)
+    text = cli("status", logdir).stdout
+    assert "operations: 2 (2 with kept backups)" in text, text
+    done = api.purge(str(logdir), yes=True)
+    gained = before - du(logdir)
+    assert gained > 100 * 1024 and done.freed_bytes > 0
+    for name, said in (("status", st["freed_after_purge_bytes"]), ("tab", tab["freed_after_purge_bytes"])):
+        assert abs(said - gained) <= SLACK, (name, said, gained)

@@ -12,12 +12,14 @@ from tb_footprint_plugin.codes import Outcome
 from tb_footprint_plugin.engine import health, lease, trust, usage
 from tb_footprint_plugin.engine.catalogue import (known_vaults, own_manifests, own_manifests_of, read_vaults,
                                                   vault_problems)
-from tb_footprint_plugin.engine.context import Context
+from tb_footprint_plugin.engine.context import Context, TransactionError
 from tb_footprint_plugin.engine.history import read_history_page
 from tb_footprint_plugin.engine.journal import pending_journals
 from tb_footprint_plugin.engine.ledger import Ledger, ledger_path, ledger_paths, merged, with_restores
 from tb_footprint_plugin.engine.purge import freeable_bytes
 from tb_footprint_plugin.engine.restore import kept_blobs
+from tb_footprint_plugin.engine.retire_rules import is_restorable_retirement
+from tb_footprint_plugin.engine.retire_tree import OP_ID_RE, check_retired_dir, retired_dir, tree_size
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.engine.vault_reads import VaultRead
 from tb_footprint_plugin.storage.paths import state_dir
@@ -71,12 +73,13 @@ def status_view(ctx: Context, found: dict, reads: Optional[List[VaultRead]] = No
         if e.code != trust.IDENTITY_DAMAGED:  # a damaged one is among ``unfinished``'s problems
             problems.insert(0, e.to_dict())
     freed_now, kept_ops = _freed_now(ctx, manifests, vaults)
+    retired, _n = retired_after_purge(manifests, vaults)
     return {"logdir": ctx.logdir, "state_dir": ctx.state, "vaults": vaults,
             "vault_bytes": vault_bytes,
             # the same numbers a reduce reports: disk in use now (logdir + vaults, as ``du``
             # counts it) and what purging every kept backup would free (purge's own count)
             "disk_in_use_bytes": disk_in_use(ctx).total_bytes, "freed_now_bytes": freed_now,
-            "freed_after_purge_bytes": freed_after_purge(ctx, kept_ops, reads),
+            "freed_after_purge_bytes": freed_after_purge(ctx, kept_ops, reads) + retired,
             # backups offloaded to a bucket: what it stores, apart from the local disk (None: no remote vault)
             "remote_vault": usage.remote_usage(vaults),
             "unfinished_operations": pending, "operations": ops,
@@ -96,10 +99,12 @@ def disk_numbers_view(ctx: Context) -> dict:
     reductions not restored freed on disk as things stand (``usage.freed_by_op``)."""
     vaults = known_vaults(ctx)
     reads = read_vaults(ctx, slim=True)  # one read for both counts, without the verifications
-    freed_now, kept_ops = _freed_now(ctx, own_manifests(ctx, reads), vaults)
+    manifests = own_manifests(ctx, reads)
+    freed_now, kept_ops = _freed_now(ctx, manifests, vaults)
     remote = usage.remote_usage(vaults)
     return {"disk_in_use_bytes": disk_in_use(ctx).total_bytes, "freed_now_bytes": freed_now,
-            "freed_after_purge_bytes": freed_after_purge(ctx, kept_ops, reads),
+            "freed_after_purge_bytes": freed_after_purge(ctx, kept_ops, reads)
+            + retired_after_purge(manifests, vaults)[0],
             "remote_vault_bytes": remote["remote_vault_bytes"] if remote else None}
 
 
@@ -122,6 +127,26 @@ def _freed_now(ctx: Context, manifests: List[dict], vaults: List[str]) -> Tuple[
         if not m.get("backup_purged"):
             kept_ops.append(m.get("op_id"))
     return freed_now, kept_ops
+
+
+def retired_after_purge(manifests: List[dict], vaults: List[str]) -> Tuple[int, int]:
+    """What purging the retired runs still in the vault frees, and how many they are: each
+    retirement neither restored nor purged whose folder is the vault's own, its files' bytes as
+    purge sizes them (``retire_tree.tree_size``; review R17 F11: ``purge -n`` frees them)."""
+    total = n = 0
+    for m in manifests:  # untrusted: an op id of another form names no folder
+        root, op_id = m.get("vault"), m.get("op_id")
+        if not is_restorable_retirement(m) or root not in vaults or not isinstance(op_id, str) \
+                or not OP_ID_RE.fullmatch(op_id):
+            continue
+        vault = Vault(root)
+        try:
+            check_retired_dir(vault, op_id)  # never walked through a link or a stranger's folder
+        except TransactionError:
+            continue
+        total += tree_size(retired_dir(vault, op_id))
+        n += 1
+    return total, n
 
 
 def _op_of(entry: dict) -> Optional[str]:
@@ -175,4 +200,5 @@ def history_view(logdir: str, context, newest: Optional[int] = None) -> Tuple[Li
     return entries, total
 
 
-__all__ = ["disk_in_use", "disk_in_use_after_scan", "disk_numbers_view", "freed_after_purge", "history_view", "status_view"]
+__all__ = ["disk_in_use", "disk_in_use_after_scan", "disk_numbers_view", "freed_after_purge", "history_view",
+           "retired_after_purge", "status_view"]
