@@ -145,3 +145,16 @@ def test_after_purge_counts_the_retired_runs_kept_in_the_vault(tmp_path):
     assert gained > 100 * 1024 and done.freed_bytes > 0
     for name, said in (("status", st["freed_after_purge_bytes"]), ("tab", tab["freed_after_purge_bytes"])):
         assert abs(said - gained) <= SLACK, (name, said, gained)
+
+
+def test_purge_says_a_logdir_not_sticky_as_a_warning_not_a_refusal(tmp_path):
+    """A group-writable logdir without the sticky bit is a warning: the purge goes on, and says so."""
+    from helpers_cli import run_cli as cli
+    logdir = dup_logdir(tmp_path)
+    reduce(logdir)
+    os.chmod(logdir, 0o775)
+    for args in (("-n",), ("--yes",)):
+        p = cli("purge", logdir, *args)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert "warning [logdir_not_sticky]" in p.stdout and "refused [" not in p.stdout, p.stdout
+    assert "freed" in p.stdout and api.status(str(logdir))["freed_after_purge_bytes"] == 0
