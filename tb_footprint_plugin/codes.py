@@ -193,6 +193,7 @@ class RetireSkip(Code):
     INSIDE_RETIRED = "taken_along"  # folded into its parent's retirement
     LOGDIR_ROOT = "logdir_root"  # the logdir's own run ('.') cannot leave the logdir
     HOLDS_STATE = "holds_nested_state"  # holds a nested logdir's state or a vault (their backups): never moved
+    HOLDS_LINK = "holds_symlink"  # a symbolic link inside the run: a retirement never follows or moves links
     NOT_FOUND = "not_found"  # no such run in the logdir
 
 

@@ -256,13 +256,18 @@ def test_nested_runs_are_explicit(tmp_path):
 def test_refusals_change_nothing(tmp_path):
     write_run(tmp_path, "a", [1.0])
     write_run(tmp_path, "b", [1.0])
-    os.symlink("/etc/hostname", tmp_path / "b" / "link")
     age(tmp_path)
+    planned = api.scan(str(tmp_path))  # before the link: the engine's own refusal is asked
+    os.symlink("/etc/hostname", tmp_path / "b" / "link")
     before = user_files(tmp_path)
-    rep = api.retire(str(tmp_path), rule(runs=["b", "nope"]), dry_run=False)
+    rep = api.retire(str(tmp_path), rule(runs=["b", "nope"]), dry_run=False, footprint=planned)
     assert {i.run: i.code for i in rep.plan.items}["nope"] == "not_found"
     [o] = rep.outcomes
     assert o.status == "failed" and o.code == "refused" and "b/link" in o.reason and "symlink" in o.reason
+    assert user_files(tmp_path) == before
+    # planned with the link seen, the plan says it before the yes (review R17 F7): no outcome
+    rep = api.retire(str(tmp_path), rule(runs=["b"]), dry_run=False)
+    assert {i.run: i.code for i in rep.plan.items}["b"] == "holds_symlink" and not rep.outcomes
     assert user_files(tmp_path) == before
     # restore never overwrites a new run of the same name
     assert api.retire(str(tmp_path), rule(runs=["a"]), dry_run=False).ok

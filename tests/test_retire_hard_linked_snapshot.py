@@ -123,3 +123,60 @@ def test_status_names_a_retired_file_still_shared_with_a_snapshot(tmp_path):
 def _disarm():
     yield
     faults.disarm_all()
+
+
+def _du(*paths) -> int:
+    """Allocated bytes under ``paths``, each inode once (``du``'s count)."""
+    seen, total = set(), 0
+    for top in paths:
+        for d, _dirs, files in os.walk(top):
+            for n in files:
+                st = os.lstat(os.path.join(d, n))
+                if (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
+                    total += st.st_blocks * 512
+    return total
+
+
+def test_links_between_the_runs_own_files_move_as_one_inode_and_come_back_linked(tmp_path):
+    """Review R17 F6: two names of one inode, both in the run, are no snapshot. Before, each was
+    retired as a copy of its own (the disk grew by the file, the outcome said "other hard links (a
+    snapshot?)") and the restore gave back two inodes (nlink 2 -> 1, du grown by the file)."""
+    logdir, run = _logdir(tmp_path, snapshot=False)
+    (run / "big.bin").write_bytes(os.urandom(400_000))
+    os.link(run / "big.bin", run / "twin.bin")
+    os.utime(run / "big.bin", (1_600_000_000, 1_600_000_000))
+    before = _tree(run)
+    ino = (run / "big.bin").stat().st_ino
+    used = _du(logdir)
+    rep = api.retire(str(logdir), api.retire_rule(runs=["train"]), dry_run=False, quiet_period=0)
+    [o] = rep.outcomes
+    assert o.status == Outcome.VERIFIED, o.to_dict()
+    assert Finding.HARD_LINKED not in [f["code"] for f in o.findings], o.to_dict()
+    m, stored = _stored(logdir)
+    assert stored["train/big.bin"].stat().st_ino == stored["train/twin.bin"].stat().st_ino == ino
+    assert _du(logdir) <= used + 64 * 1024, "the retirement copied a file its run's own names share"
+
+    [r] = api.restore(str(logdir), run="train")
+    assert r.status == Outcome.RESTORED, r.to_dict()
+    assert _tree(run) == before
+    assert (run / "big.bin").stat().st_ino == (run / "twin.bin").stat().st_ino
+    assert (run / "big.bin").stat().st_nlink == 2
+
+
+def test_a_run_file_linked_inside_and_outside_the_run_is_still_a_copy(tmp_path):
+    """The other name outside the run keeps the rule of R9 F2: the vault's copy is its own."""
+    logdir, run = _logdir(tmp_path, snapshot=False)
+    (run / "big.bin").write_bytes(os.urandom(100_000))
+    os.link(run / "big.bin", run / "twin.bin")
+    os.link(run / "big.bin", tmp_path / "outside.bin")
+    rep = api.retire(str(logdir), api.retire_rule(runs=["train"]), dry_run=False, quiet_period=0)
+    [o] = rep.outcomes
+    assert o.status == Outcome.VERIFIED, o.to_dict()
+    m, stored = _stored(logdir)
+    outside = (tmp_path / "outside.bin").stat().st_ino
+    assert stored["train/big.bin"].stat().st_ino != outside and stored["train/twin.bin"].stat().st_ino != outside
+    with open(tmp_path / "outside.bin", "r+b") as f:
+        f.write(b"changed through the snapshot")
+    [r] = api.restore(str(logdir), run="train")
+    assert r.status == Outcome.RESTORED, r.to_dict()

@@ -36,6 +36,7 @@ recovery, whose steps and journal records must match one for one (its purge is
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import math
@@ -246,8 +247,11 @@ class DiskRetire(one_retirement.RetireLayout):
                 # a file with other hard links (a ``cp -al`` / ``rsync --link-dest`` snapshot) is
                 # retired as a copy of its own: renamed, the vault's only copy would be the
                 # snapshot's inode, which a write there changes (review R9 F2; R13 F1 for backups)
+                # links between the run's own files are no snapshot: every name moves, renamed, and
+                # the vault keeps them one inode, as the unretire's renames give them back (R17 F6)
+                inside = _names_inside(files)
                 for f in files:
-                    if f["nlink"] > 1:
+                    if f["nlink"] > inside[_inode(f)]:
                         f["copy"] = True
             copied = sum(f["size"] for f in files if _copied(same_fs, f))
             if copied:
@@ -319,6 +323,7 @@ class DiskRetire(one_retirement.RetireLayout):
         faults.hit("retire.move_record")
         total = out.bytes_before or 1
         done = 0
+        inside = _names_inside(files)
         for i, f in enumerate(files):
             dst = os.path.join(dest_dir, str(i))
             no_symlink(ctx, f["path"])
@@ -331,7 +336,8 @@ class DiskRetire(one_retirement.RetireLayout):
             # what moved; a link still there keeps the journal for the next start)
             with _run_folder(ctx, f) as (dfd, name):
                 if not _copied(same_fs, f):
-                    if os.stat(name, dir_fd=dfd, follow_symlinks=False).st_nlink > 1:
+                    # its names in the run move with it (a rename keeps the count); one more is new
+                    if os.stat(name, dir_fd=dfd, follow_symlinks=False).st_nlink > inside[_inode(f)]:
                         # linked since the inventory: renamed, the vault's copy would be shared
                         raise TransactionError(f"{f['path']}: a hard link to it was made during the retirement",
                                                Skip.ACTIVE)
@@ -482,6 +488,16 @@ class DiskRetire(one_retirement.RetireLayout):
         locks, self.locks = self.locks, []
         for lk in locks:
             lk.release()
+
+
+def _inode(f: dict) -> tuple:
+    """What names one inode among a run's inventoried files: hard links share all of these."""
+    return f["ino"], f["size"], f["mtime_ns"], f["uid"]
+
+
+def _names_inside(files: List[dict]) -> "collections.Counter":
+    """How many of the run's own names each inode has (``_inode``): links within the run."""
+    return collections.Counter(_inode(f) for f in files)
 
 
 def _copied(same_fs: bool, f: dict) -> bool:

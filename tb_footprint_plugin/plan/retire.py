@@ -225,6 +225,13 @@ def plan_retire(fp: LogdirFootprint, rule: RetireRule, *, quiet_period: float,
                           "moved by a retirement; purge or restore that logdir's operations, or move it out, "
                           "then retire this run", RetireSkip.HOLDS_STATE, metric=md)
             continue
+        # the engine's inventory refuses a link anywhere in the tree (it never follows or moves one):
+        # the plan says so before the yes, naming it (review R17 F7)
+        link = next((f.path for m in subtree[n] for f in runs[m].files if f.kind == "symlink"), None)
+        if link is not None:
+            out[n] = item(n, False, f"{link}: a symbolic link inside the run; a retirement never follows or "
+                          "moves links; remove or replace it, then retire this run", RetireSkip.HOLDS_LINK, metric=md)
+            continue
         marked = [m for m in subtree[n] if is_marked(m) or matches_any(m, rule.keep_list)]
         if marked:
             what = "marked to keep" if marked == [n] else f"holds runs marked to keep ({', '.join(marked)})"
