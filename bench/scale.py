@@ -1550,7 +1550,8 @@ def tb_load_bench(runs: int, mb: float, scratch: str, templates, args) -> dict:
     print(f"\nTensorBoard's load before and after the default reduce: {runs} runs x one {mb:g} MB "
           f"histogram/image event file + an xprof session = {total / 1e6:.0f} MB", flush=True)
     out["before"] = best(lambda: measure("rust", cache, args.time_limit, logdir=logdir), args.repeat)
-    print(f"  Rust load before: {out['before'].get('seconds', out['before'].get('error'))}", flush=True)
+    print(f"  Rust load before: {out['before'].get('seconds', out['before'].get('error'))}"
+          + (f" (waited {rust_waited(out['before'])})" if "seconds" in out["before"] else ""), flush=True)
     out["py_before"] = best(lambda: measure("py_load", cache, args.time_limit, logdir=logdir), args.repeat)
     print(f"  Python load before: {out['py_before'].get('seconds', out['py_before'].get('error'))}", flush=True)
     out["reduce"] = measure("file_reduce", cache, args.time_limit, logdir=logdir)
@@ -1558,7 +1559,8 @@ def tb_load_bench(runs: int, mb: float, scratch: str, templates, args) -> dict:
     out["bytes_after"] = sum(os.path.getsize(os.path.join(d, x)) for d, ds, fs in os.walk(logdir)
                              for x in fs if ".tb-footprint" not in d)
     out["after"] = best(lambda: measure("rust", cache, args.time_limit, logdir=logdir), args.repeat)
-    print(f"  Rust load after: {out['after'].get('seconds', out['after'].get('error'))}", flush=True)
+    print(f"  Rust load after: {out['after'].get('seconds', out['after'].get('error'))}"
+          + (f" (waited {rust_waited(out['after'])})" if "seconds" in out["after"] else ""), flush=True)
     out["py_after"] = best(lambda: measure("py_load", cache, args.time_limit, logdir=logdir), args.repeat)
     print(f"  Python load after: {out['py_after'].get('seconds', out['py_after'].get('error'))}", flush=True)
     shutil.rmtree(logdir, ignore_errors=True)
@@ -1910,6 +1912,11 @@ def main(argv=None) -> int:
               f"({', '.join(sorted(os.path.basename(p) for p in templates[0]))})")
         for n in sizes:
             rows.append(run_size(n, scratch, templates, args))
+        # printed before the other sections: a run stopped in the bucket section (10,000 runs on
+        # moto take long) keeps item 1's table, and its load average is the sizes' own
+        ok = report(rows, load_before, os.getloadavg(), args) if rows else True
+        if rows:
+            _write_json(args.json, rows, None, None, None, load_before)
         buckets = bucket_bench(args.buckets, templates, args.shard_workers, args.time_limit or 3600, args.small,
                                [x.strip() for x in args.bucket_parts.split(",") if x.strip()]) \
             if args.buckets else None
@@ -1921,7 +1928,6 @@ def main(argv=None) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(scratch, ignore_errors=True)
-    ok = report(rows, load_before, os.getloadavg(), args) if rows else True
     if buckets:
         ok &= bucket_report(buckets)
     if files:
@@ -1929,12 +1935,18 @@ def main(argv=None) -> int:
     if tbload:
         ok &= tb_load_report(tbload)
     print(_code_state())
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"rows": rows, "buckets": buckets, "file_sizes": files, "tb_load": tbload,
-                       "load_before": load_before, "load_after": os.getloadavg(),
-                       "argv": sys.argv[1:], "code": _code_state()}, f, indent=1, default=str)
+    _write_json(args.json, rows, buckets, files, tbload, load_before)
     return 0 if ok else 1
+
+
+def _write_json(path: Optional[str], rows, buckets, files, tbload, load_before) -> None:
+    """Every measurement so far into ``path`` (--json), rewritten as sections end."""
+    if not path:
+        return
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"rows": rows, "buckets": buckets, "file_sizes": files, "tb_load": tbload,
+                   "load_before": load_before, "load_after": os.getloadavg(),
+                   "argv": sys.argv[1:], "code": _code_state()}, f, indent=1, default=str)
 
 
 def _code_state() -> str:
