@@ -108,6 +108,7 @@ def by_record(ostore: ObjectStore, m: dict, seen: Dict[str, Optional[Set[str]]])
     theirs = records_at(ostore, old, seen) if old is not None else None
     if theirs is not None and op not in theirs:
         m[BY_RECORD], m[MOVED_FROM] = OURS, url
+        restored_here(ostore, m)
     elif old is not None and theirs is None:
         m[BY_RECORD], m[UNSURE_WHY] = UNSURE, (
             f"made at {str(url)[:300]}, whose records cannot be listed ({listing_failure(seen, OPS, old)}): cannot tell "
@@ -122,6 +123,76 @@ def moved_unclaimed(m: dict) -> bool:
     (purge keeps it, an unretire puts the run back without releasing them): the other may rely
     on them. Restores work; at the URL it names (moved back) it is this logdir's outright."""
     return bool(m.get(MOVED_FROM)) and is_recorded(m)
+
+
+#: a ``moved_unclaimed`` manifest's restores, one entry per logdir that restored it (``{"logdir": URL,
+#: "restored_by", "restored_at", "restored_with", "not_restored", "displaced"}``): each descendant of
+#: a copy-then-move judges "restored" for itself (review R16 M1)
+RESTORED_AT_URLS = "restored_at_urls"
+#: what such a restore records per logdir instead of in the manifest's shared keys
+PER_LOGDIR = ("restored_by", "restored_at", "restored_with", "not_restored", "displaced")
+#: the manifest's shared keys of ``PER_LOGDIR`` as the vault holds them, while the reader's dict says
+#: this logdir's (``restored_here``); written back as they were (``restore_doc``)
+SHARED = "_shared_restore"
+
+
+def restored_here(ostore: ObjectStore, m: dict) -> dict:
+    """``m`` (``moved_unclaimed``) saying whether it was restored *at this logdir* (review R16 M1): a
+    copy made before the move and the moved original share its one manifest, and one's restore
+    must neither hide the other's runs (a silent ``[]``, its runs left reduced or retired) nor pass
+    for restored when the other is moved back to the URL the manifest names (its purge would free
+    copies it never got back). Its ``PER_LOGDIR`` keys become this logdir's entry of
+    ``RESTORED_AT_URLS`` (none: not restored here), the shared ones kept aside (``SHARED``). A
+    restore made before the logdir split is in the shared keys only: it counts for neither (a
+    restore again finds each original back and says so; nothing is ever freed from here)."""
+    shared = m[SHARED] = {k: m[k] for k in PER_LOGDIR if k in m}
+    # a rolled-back reduction's ``not_restored`` (its originals kept) is no restore's: it stays
+    for k in PER_LOGDIR if shared.get("restored_by") or shared.get("restored_at") else PER_LOGDIR[:3]:
+        m.pop(k, None)
+    m["restored_by"] = m["restored_at"] = None
+    mine = next((e for e in _entries(m) if same_logdir(ostore, e.get("logdir"))), None)
+    if mine is not None:
+        if isinstance(mine.get("restored_by"), str) and isinstance(mine.get("restored_at"), (int, float)) \
+                and not isinstance(mine.get("restored_at"), bool):
+            m["restored_by"], m["restored_at"] = mine["restored_by"], mine["restored_at"]
+        if isinstance(mine.get("restored_with"), dict):
+            m["restored_with"] = mine["restored_with"]
+        for k in ("not_restored", "displaced"):  # untrusted: lists of paths, of records
+            if isinstance(mine.get(k), list) and all(isinstance(v, str if k == "not_restored" else dict) for v in mine[k]):
+                m[k] = mine[k]
+    return m
+
+
+def shared_form(m: dict) -> dict:
+    """``m`` with the manifest's shared keys as the vault holds them (``restored_here`` undone)."""
+    if SHARED not in m:
+        return m
+    out = {k: v for k, v in m.items() if k not in PER_LOGDIR and k != SHARED}
+    if isinstance(m[SHARED], dict):
+        out.update({k: v for k, v in m[SHARED].items() if k in PER_LOGDIR})
+    out.setdefault("restored_by", None)
+    out.setdefault("restored_at", None)
+    return out
+
+
+def restore_doc(ostore: ObjectStore, m: dict, marks: dict) -> dict:
+    """The manifest to write once this logdir restored ``m`` (read by ``map_moved``), ``marks``
+    being the restore's ``PER_LOGDIR`` keys: set on the manifest itself, as always; for a
+    ``moved_unclaimed`` one, in this logdir's entry of ``RESTORED_AT_URLS`` only, the shared keys
+    left as they were (review R16 M1: the other descendant still restores, and one moved back to
+    the URL the manifest names never takes it for restored)."""
+    if SHARED not in m:
+        return {**m, **marks}
+    doc = shared_form(m)
+    entry = {"logdir": ostore.url, **{k: v for k, v in marks.items() if k in PER_LOGDIR}}
+    doc[RESTORED_AT_URLS] = [e for e in _entries(doc) if not same_logdir(ostore, e.get("logdir"))] + [entry]
+    return doc
+
+
+def _entries(m: dict) -> List[dict]:
+    """The entries of ``m``'s ``RESTORED_AT_URLS`` (untrusted: anything but a list of objects left out)."""
+    got = m.get(RESTORED_AT_URLS)
+    return [e for e in got if isinstance(e, dict)] if isinstance(got, list) else []
 
 
 #: the listings one command's re-judging shares (``one_reading``): None outside one
@@ -147,8 +218,8 @@ def marked_afresh(ostore: ObjectStore, path: str, m: dict) -> dict:
     the caller's dict: a recovery passes a manifest as the store holds it, where a planted
     ``_moved_from`` would otherwise pass for one (review R11 G10). Inside ``one_reading``, its
     listings are shared."""
-    return map_moved(ostore, path, {k: v for k, v in m.items() if k not in (MOVED_FROM, MADE_AT, BY_RECORD, UNSURE_WHY)},
-                     _READING.get())
+    return map_moved(ostore, path, {k: v for k, v in shared_form(m).items()
+                                    if k not in (MOVED_FROM, MADE_AT, BY_RECORD, UNSURE_WHY, SHARED)}, _READING.get())
 
 
 def whose(ostore: ObjectStore, m: dict) -> str:
@@ -272,4 +343,4 @@ def outside_words(m: dict, words: str) -> str:
 
 
 __all__ = ["BY_RECORD", "COPY", "MADE_AT", "by_record", "MOVED_FROM", "OTHERS", "OURS", "made_at_words", "map_moved", "marked_afresh", "moved_unclaimed", "NOTHING", "one_reading", "not_ours_refusal", "others_row", "outside_words",
-           "STANDS", "standing", "UNSURE", "UNSURE_WHY", "unsure_row", "unsure_words", "whose"]
+           "PER_LOGDIR", "RESTORED_AT_URLS", "restore_doc", "restored_here", "SHARED", "shared_form", "STANDS", "standing", "UNSURE", "UNSURE_WHY", "unsure_row", "unsure_words", "whose"]

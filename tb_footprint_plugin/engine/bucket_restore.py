@@ -24,7 +24,7 @@ from typing import Callable, Dict, List, Optional
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import faults, putback, txn
 from tb_footprint_plugin.engine.bucket_blobs import blobs_of, check_entry, is_blob_entry, names_our_backup, put_back
-from tb_footprint_plugin.engine.bucket_moved import MOVED_FROM, marked_afresh, not_ours_refusal, outside_words
+from tb_footprint_plugin.engine.bucket_moved import MOVED_FROM, marked_afresh, not_ours_refusal, outside_words, restore_doc
 from tb_footprint_plugin.engine.bucket_putback import ObjectPutBack, beside_at_free_name
 from tb_footprint_plugin.engine.bucket_state import (STORE_FAILURES, BucketState, BucketTxnError, BucketVault, journal_path,
                                                      lock_runs, must_delete, must_delete_versioned, new_journal, now_s,
@@ -307,15 +307,17 @@ class ObjectRestore(ObjectPutBack):
         """The manifest marked restored, the journal removed, the outcome."""
         ostore, vault, out, conflicts, displaced, op_id = self.ostore, self.vault, self.out, self.conflicts, self.displaced, self.op_id
         manifest_version = self.m.get("_version")
-        manifest = {k: v for k, v in self.m.items() if not k.startswith("_")}
-        manifest["restored_by"] = A_RESTORE  # a bucket restore has no op id of its own
+        marks = {"restored_by": A_RESTORE}  # a bucket restore has no op id of its own
         if conflicts:
             # their originals were not put back: the vault holds the only copy, which purge keeps
-            manifest["not_restored"] = sorted(set(conflicts) | set(manifest.get("not_restored") or []))
+            marks["not_restored"] = sorted(set(conflicts) | set(self.m.get("not_restored") or []))
         if displaced:
-            manifest["displaced"] = displaced
-        manifest["restored_at"] = now_s()
-        manifest["restored_with"] = who()
+            marks["displaced"] = displaced
+        marks["restored_at"] = now_s()
+        marks["restored_with"] = who()
+        # one made at another URL this logdir was moved from, or copied from before a move: marked
+        # restored for this logdir only (the other descendant's runs are not back: review R16 M1)
+        manifest = {k: v for k, v in restore_doc(ostore, self.m, marks).items() if not k.startswith("_")}
         version = manifest_version or (BucketState.of(ostore).head(vault.manifest(op_id)) or ObjectInfo("", 0, 0)).version_token
         self.st.update(vault.manifest(op_id), bucket_form(manifest), version)
         must_delete(ostore, [self.jpath])

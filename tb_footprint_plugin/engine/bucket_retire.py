@@ -60,7 +60,7 @@ from tb_footprint_plugin.engine import retire_run as one_retirement
 from tb_footprint_plugin.engine import unretire_run as one_unretire
 from tb_footprint_plugin.engine.bucket_op_records import create_manifest, forget_record
 from tb_footprint_plugin.engine.bucket_moved import (MADE_AT, MOVED_FROM, marked_afresh, moved_unclaimed,
-                                                     not_ours_refusal, outside_words)
+                                                     not_ours_refusal, outside_words, restore_doc)
 from tb_footprint_plugin.engine.bucket_blobs import (KEPT_IN, adding, backup_entries, blobs_of, entry_failure,
                                                       entry_ok, is_blob_entry, put_back)
 from tb_footprint_plugin.engine.bucket_state import (
@@ -813,7 +813,8 @@ class BucketUnretire(one_unretire.UnretireLayout):
             conflicts.extend(f["path"] for f in m["files"] if f["path"] not in conflicts and (
                 now.get(f["path"]) is None or not holds_original(self.ostore, now[f["path"]], f)))
         at = now_s()
-        doc = dict(m, restored_at=at, restored_with=who(), restored_by=op_id)
+        marks = {"restored_at": at, "restored_with": who(), "restored_by": op_id}
+        doc = dict(m, **marks)
         left = set(conflicts)
         # the copies of the originals back go, the disk's rule (its restore removes the retired
         # tree, or each files/<n> but those of the paths left): all, the manifest marked purged; or
@@ -822,8 +823,12 @@ class BucketUnretire(one_unretire.UnretireLayout):
         back = [f for f in m["files"] if f["path"] not in left]
         if moved_unclaimed(m):
             # moved here by its records alone: a copy made before the move may rely on these copies
-            # (review R14 G5): the run is back, the vault's copies stay, listed by purge as kept
+            # (review R14 G5): the run is back, the vault's copies stay, listed by purge as kept;
+            # restored for this logdir only, the other's run still retired (review R16 M1)
             back = []
+            if conflicts:
+                marks["not_restored"] = sorted(left)
+            doc = restore_doc(self.ostore, m, marks)
         elif conflicts:
             doc["not_restored"] = sorted(left)
             doc["files"] = [dict(f, **{RELEASED_BY: op_id}) if f["path"] not in left else f for f in m["files"]]
