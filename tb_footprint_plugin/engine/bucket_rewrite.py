@@ -96,6 +96,7 @@ from tb_footprint_plugin.engine.checks import compare_views
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError, new_op_id, reason_of
 from tb_footprint_plugin.engine.recovery_rules import CANCELLED_REASON, kept_words
 from tb_footprint_plugin.engine.journal import Rec
+from tb_footprint_plugin.engine.ledger_objects import write_waiting
 from tb_footprint_plugin.engine.swap_strategy import COPY_DELETE, refusal, swap_strategy
 from tb_footprint_plugin.engine.verification import stage_file, stage_line, stop_of
 from tb_footprint_plugin.scan import categories as cat
@@ -266,7 +267,11 @@ class ObjectReduce(txn.Txn):
         return True
 
     def journal(self, report: txn.Report) -> None:
-        """The journal object, step ``planned``."""
+        """The ledger's waiting start mark, then the journal object, step ``planned``; either
+        refused, the run is not touched."""
+        # the run's ``reducing`` mark (a shard worker's) written now, as ``bucket_batch``'s journal
+        # does: it waited for the first ``verifying`` write, so a kill before that left no entry
+        write_waiting()
         self.jnl = new_journal(self.st, self.op_id, {
             "op": self.op_id, "logdir": self.ostore.url, "step": Rec.PLANNED, "created": now_s(),
             "vault": self.vault.root, "runs": [self.en], "logdir_objects": len(self.listing)})
@@ -498,6 +503,7 @@ def _stage_run(ostore: ObjectStore, rp, files: List[dict], listing: Dict[str, Ob
             staged[f["path"]] = info
             report("stage", 0.4 + 0.2 * len(staged) / len(replaced))
         report("verify", 0.65)
+        write_waiting()  # the run's ``verifying`` mark now, its start mark written (``journal``) before
         checks: List[dict] = []
         res: dict = {"staged": staged, "checks": checks, "backends": []}
         if rewrites_events:
