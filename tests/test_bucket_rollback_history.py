@@ -28,8 +28,10 @@ def _rolled_back_lines(url: str) -> list:
 
 def _as_a_disk_says_it(line: dict, o, policy: str, code: str) -> None:
     """The fields a disk's rolled-back line has (every column of ``history --csv`` but a purge's
-    ``freed`` and a shard's label), with the run's own values and the outcome's code."""
-    assert set(CSV_FIELDS) - {"freed", "shard"} <= set(line), sorted(set(CSV_FIELDS) - set(line))
+    ``freed``, a shard's label and a verified reduce's figures, which the history adds as things
+    stand when read), with the run's own values and the outcome's code."""
+    figures = {"removed_from_logdir_bytes", "freed_now_bytes", "freed_after_purge_bytes"}
+    assert set(CSV_FIELDS) - {"freed", "shard"} - figures <= set(line), sorted(set(CSV_FIELDS) - set(line))
     assert (line["op_id"], line["run"], line["kind"], line["policy"]) == (o.op_id, o.run, "reduce", policy), line
     assert (line["verified"], line["backup_kept"], line["backup"]) == (False, False, "none"), line
     assert line["before"] == line["after"] == o.bytes_before, line

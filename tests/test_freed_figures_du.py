@@ -158,3 +158,25 @@ def test_purge_says_a_logdir_not_sticky_as_a_warning_not_a_refusal(tmp_path):
         assert p.returncode == 0, p.stdout + p.stderr
         assert "warning [logdir_not_sticky]" in p.stdout and "refused [" not in p.stdout, p.stdout
     assert "freed" in p.stdout and api.status(str(logdir))["freed_after_purge_bytes"] == 0
+
+
+def test_history_csv_carries_each_reduces_freed_figures_after_the_older_columns(tmp_path):
+    import csv
+    import io
+    from helpers_cli import run_cli as cli
+    logdir = twin_logdir(tmp_path)
+    before, runs_before = du(logdir), du_logdir_only(logdir)
+    reduce(logdir)
+    real, gone = before - du(logdir), runs_before - du_logdir_only(logdir)
+    p = cli("history", logdir, "--csv")
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = list(csv.reader(io.StringIO(p.stdout)))
+    older = ["time", "op_id", "kind", "run", "policy", "before", "after", "verified", "outcome", "code",
+             "backup_kept", "user", "host", "tool_version", "reason", "backup", "freed", "shard"]
+    assert rows[0][:len(older)] == older, rows[0]  # the older columns where they were
+    assert rows[0][len(older):] == ["removed_from_logdir_bytes", "freed_now_bytes", "freed_after_purge_bytes"]
+    row = next(dict(zip(rows[0], r)) for r in rows[1:] if r[2] == "reduce")
+    assert abs(int(row["freed_now_bytes"]) - real) <= SLACK + 0.01 * int(row["removed_from_logdir_bytes"]), row
+    assert int(row["removed_from_logdir_bytes"]) >= gone > 0, row  # apparent bytes, each name: at least du's
+    blobs = sum(f.stat().st_size for f in (logdir / ".tb-footprint" / "blobs").rglob("*") if f.is_file())
+    assert abs(int(row["freed_after_purge_bytes"]) - blobs) <= SLACK, (row, blobs)

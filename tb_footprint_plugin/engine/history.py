@@ -88,8 +88,11 @@ _HEAD = 4096
 #: the bytes of a log ``ChangeLog.problems`` reads and parses at once (only what it names is kept;
 #: a block's records as dicts are ~10x its bytes)
 _BLOCK = 256 << 10
+#: (a new column goes at the end: a spreadsheet or script reading the older ones by position keeps working;
+#: the last three are a reduce's figures as things stand, ``local_views.history_view``: review R17 F13)
 CSV_FIELDS = ("time", "op_id", "kind", "run", "policy", "before", "after", "verified", "outcome", "code",
-              "backup_kept", "user", "host", "tool_version", "reason", "backup", "freed", "shard")
+              "backup_kept", "user", "host", "tool_version", "reason", "backup", "freed", "shard",
+              "removed_from_logdir_bytes", "freed_now_bytes", "freed_after_purge_bytes")
 #: what a log that cannot be read is, by the store's code: skipped (absent, or not a regular file
 #: of ours: a planted link, FIFO or folder is nothing of ours to read); any other code is raised
 _NOTHING_OF_OURS = frozenset({StoreError.NOT_FOUND, StoreError.SYMLINK, StoreError.NOT_REGULAR})
