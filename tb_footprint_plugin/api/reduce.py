@@ -10,7 +10,7 @@ with their ledger marks → the batch's end → the numbers in use before and af
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Collection, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from tb_footprint_plugin.codes import Finding, Outcome, Skip
 from tb_footprint_plugin.engine import lease
@@ -32,6 +32,12 @@ from tb_footprint_plugin.api.settle import Interrupted, settle_interrupted
 from tb_footprint_plugin.api.reports import ReduceReport
 from tb_footprint_plugin.api.survey import (hold_to_confirmed, plan, scan_shard_sizes, selection_by_logdir,
                                             shard_plan, shard_sizes)
+
+
+def _backed_up_bytes(p: Plan, runs: Set[str]) -> int:
+    """The originals the plan's actions back up in ``runs`` (each whole: a delete's, a rewrite's,
+    a compression's): what a vault of whole copies holds of them (review R17 F8)."""
+    return sum(a.bytes_before for rp in p.runs if rp.run in runs for a in rp.actions if a.kind != "remove_dir")
 
 
 def reduce_logdir(
@@ -228,8 +234,9 @@ def _reduce(eng: Engine, logdir: str, pol, dry_run: bool, *, runs, run_glob, min
             with contextlib.suppress(OSError):  # the appended transitions stand as they are
                 book.compact()  # the batch's end: the ledger is one snapshot again
         report.requests = eng.request_counts()
-        freed_later = eng.freed_after_purge([o.op_id for o in report.outcomes if o.status == Outcome.VERIFIED],
-                                            report.removed_from_logdir_bytes)
+        done = [o for o in report.outcomes if o.status == Outcome.VERIFIED]
+        freed_later = eng.freed_after_purge([o.op_id for o in done], report.removed_from_logdir_bytes,
+                                            _backed_up_bytes(p, {o.run for o in done}))
         if freed_later is not None:
             report.freed_on_disk_after_purge_bytes = freed_later
         report.remote_vault = eng.end_batch()  # the batch's manifests sealed

@@ -258,9 +258,10 @@ class Engine(ABC):
         return None
 
     @abstractmethod
-    def freed_after_purge(self, op_ids: List[str], removed_bytes: int = 0) -> Optional[int]:
+    def freed_after_purge(self, op_ids: List[str], removed_bytes: int = 0, backed_up_bytes: int = 0) -> Optional[int]:
         """What purging these verified operations' backups would free (``removed_bytes``: what
-        they removed from the logdir), or None where it cannot be told."""
+        they removed from the logdir; ``backed_up_bytes``: the originals their plan backed up,
+        whole), or None where it cannot be told."""
 
     @abstractmethod
     def end_batch(self) -> Optional[dict]:

@@ -565,13 +565,17 @@ class BucketEngine(Engine):
     def request_counts(self) -> Optional[dict]:
         return self.ostore.stats.to_dict()
 
-    def freed_after_purge(self, op_ids: List[str], removed_bytes: int = 0) -> Optional[int]:
-        """The backups are whole copies in the store: what purge frees is the bucket's retention's
-        say (None when nothing was removed or it cannot be told)."""
+    def freed_after_purge(self, op_ids: List[str], removed_bytes: int = 0, backed_up_bytes: int = 0) -> Optional[int]:
+        """What purge frees of these operations' backups, as ``status`` and ``purge -n`` count them
+        (review R17 F8): in the bucket, whole copies of every original backed up (a rewritten
+        file's too, not only the bytes removed), when the bucket's retention lets them go at purge;
+        in a local folder of blobs, what it then lets go is told by ``purge -n`` (its figure here
+        the bytes removed, as before). None when nothing was removed or it cannot be told."""
         if not removed_bytes:
             return None
         try:
-            return self.retention(removed_bytes)["freed_after_purge"]
+            held = backed_up_bytes if self.vault.blobs is None and backed_up_bytes else removed_bytes
+            return self.retention(held)["freed_after_purge"]
         except (OSError, ValueError):
             return None
 

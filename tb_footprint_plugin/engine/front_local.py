@@ -254,7 +254,7 @@ class LocalEngine(Engine):
         """Disk in use by the logdir and every vault of it, now (``engine.usage.disk_usage``)."""
         return disk_in_use(self.ctx)
 
-    def freed_after_purge(self, op_ids: List[str], removed_bytes: int = 0) -> int:
+    def freed_after_purge(self, op_ids: List[str], removed_bytes: int = 0, backed_up_bytes: int = 0) -> int:
         """What purging these operations' backups would free, counted by purge's own rule."""
         return freed_after_purge(self.ctx, op_ids)
 
