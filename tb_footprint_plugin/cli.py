@@ -923,13 +923,16 @@ def _print_reduce(args, report) -> int:
                   (f" (kept as {prob['kept_as']})" if prob.get("kept_as") else ""))
         done = [o for o in report.outcomes if o.status == Outcome.VERIFIED]
         ledger_skips = sum(1 for o in report.outcomes if o.code == Skip.LEDGER_DONE)
+        # measured on the logdir's disk: the vault's too only when it is there (review R17 F14)
+        disk, whose = (("on the logdir's disk", "the vault is on another disk") if report.plan.vault_elsewhere
+                       else ("on disk", "logdir + vault"))
         print(f"\n{len(done)} run(s) reduced and verified, {len(report.failed)} failed or rolled back"
               + (f", {ledger_skips} already done in the ledger" if ledger_skips else "")
               + f"; removed {human_bytes(report.removed_from_logdir_bytes)} from the logdir; "
-              + (f"freed now {human_bytes(report.freed_now_bytes)} on disk (logdir + vault); "
+              + (f"freed now {human_bytes(report.freed_now_bytes)} {disk} ({whose}); "
                  if report.freed_now_bytes > 0 else
-                 f"freed now nothing on disk (logdir + vault: {human_bytes(-report.freed_now_bytes)} more, "
-                 + _why_nothing_freed(args, done) + "); ")
+                 f"freed now nothing {disk} ({whose}{'; ' if report.plan.vault_elsewhere else ': '}"
+                 f"{human_bytes(-report.freed_now_bytes)} more, " + _why_nothing_freed(args, done) + "); ")
               + f"{human_bytes(report.freed_on_disk_after_purge_bytes)} more after `tb-footprint purge` "
               f"(backups stay in the vault until then). Ledger: {report.ledger_path}")
         if report.disk_in_use_after_bytes is not None:

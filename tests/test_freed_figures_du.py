@@ -180,3 +180,31 @@ def test_history_csv_carries_each_reduces_freed_figures_after_the_older_columns(
     assert int(row["removed_from_logdir_bytes"]) >= gone > 0, row  # apparent bytes, each name: at least du's
     blobs = sum(f.stat().st_size for f in (logdir / ".tb-footprint" / "blobs").rglob("*") if f.is_file())
     assert abs(int(row["freed_after_purge_bytes"]) - blobs) <= SLACK, (row, blobs)
+
+
+def test_reduce_with_the_vault_on_another_disk_says_freed_now_is_the_logdirs(tmp_path):
+    """``--backup-dir`` on another filesystem (a tmpfs): the measured "freed now" is the logdir's
+    disk's (du of the logdir); the summary says so, as the plan's note does, not "logdir + vault"."""
+    from helpers_cli import run_cli as cli
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    assert p.returncode == 0, f"cannot mount a tmpfs (tests run as root): {p.stderr}"
+    try:
+        logdir = dup_logdir(tmp_path)
+        before, vault_before = du(logdir), 0
+        out = cli("reduce", logdir, "--backup-dir", mnt / "v", "--quiet-period", "0", "--yes", "--json")
+        assert out.returncode == 0, out.stdout + out.stderr
+        import json
+        js = json.loads(out.stdout)
+        logdir_freed, vault_grew = before - du(logdir), du(mnt / "v") - vault_before
+        assert vault_grew > 0 and abs(js["freed_now_bytes"] - logdir_freed) <= SLACK, (js["freed_now_bytes"],
+                                                                                     logdir_freed, vault_grew)
+        (tmp_path / "two").mkdir()
+        logdir2 = dup_logdir(tmp_path / "two")
+        out = cli("reduce", logdir2, "--backup-dir", mnt / "v2", "--quiet-period", "0", "--yes")
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "on the logdir's disk (the vault is on another disk)" in out.stdout, out.stdout
+        assert "on disk (logdir + vault)" not in out.stdout, out.stdout
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)

@@ -398,6 +398,7 @@ def vault_note(logdir: str, backup_dir: Optional[str], p: Plan, vault_format: st
                cut: Optional[LinkedCut] = None) -> str:
     """What a plan says of its local vault: what is freed now and what only after purge."""
     now, later, same = freed_estimate(logdir, backup_dir, p, vault_format, cut)
+    p.vault_elsewhere = not same  # the reduce's summary says its measured "freed now" with the same words
     linked = (p.hard_links or {}).get("bytes", 0)
     if linked:  # originals other hard links keep: said with the figure (``note_links`` says why)
         where = "on disk (logdir + vault)" if same else "on the logdir's disk (the vault is on another disk)"

@@ -146,6 +146,9 @@ class Plan:
     #: the plans (by ``run``) that are folders outside every run the scan could not enter
     #: (``planner.leave_unread_alone``): named and left alone; not runs of the logdir seen in part
     unread_folders: List[str] = field(default_factory=list)
+    #: the local vault is on another disk than the logdir (``engine.plan_notes.vault_note``): a
+    #: "freed now" is then the logdir's disk's alone, and is said so (review R17 F14)
+    vault_elsewhere: bool = False
 
     @property
     def removable_bytes(self) -> int:
