@@ -128,7 +128,7 @@ SUMMARY_FIELDS = ("time", "op_id", "kind", "run", "before", "outcome", "of_op")
 #: nothing of it is counted, and it is not read again at that version
 NONE_USABLE = "none"
 #: the verdicts under which a logdir's partition counts a manifest's entries: what
-#: ``bucket_catalogue.read_listed`` yields it (``bucket_moved.whose`` not ``OTHERS``)
+#: ``bucket_manifests.read_listed`` yields it (``bucket_moved.whose`` not ``OTHERS``)
 COUNTED = (OURS, COPY)
 
 
@@ -191,7 +191,7 @@ def partition_entries(ostore: ObjectStore, vault: BucketVault, held: Callable[[]
     manifests and one summary, so each record keeps the verdict of ``bucket_moved.whose`` for each
     logdir that read it (``"w"``: logdir URL -> ``ours``/``copy``/``others``/``none``); a logdir
     counts a record's entries only under its own verdict ``ours`` or ``copy`` (what
-    ``bucket_catalogue.read_listed`` yields it, which it reads otherwise), and reads a manifest
+    ``bucket_manifests.read_listed`` yields it, which it reads otherwise), and reads a manifest
     whose record holds no verdict of its own (once a version, as any manifest not summarised)."""
     found = manifest_listing(vault)
     me = judge(ostore)
@@ -236,7 +236,7 @@ def partition_entries(ostore: ObjectStore, vault: BucketVault, held: Callable[[]
         _write_summary(vault, now)
     skip = held()
     out = [_slim(line_entry(e)) for e in bucket_log(BucketState.of(ostore).logdir_store()).read()]
-    # ``bucket_catalogue.manifests``' order (newest started first, then by key), then ``history``'s
+    # ``bucket_manifests.manifests``' order (newest started first, then by key), then ``history``'s
     for key in sorted(now, key=lambda k: -now[k]["s"]):
         if now[key]["w"].get(me) in COUNTED:
             out += [dict(e) for e in now[key]["e"]]
@@ -245,7 +245,7 @@ def partition_entries(ostore: ObjectStore, vault: BucketVault, held: Callable[[]
 
 
 def _record(m: dict, w: Dict[str, str]) -> dict:
-    """A summary's record of the usable manifest ``m`` (``bucket_catalogue.usable_manifest``),
+    """A summary's record of the usable manifest ``m`` (``bucket_manifests.usable_manifest``),
     with the verdicts ``w`` of the logdirs that read it (``partition_entries``)."""
     started = m.get("started_at")
     return {"v": m["_version"], "e": [_slim(e) for e in entries_of(m)], "w": w,
