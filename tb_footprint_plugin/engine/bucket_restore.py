@@ -38,6 +38,7 @@ from tb_footprint_plugin.engine.retire_rules import new_run_refusal
 from tb_footprint_plugin.engine.manifest import read as read_manifest
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.vault import who
+from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.storage.remote import ObjectInfo, content_checksums, same_content
 from tb_footprint_plugin.storage.paths import is_sha256
 from tb_footprint_plugin.storage.store import StoreFailure
@@ -332,6 +333,12 @@ class ObjectRestore(ObjectPutBack):
         out.reason += late_records_said(displaced)
         out.reason += kept_said(len(displaced), "object", "`tb-footprint status` shows where")
         out.reason += left_said(self.left)
+        # a disk's restore lets its now redundant backup go; a bucket's copies stay, billed, until a
+        # purge: said, not left for the reader to guess (review R17 F9)
+        held = sum(f["size"] for f in self.m["files"] if isinstance(f, dict) and isinstance(f.get("size"), int))
+        out.reason += (f"; its backup ({human_bytes(held)}) stays in "
+                       + ("the bucket's vault (billed)" if vault.blobs is None else vault.blobs.folder)
+                       + " until `tb-footprint purge`")
         if conflicts:
             out.reason += (f"; {len(conflicts)} file(s) exist again or were changed since the reduce and were left as "
                            f"they are, e.g. {conflicts[0]}: "
