@@ -99,7 +99,7 @@ def select_runs(fp: LogdirFootprint, runs: Optional[Sequence[str]] = None,
     by ``plan.select``, the one rule of every verb), or None when there is no selection; a name
     or glob that matches no run raises ``SelectionError`` naming it (a typo must not look like
     "nothing to do"). A folder the scan could not enter is a name too: the plan says why it is
-    left alone (``plan.planner.leave_unread_alone``)."""
+    left alone (``plan.left_alone.leave_unread_alone``)."""
     if runs is None and run_glob is None:  # a blank glob is a selection of nothing, never of all
         return None
     return select_among(fp.logdir, [r.name for r in fp.runs if r.name != UNATTRIBUTED] + unread_folders(fp),

@@ -87,7 +87,7 @@ def restore_op(ostore: ObjectStore, vault: BucketVault, manifest: dict, resume: 
     original goes back (the run left as it was, its journal removed, the outcome coded
     ``interrupted``), never after (a restore is finished, not undone). ``progress(run, step,
     fraction)``: ``restore`` as the first original goes back. ``catalogue``: the vault's
-    manifests (``bucket_catalogue.manifests``): a restore is refused before its lock, as a disk's,
+    manifests (``bucket_manifests.manifests``): a restore is refused before its lock, as a disk's,
     when ``putback.restore_refusal`` says so (a newer reduction, a purged backup, a retired run);
     a resumed restore (started already, its journal there) is finished whatever they say."""
     try:  # any shape ever written (a recovery passes the manifest as it reads it)

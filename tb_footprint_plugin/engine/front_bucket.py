@@ -46,7 +46,7 @@ def bucket_of(logdir: str, backup_dir: Optional[str]):
 
 
 def op_view(m: dict) -> dict:
-    """A bucket manifest as the API shows it: the one schema ``bucket_catalogue.manifests`` reads
+    """A bucket manifest as the API shows it: the one schema ``bucket_manifests.manifests`` reads
     every shape into (``engine.manifest``), without the reader's private ``_version``/``_path``."""
     return {k: v for k, v in m.items() if not k.startswith("_")}
 

@@ -70,7 +70,7 @@ def test_kept_restored_and_purged_say_the_same_on_every_store(store, reduced):
 
 @pytest.mark.parametrize("store", [k for k in KINDS if k != "posix"])  # a bucket's backup keys
 def test_a_manifest_naming_a_backup_outside_the_vault_is_refused_by_recheck_as_by_purge(store, reduced, buckets):  # noqa: F811
-    """Which of a bucket's manifests are its own is one rule (``bucket_catalogue.own_manifests``):
+    """Which of a bucket's manifests are its own is one rule (``bucket_manifests.own_manifests``):
     one naming a backup outside the vault is listed with ``refused`` and left in place by purge,
     and by the re-check a failed check of its operation while the others are checked (the
     re-check raised, checking nothing)."""
