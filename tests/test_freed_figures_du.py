@@ -208,3 +208,11 @@ def test_reduce_with_the_vault_on_another_disk_says_freed_now_is_the_logdirs(tmp
         assert "on disk (logdir + vault)" not in out.stdout, out.stdout
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_the_tabs_freed_now_is_status_s_with_hard_linked_twins(tmp_path):
+    """The tab's disk numbers read the manifests slim (``vault_reads.slim``): the plan's counts
+    (linked, holes, twins) are kept there, so its "freed now" is status's, what du saw."""
+    logdir = twin_logdir(tmp_path)
+    check_status_freed_now_is_what_du_saw(logdir)
+    assert api.disk_numbers(str(logdir))["freed_now_bytes"] == api.status(str(logdir))["freed_now_bytes"]

@@ -26,6 +26,9 @@ class VaultRead(NamedTuple):
 #: what a slim read leaves out of each well-formed manifest: its verification, plan, policy and
 #: retired tree (nothing that says which blobs it claims, whose it is or how it ended)
 HEAVY = ("verification", "plan", "policy", "tree")
+#: what a slim read keeps of a manifest's plan: the counts ``usage.freed_by_op`` subtracts, so that
+#: the tab's "freed now" (a slim read) is status's (a full one): review R17 F2
+PLAN_COUNTS = ("bytes_before", "linked_bytes", "hole_bytes", "twin_bytes")
 
 
 def manifest_file(root: str, op_id) -> str:
@@ -45,7 +48,11 @@ def slim(root: str) -> Callable[[dict], dict]:
             manifest.read(m, manifest_file(root, m.get("op_id")))
         except trust.Untrusted:
             return m
-        return {k: v for k, v in m.items() if k not in HEAVY}
+        out = {k: v for k, v in m.items() if k not in HEAVY}
+        plan = m.get("plan")
+        if isinstance(plan, dict):
+            out["plan"] = {k: plan[k] for k in PLAN_COUNTS if k in plan}
+        return out
     keep.memo_name = "slim"  # a ``Vault.ManifestMemo`` holds it apart from full reads
     return keep
 
