@@ -19,6 +19,7 @@ from tb_footprint_plugin.engine.catalogue_rules import is_kept, operation_summar
 from tb_footprint_plugin.engine.context import Context, NoSpace, TransactionError, writing
 from tb_footprint_plugin.engine.history import append_history, disk_log, history_path, reduce_line
 from tb_footprint_plugin.engine.manifest_form import stored_plan, stored_policy
+from tb_footprint_plugin.engine.relink import LINK_FIELDS, link_groups
 from tb_footprint_plugin.engine.journal import ensure_state_subdir, pending_journals
 from tb_footprint_plugin.engine.vault import ManifestMemo, Vault, who
 from tb_footprint_plugin.engine.vault_reads import manifest_file, read_roots, VaultRead
@@ -405,10 +406,11 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
         op_id=begin["op_id"], kind="reduce", run=begin["run"], logdir=begin["logdir"],
         started_at=begin["t"], finished_at=time.time(), outcome=outcome, reason=reason,
         policy=stored_policy(begin.get("policy")), bytes_before=plan["bytes_before"], bytes_after=after,
-        files=[{"path": b["path"], "size": b["size"], "mode": b["mode"], "mtime": b["mtime"],
-                "mtime_ns": b.get("mtime_ns"), **{k: b[k] for k in ("uid", "gid") if k in b},
-                "sha256": b["sha256"], "blob": os.path.relpath(vault.blob_path(b["sha256"]), vault.root),
-                "action": b["action"]} for b in backups],
+        # names of one inode at the backup (``inode``, ``nlink``): a later one's ``link_of`` is its first's
+        files=link_groups([{"path": b["path"], "size": b["size"], "mode": b["mode"], "mtime": b["mtime"],
+                            "mtime_ns": b.get("mtime_ns"), **{k: b[k] for k in ("uid", "gid", *LINK_FIELDS) if k in b},
+                            "sha256": b["sha256"], "blob": os.path.relpath(vault.blob_path(b["sha256"]), vault.root),
+                            "action": b["action"]} for b in backups]),
         backup_purged=outcome != Outcome.VERIFIED,
         **({"logdir_id": begin["logdir_id"]} if begin.get("logdir_id") else {}),
         vault=vault.root,

@@ -51,6 +51,7 @@ from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
 from tb_footprint_plugin.engine.swap import (copies_begun, folder_times, make_dirs, put_back, put_back_token,
                                              settle_dirs, settle_folder_times, unsettled_note)
 from tb_footprint_plugin.engine.placement import folder_at, holds_whole
+from tb_footprint_plugin.engine.relink import Relinks, first_name
 from tb_footprint_plugin.engine.retire_rules import KIND as RETIRE_KIND
 from tb_footprint_plugin.engine.retire_rules import new_run_refusal
 from tb_footprint_plugin.engine.retire_tree import stored_file
@@ -275,6 +276,7 @@ class LocalRestore(txn.PutBack):
         self.swapping = False  # the put-back began: from here the restore is finished, never undone
         self.detail = ""
         self.unsettled: List[str] = []  # recorded folders left without their mode and time (``finish_restore``)
+        self.not_linked: List[str] = []  # later names of an inode put back as copies (``finish_restore``)
         self.error: Optional[BaseException] = None
 
     def failpoint(self, step: str) -> Optional[str]:
@@ -368,7 +370,11 @@ class LocalRestore(txn.PutBack):
         streamed one counted whole (checked later, as it is streamed in)."""
         vault, streamed = self.vault, self.streamed
         block, damaged, unreadable = run_block_size(self.ctx, self.out.run), [], []
+        by_path = {f.get("path"): f for f in self.manifest.get("files", [])}
+        rewritten = {c.get("path") for c in self.manifest.get("created", []) if isinstance(c, dict)}
         for f in self.manifest.get("files", []):
+            if first_name(f, by_path) is not None and f.get("path") not in rewritten:
+                continue  # a later name of an inode, its name free: a link of its first (checked there), no blocks
             if any(f is g for g in streamed):
                 self.allocates += f["size"]
                 continue
@@ -400,7 +406,7 @@ class LocalRestore(txn.PutBack):
         self.swapping = True
         report("restore", 0.5)  # past the commit point: a front end stops offering a cancel
         self.detail = finish_restore(self.ctx, self.jnl.records(), self.memo, self.prepared, self.releases,
-                                     journal=self.jnl, unsettled=self.unsettled)
+                                     journal=self.jnl, unsettled=self.unsettled, not_linked=self.not_linked)
 
     def commit(self, report: txn.Report) -> None:
         """The temporaries no put-back took removed (the original stood there already), while
@@ -418,6 +424,7 @@ class LocalRestore(txn.PutBack):
         except (OSError, ValueError):
             pass
         out.found(Finding.FOLDER_NOT_SETTLED, self.unsettled)  # each one, whatever the code says first
+        out.found(Finding.HARD_LINKED, self.not_linked)  # a link recorded at the backup, not made again
         out.bytes_after = manifest.get("bytes_before", 0)
         out.created_files = [f["path"] for f in manifest.get("files", [])]
         out.removed_files = [c["path"] for c in manifest.get("created", [])
@@ -487,7 +494,7 @@ def restore_abandoned(records: List[dict]) -> bool:
 def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMemo] = None,
                    prepared: Optional["Prepared"] = None, releases: Optional["Releases"] = None,
                    journal: Optional[Journal] = None,
-                   unsettled: Optional[List[str]] = None) -> str:
+                   unsettled: Optional[List[str]] = None, not_linked: Optional[List[str]] = None) -> str:
     """Do (or finish) the restore described by its journal records; idempotent. ``memo``: see
     ``restore_op``. ``prepared``: the temporaries this process's check streamed its big remote
     backups into (``prepare_streamed``), renamed into place instead of downloading them again.
@@ -498,7 +505,10 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
     records each copy before it begins; a partial copy an earlier attempt so recorded left is
     its own (``placement.partial_put_back``). ``unsettled``: the recorded folders left without their
     mode and time (a link, or reached only through one: ``swap.settle_dirs``) appended to it, for
-    the caller's code (``Finding.FOLDER_NOT_SETTLED``); the detail names them too (review R7 F6)."""
+    the caller's code (``Finding.FOLDER_NOT_SETTLED``); the detail names them too (review R7 F6).
+    Names of one inode at the reduction's backup go back as hard links of the first one put back
+    (``relink.Relinks``); ``not_linked``: those put back as copies instead (a link failed), appended
+    for the caller's finding (``Finding.HARD_LINKED``)."""
     begin = records[0]
     vault = PreparedVault(begin["vault"], prepared) if prepared is not None and prepared.temps else Vault(begin["vault"])
     manifest = vault.read_manifest(begin["of_op"])
@@ -527,7 +537,14 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
                                          if x.get("by") != begin["op_id"]] + displaced
         vault.write_manifest(manifest)
 
+    relinks = Relinks(ctx, manifest)
+    if relinks.outside:  # names of its inodes in other runs: only then are the other reductions read
+        relinks.join(e for m in own_manifests(ctx, read_roots(known_vaults(ctx), True, memo))
+                     if m.get("kind") == "reduce" and m.get("op_id") != manifest["op_id"] for e in m.get("files", []))
     for f in manifest["files"]:
+        if relinks.linked(f):  # a later name of an inode: a link of its first name, put back above
+            faults.hit("restore.file")
+            continue
         # bytes written there since the reduction are kept in the vault, never lost, and the
         # records among them go back into the run beside the original
         d = put_back(ctx, vault, f, created.get(f["path"]), on_displaced=remember, tmp_token=token,
@@ -587,7 +604,9 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
     detail = restored_said(len(originals), "sha256")
     if released and not (releases is not None and releases.defers(manifest["op_id"])):
         detail += f"; the vault's now redundant copy freed ({human_bytes(released)})"  # else said once finished
-    detail += left_said(kept_changed)
+    detail += left_said(kept_changed) + relinks.said()
+    if not_linked is not None:
+        not_linked.extend(relinks.findings())
     if changed:
         names = sorted(f["path"] for f in manifest["files"] if f["sha256"] in changed)
         detail += (f"; the vault's backup of {', '.join(names)} was kept: it changed since the reduction "

@@ -28,6 +28,7 @@ from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.placement import (IN_PLACE, copies_begun, folder_at, partial_copy, partial_copy_at,
                                                   partial_put_back, put_in_place, resume_at, resume_copy, settle_folder, stands_at,
                                                   starts_with, undo_new_name, version_at, version_in)
+from tb_footprint_plugin.engine.relink import Relinks, link_groups
 from tb_footprint_plugin.engine.salvage import keep_late_records
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path
@@ -276,7 +277,11 @@ def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[J
     begun = copies_begun(records)
     # Before the swap no original was touched (backups are links or copies): the files in
     # place are the truth, even if a writer appended to one meanwhile.
+    # names of one inode at the backup go back as links of the first one put back (R17 F4)
+    relinks = Relinks(ctx, {"files": link_groups([dict(r) for r in backups])})
     for r in backups if swapped else ():
+        if relinks.linked(relinks.by_path.get(r["path"], r)):
+            continue
         d = put_back(ctx, vault, r, produced.get(r["path"]), on_displaced=remember, tmp_token=token,
                      strategy=strategy, journal=journal, begun=begun)
         if d and not _listed(displaced, d):

@@ -44,6 +44,7 @@ from tb_footprint_plugin.engine.journal import Journal, JournalGone, RunLocked
 from tb_footprint_plugin.engine.lease import RunLease
 from tb_footprint_plugin.engine.preflight import check_writers, preflight
 from tb_footprint_plugin.engine.recovery import recover
+from tb_footprint_plugin.engine.relink import inode_fields
 from tb_footprint_plugin.engine.recovery_rules import CANCELLED_REASON, rollback_incomplete_reason
 from tb_footprint_plugin.engine.reduce_journal import (append_record, append_rollback, create_journal, journal_gone,
                                                        own_records, stage_record)
@@ -249,7 +250,8 @@ class LocalReduce(txn.Txn):
             sha = sha256_file(p)
             rec = {"type": "backup", "path": a.path, "sha256": sha, "size": st.st_size,
                    "mode": st.st_mode & 0o7777, "mtime": st.st_mtime, "mtime_ns": st.st_mtime_ns, "action": a.kind,
-                   "uid": st.st_uid, "gid": st.st_gid}  # the owner: root gives it back (review R14 F5)
+                   "uid": st.st_uid, "gid": st.st_gid,  # the owner: root gives it back (review R14 F5)
+                   **inode_fields(st, a.links)}  # its other names, if any: the restore links them again (R17 F4)
             append_record(journal, rec, sync=n == len(originals) and not staging)
             faults.hit("reduce.backup_record")
             backups[a.path] = rec
