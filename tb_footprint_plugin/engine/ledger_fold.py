@@ -5,9 +5,8 @@ start reads them all, one GET each (100,000 runs in batches of 100: a thousand G
 When a worker's batch closes its object and the objects it knows closed in its folder (read at
 its start, or its own) are more than ``FOLD_AFTER``, ``fold``:
 
-1. takes the closed objects (never one a worker may still write, ``foldable``) whose marks are
-   all older than ``FUTURE_SKEW_SECONDS`` by this host's clock (``aged``), smallest first, up to
-   ``FOLD_BYTES`` in all;
+1. takes the closed objects (never one a worker may still write, ``foldable``), smallest first,
+   up to ``FOLD_BYTES`` in all;
 2. writes every run's newest mark of them (``ledger_reads.newest``, a settling's ``of_mark`` kept,
    so a fold tells what its objects told) as one closed object of marks under a new key,
    create-only (``w-<new token>-0``: any reader of objects of marks reads it, and a later fold
@@ -34,23 +33,14 @@ marks keep their worker in the fold, so a later start still settles them. Every 
 conditional on the version read, so a worker of an earlier version writing its object again keeps it
 (where the store enforces the condition: S3, GCS, Azure). An object with an entry refused as
 untrusted is never folded: its refusal stays to be reported.
-
-Clocks (review R15 L2): a fold keeps each run's newest mark only, and a host refuses a mark dated
-more than ``FUTURE_SKEW_SECONDS`` past its own clock, then telling the run by its earlier marks. A
-fold by a host whose clock runs ahead, of a mark it dated (or accepted) just now, would leave a
-slower host only the mark it refuses, its earlier one gone. So only marks older than
-``FUTURE_SKEW_SECONDS`` by the folding host's clock are folded: every host whose clock is within
-twice that of the folder's reads every folded mark, and a newer object waits beside for a later
-fold (at most the objects of the last hour, each a GET of a start).
 """
 from __future__ import annotations
 
 import json
 import secrets
-import time
 from typing import List, Optional, Tuple
 
-from tb_footprint_plugin.engine.ledger_entries import FUTURE_SKEW_SECONDS, IN_FLIGHT_STATES, LEDGER_VERSION, pid_gone
+from tb_footprint_plugin.engine.ledger_entries import IN_FLIGHT_STATES, LEDGER_VERSION, pid_gone
 from tb_footprint_plugin.engine.ledger_reads import MAX_MARKS_BYTES, ObjectRead, marks_key, newest
 from tb_footprint_plugin.storage.store import Store
 
@@ -75,15 +65,6 @@ def foldable(o: ObjectRead) -> bool:
     return o.closed is None and not any(e.get("state") in IN_FLIGHT_STATES for _run, e, _f, _p in o.entries)
 
 
-def aged(o: ObjectRead, now: float) -> bool:
-    """Whether every mark of ``o`` (its time and a settling's ``of_mark``) is older than
-    ``FUTURE_SKEW_SECONDS`` by the clock reading ``now`` (module doc: Clocks); a mark with no
-    time ranks below every dated one, so it never outranks another host's."""
-    cut = now - FUTURE_SKEW_SECONDS
-    return all(not isinstance(e.get(k), (int, float)) or e[k] <= cut
-               for _run, e, _f, _p in o.entries for k in ("updated_at", "of_mark"))
-
-
 def writer_gone(o: ObjectRead) -> bool:
     """Whether the worker that wrote ``o`` is gone, so never writes it again: a worker writes only
     marks of its own (``Ledger.mark``, a settling's too), each naming its host, pid and the pid's
@@ -98,13 +79,12 @@ def writer_gone(o: ObjectRead) -> bool:
 
 
 def fold(store: Store, folder: str, seen: List[ObjectRead]) -> Optional[Tuple[ObjectRead, List[str]]]:
-    """Fold the closed objects of ``seen`` (the folder ``folder``'s objects as read) whose marks
-    are over ``FUTURE_SKEW_SECONDS`` old (``aged``) when there are more than ``FOLD_AFTER`` (module doc). Returns the fold as read and the keys it folded (each
+    """Fold the closed objects of ``seen`` (the folder ``folder``'s objects as read) when there are
+    more than ``FOLD_AFTER`` (module doc). Returns the fold as read and the keys it folded (each
     deleted unless the store refused it at the version read: then it stays beside), or None
     when nothing was folded (too few, or the fold did not read back as written: the objects
     stay). A request the store refuses raises (``OSError``); what stands then is readable."""
-    now = time.time()
-    cands = sorted((o for o in seen if foldable(o) and aged(o, now)), key=lambda o: (o.size, o.key))
+    cands = sorted((o for o in seen if foldable(o)), key=lambda o: (o.size, o.key))
     if len(cands) <= FOLD_AFTER:
         return None
     take, total = [], 0
@@ -127,4 +107,4 @@ def fold(store: Store, folder: str, seen: List[ObjectRead]) -> Optional[Tuple[Ob
     return ObjectRead(key, version or "", len(data), True, entries), [o.key for o in take]
 
 
-__all__ = ["FOLD_AFTER", "FOLD_BYTES", "aged", "fold", "foldable", "writer_gone"]
+__all__ = ["FOLD_AFTER", "FOLD_BYTES", "fold", "foldable", "writer_gone"]

@@ -5,15 +5,12 @@ folded (a killed worker's is, once its process is gone, its runs still settled),
 second folder at any step loses no mark; on S3, GCS and Azure (moto, the GCS emulator, Azurite)."""
 import json
 import socket
-import time
-import types
 
 import pytest
 
 from contract_stores import buckets, store  # noqa: F401 - the store fixtures
 from test_ledger_batches import OLD_OBJECTS, _dead_pid, _plant_old
-from tb_footprint_plugin.engine import ledger, ledger_fold
-from tb_footprint_plugin.engine.ledger_entries import FUTURE_SKEW_SECONDS
+from tb_footprint_plugin.engine import ledger
 from tb_footprint_plugin.engine.ledger import Ledger, record_rolled_back_objects
 from tb_footprint_plugin.engine.ledger_fold import FOLD_AFTER, fold
 from tb_footprint_plugin.engine.ledger_objects import LEDGERS, read_folder_objects, write_waiting
@@ -21,14 +18,6 @@ from tb_footprint_plugin.engine.ledger_reads import read_entries, tree
 
 FOLDER = "shard-0-of-2"
 BUCKET_KINDS = ["s3", "gs", "az"]
-
-
-@pytest.fixture(autouse=True)
-def _folded_an_hour_later(monkeypatch):
-    """A fold takes only marks older than ``FUTURE_SKEW_SECONDS`` by the folding host's clock
-    (``ledger_fold.aged``, review R15 L2; ``test_ledger_fold_clocks``): here its clock is that much
-    later, so the batches these tests run just now are folded as they would be an hour on."""
-    monkeypatch.setattr(ledger_fold, "time", types.SimpleNamespace(time=lambda: time.time() + FUTURE_SKEW_SECONDS + 60))
 
 
 def _batch(store, runs, n, *, done=True):
