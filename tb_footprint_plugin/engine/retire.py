@@ -82,6 +82,7 @@ from tb_footprint_plugin.engine.retire_tree import (
     grown,
     inventory,
     is_restorable_retirement,
+    own_inode,
     put_back,
     recorded_in,
     rel_ok,
@@ -901,6 +902,10 @@ def unretire_put_back(ctx: Context, records: List[dict], grown: Optional[Dict[in
             left.append(f["path"])  # another file's path now: left as it is, the original kept
         if i == 0:
             faults.hit("unretire.mid_move")
+    # a name left in the vault whose inode another name took back into the run: its copy its own
+    for i, f in enumerate(m["tree"]):
+        if f["path"] in left and os.path.lexists(stored_file(vault, op_id, i)):
+            own_inode(vault, op_id, i)
     unsettled = chmod_dirs(ctx, m["dirs"])
     settle_folder_times(ctx, m.get("dir_times"))
     return begin, vault, m, left, unsettled

@@ -21,6 +21,7 @@ apart from the layout and the checks it relies on would drift from them.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import os
@@ -44,7 +45,7 @@ from tb_footprint_plugin.engine.salvage import clear_own_temp, salvage_name
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import Vault, restore_folder, who
 from tb_footprint_plugin.storage.files import (CopyMismatch, copy_new, give_owner, recorded_owner, sha256_file,
-                                               sha256_stream, unlink_if_same)
+                                               fsync_dir, sha256_stream, unlink_if_same)
 from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
 from tb_footprint_plugin.scan.set_aside import holding_words, holds_vault, is_state_folder
 from tb_footprint_plugin.storage.paths import MADE_OP_ID_RE, is_state_name, is_within, plausible_mtime_ns
@@ -304,8 +305,9 @@ def folders_not_ours(ctx: Context, dirs: List[dict]) -> Optional[str]:
         st = _look(ctx, ctx.key(path))
         if st is None or not stat.S_ISDIR(st.st_mode):
             continue
-        owner = recorded_owner(d)
-        if st.st_uid != me and (owner is None or st.st_uid != owner[0]):
+        uid = d.get("uid")  # untrusted: only a plausible id names an owner
+        owner = uid if isinstance(uid, int) and not isinstance(uid, bool) and 0 <= uid < 1 << 32 else None
+        if st.st_uid != me and st.st_uid != owner:
             return (f"{path} is a folder of {user_name(st.st_uid)}, made there since the retirement: "
                     "nothing is put back into another user's folder (they could delete the files); the run "
                     "stays in the vault; move that folder away, then restore again")
@@ -405,6 +407,9 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
     with contextlib.ExitStack() as held:
         with _no_link_on_the_way(f, stored):
             dfd = held.enter_context(restore_folder(dst, (ctx.store, key)))
+        # asked of the folder this very descriptor is (review R18 F4): a run folder under a folder
+        # others may rename in (not sticky) can be swapped for theirs after the look by path
+        _folder_ours(dfd, f, stored)
         if strategy.renames and (same_fs or vault.same_filesystem(os.path.dirname(dst))):
             # create-only: a file a writer made at the path since the look above is never replaced
             _move_new(stored, dst, f, stored, dfd)
@@ -427,6 +432,17 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
                 place(tmp, dst, src_dir_fd=dfd, dst_dir_fd=dfd)
         os.fsync(dfd)
     return note
+
+
+def _folder_ours(dfd: int, f: dict, stored: str) -> None:
+    """The folder ``f`` goes back into (``dfd``) is this user's or the file's recorded owner's; else
+    ``StandsThere`` (``restore_blocked``): the retired file stays in the vault, never in a folder
+    whose owner could delete it (review R16 H1 through a swap after the look, R18 F4)."""
+    uid = os.fstat(dfd).st_uid
+    own = f.get("uid")
+    if uid != os.geteuid() and not (isinstance(own, int) and not isinstance(own, bool) and uid == own):
+        raise StandsThere(f"{f['path']}: its folder is now one of {user_name(uid)}, not this user's: nothing is put "
+                          f"into it; the retired file stays in {stored}", Failure.RESTORE_BLOCKED)
 
 
 @contextlib.contextmanager
@@ -469,6 +485,25 @@ def _move_new(src: str, dst: str, f: dict, stored: str, dir_fd: Optional[int] = 
     except FileExistsError:
         raise StandsThere(f"{f['path']}: a different file stands there now; the retired one stays in "
                           f"{stored}") from None
+
+
+def own_inode(vault: Vault, op_id: str, i: int) -> bool:
+    """Retired file ``i`` left in the vault while another name of its inode went back to the run
+    (a run's own hard links move as one inode: fb35cad) gets an inode of its own: a copy of its
+    bytes as they are, checked, renamed over it; else a write through the restored name would
+    change the only copy of the file left (review R18 F6). True when it was copied."""
+    p = stored_file(vault, op_id, i)
+    st = os.lstat(p)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
+        return False
+    os.makedirs(vault.tmp, exist_ok=True)
+    tmp = os.path.join(vault.tmp, f"own-{op_id}-{i}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # a killed attempt's copy: remade whole
+    copy_new(p, tmp, sha256_file(p), mode=stat.S_IMODE(st.st_mode), mtime_ns=st.st_mtime_ns)
+    os.replace(tmp, p)
+    fsync_dir(os.path.dirname(p))
+    return True
 
 
 def stored_ok(vault: Vault, op_id: str, i: int, f: dict) -> bool:
@@ -538,13 +573,21 @@ def stored_problems(m: dict) -> List[Tuple[Code, str, str]]:
         return []
     vault = Vault(m["vault"])
     out: List[Tuple[Code, str, str]] = []
+    seen: List[Tuple[int, dict, str, Optional[os.stat_result]]] = []
     for i, f in enumerate(m["tree"]):
         if not isinstance(f, dict) or not isinstance(f.get("size"), int):
             continue
-        p, path = stored_file(vault, m["op_id"], i), str(f.get("path"))
+        p = stored_file(vault, m["op_id"], i)
         try:
-            st = os.lstat(p)
+            seen.append((i, f, p, os.lstat(p)))
         except OSError:
+            seen.append((i, f, p, None))
+    # names of one inode among the retirement's own stored files: a run's own hard links, moved
+    # as one inode (fb35cad), are no name outside the vault (review R18 F3)
+    own = collections.Counter((st.st_dev, st.st_ino) for _i, _f, _p, st in seen if st is not None)
+    for i, f, p, st in seen:
+        path = str(f.get("path"))
+        if st is None:
             out.append((Finding.BACKUP_DAMAGED, path, f"retired file {path} is missing from {retired_dir(vault, m['op_id'])}"))
             continue
         if not stat.S_ISREG(st.st_mode) or st.st_size < f["size"]:
@@ -557,9 +600,10 @@ def stored_problems(m: dict) -> List[Tuple[Code, str, str]]:
             out.append((Finding.BACKUP_CHANGED, path,
                         f"retired file {path} ({p}) was written after the retirement; a restore checks it and "
                         "leaves it in the vault if its bytes changed (not_restored)"))
-        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > own[(st.st_dev, st.st_ino)]:
             out.append((Finding.BACKUP_SHARED, path,
-                        f"retired file {path} ({p}) is one inode with {st.st_nlink - 1} other name(s) outside the "
+                        f"retired file {path} ({p}) is one inode with {st.st_nlink - own[(st.st_dev, st.st_ino)]} "
+                        "other name(s) outside the "
                         "vault (a hard-linked snapshot?): a write through such a name changes the retired copy"))
     return out
 
@@ -623,12 +667,17 @@ def retirement_recorded(vault: Vault, op_id: str) -> bool:
 
 
 def tree_size(d: str) -> int:
-    """Bytes of the files under ``d`` (what a purge of it frees)."""
+    """Bytes of the files under ``d`` (what a purge of it frees): each inode once, as ``du``
+    counts it (a run's own hard links are one inode in the vault: review R18 F2)."""
     total = 0
+    seen = set()
     for root, _dirs, files in os.walk(d):
         for n in files:
             with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(root, n)).st_size
+                st = os.lstat(os.path.join(root, n))
+                if (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
+                    total += st.st_size
     return total
 
 
@@ -636,4 +685,4 @@ __all__ = ["folders_not_ours", "RETIRED", "OP_ID_RE", "StandsThere", "retired_di
            "check_record", "tree_sha256", "inventory", "unchanged", "still_recorded", "recorded_in", "grown", "sized", "chmod_dirs", "put_back",
            "stored_ok", "RECORDED", "GROWN", "CHANGED", "MISSING", "stored_as", "stored_problems",
            "write_retire_manifest", "retirements", "is_restorable_retirement", "retired_now",
-           "retirement_recorded", "tree_size"]
+           "retirement_recorded", "tree_size", "own_inode"]
