@@ -1192,14 +1192,11 @@ def _purge_asked(args, purge) -> int:
 _FAILURES = frozenset(c.value for c in Failure)
 
 
-#: findings among a purge's ``refused`` that refuse nothing: said as warnings, the purge goes on (review R17 F12)
-_PURGE_WARNINGS = (Finding.LOGDIR_NOT_STICKY, Finding.OTHER_USERS_STATE)
-
-
 def _print_purge(rep) -> None:
-    for r in rep.refused:
-        said = "warning" if r.get("code") in _PURGE_WARNINGS else "refused"
-        print(f"{said} [{r['code']}]: {r['detail'] if 'file' not in r else r['file'] + ': ' + r['detail']}")
+    # a warning refuses nothing: said as such, the purge goes on (review R17 F12)
+    for said, found in (("warning", rep.warnings), ("refused", rep.refused)):
+        for r in found:
+            print(f"{said} [{r['code']}]: {r['detail'] if 'file' not in r else r['file'] + ': ' + r['detail']}")
     for o in rep.ops:
         print(f"  {o['op_id']}  {shown(o['run'])}  {human_bytes(o['bytes'])}" + ("  (restored)" if o["restored"] else "")
               + ("  (retired run: its only copy)" if o.get("kind") == "retire" and not o["restored"] else "")

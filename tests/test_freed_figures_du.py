@@ -216,3 +216,17 @@ def test_the_tabs_freed_now_is_status_s_with_hard_linked_twins(tmp_path):
     logdir = twin_logdir(tmp_path)
     check_status_freed_now_is_what_du_saw(logdir)
     assert api.disk_numbers(str(logdir))["freed_now_bytes"] == api.status(str(logdir))["freed_now_bytes"]
+
+
+def test_purge_json_lists_a_logdir_not_sticky_under_warnings(tmp_path):
+    import json
+    from helpers_cli import run_cli as cli
+    logdir = dup_logdir(tmp_path)
+    reduce(logdir)
+    os.chmod(logdir, 0o775)
+    p = cli("purge", logdir, "--yes", "--json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    js = json.loads(p.stdout)
+    assert [w["code"] for w in js["warnings"]] == ["logdir_not_sticky"], js
+    assert not any(r["code"] == "logdir_not_sticky" for r in js["refused"]), js
+    assert js["freed_bytes"] > 0

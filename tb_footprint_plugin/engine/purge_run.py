@@ -40,6 +40,10 @@ from tb_footprint_plugin.engine.purge_rules import PurgeFilter, not_purged
 from tb_footprint_plugin.engine.recovery_rules import RecoveryOutcome
 
 
+#: the codes of a store's findings that refuse nothing: a purge's ``warnings``, not its ``refused``
+WARNINGS = (Finding.LOGDIR_NOT_STICKY, Finding.OTHER_USERS_STATE)
+
+
 @dataclass
 class PurgeReport:
     """What a purge freed (or, without ``yes``, would free), and what it kept and why."""
@@ -50,6 +54,9 @@ class PurgeReport:
     kept: List[dict] = field(default_factory=list)  # {op_id, run, code, detail, bytes}
     #: state on disk that was refused (planted, copied or malformed): reported, never acted on
     refused: List[dict] = field(default_factory=list)
+    #: findings that refuse nothing (``WARNINGS``: the logdir others may write without its sticky bit,
+    #: another user's state folder beside this one): said, and the purge goes on (review R17 F12)
+    warnings: List[dict] = field(default_factory=list)
     #: a bucket logdir's local folder of blobs (``--backup-dir FOLDER``): the stored bytes its forget
     #: frees (a preview: up to; a purge: deleted), beside ``freed_bytes``; None for every other vault
     folder_freed_bytes: Optional[int] = None
@@ -63,7 +70,7 @@ class PurgeReport:
 
     def to_dict(self) -> dict:
         return {"dry_run": self.dry_run, "ops": self.ops, "freed_bytes": self.freed_bytes, "kept": self.kept,
-                "originals_lost": self.originals_lost, "refused": list(self.refused),
+                "originals_lost": self.originals_lost, "refused": list(self.refused), "warnings": list(self.warnings),
                 "folder_freed_bytes": self.folder_freed_bytes}
 
 
@@ -187,7 +194,9 @@ def purge(layouts: Sequence[PurgeLayout], which: PurgeFilter, *, yes: bool, canc
                 report.ops += [{**r, "others": r.get("others") or []} for r in rows]
         report.kept += kept
     # what was refused, as it stands once every layout has run
-    report.refused = [r for layout in layouts for r in layout.refused()]
+    found = [r for layout in layouts for r in layout.refused()]
+    report.refused = [r for r in found if r.get("code") not in WARNINGS]
+    report.warnings = [r for r in found if r.get("code") in WARNINGS]
     report.freed_bytes = sum(r["bytes"] for r in report.ops)
     return report
 
@@ -247,5 +256,5 @@ def groups_of(manifests: List[dict], rows: List[dict], key) -> Iterator[Group]:
     return iter(by.values())
 
 
-__all__ = ["Chosen", "Finished", "Group", "Hold", "Killed", "KilledPurges", "PurgeLayout", "PurgeReport", "finish_killed", "groups_of",
+__all__ = ["WARNINGS", "Chosen", "Finished", "Group", "Hold", "Killed", "KilledPurges", "PurgeLayout", "PurgeReport", "finish_killed", "groups_of",
            "outcomes", "purge"]
