@@ -526,8 +526,12 @@ def _consent(args, verb: str, changes: int, question: str) -> Optional[int]:
     if args.yes:
         return GO
     if sys.stdin.isatty():
-        if _ask(question):
-            return GO
+        try:
+            if _ask(question):
+                return GO
+        except KeyboardInterrupt:  # at the question nothing has begun: said so, for every verb (review R17 F17)
+            print(f"\ntb-footprint {verb}: interrupted at the question; nothing was changed", file=sys.stderr)
+            return EXIT_INTERRUPTED
         print("nothing changed.", file=sys.stderr)
         return EXIT_OK
     print(f"tb-footprint {verb}: nothing changed: no terminal to ask on; add --yes (-y) to {verb} as shown, "
@@ -967,6 +971,7 @@ def cmd_restore(args) -> int:
                 raise UsageError(f"nothing to restore matches {args.run_glob!r} (runs with something to restore: "
                                  f"{', '.join(sorted({r['run'] for r in rows})[:8]) or 'none'})")
             names += [n for n in found if n not in names]
+        _no_unknown_runs(api, args, names, rows)
         targets = [r for r in rows if r["run"] in names]
         calls = [dict(run=n) for n in names]
     if not args.json:
@@ -976,11 +981,7 @@ def cmd_restore(args) -> int:
             print(f"{len({r['run'] for r in targets})} run(s) to restore byte for byte "
                   f"({len(targets)} operation(s), newest first).")
     if targets:  # a run restored already is said so by ``restore`` itself, without a question
-        try:
-            rc = _consent(args, "restore", len(targets), f"Restore {len({r['run'] for r in targets})} run(s)?")
-        except KeyboardInterrupt:  # at the question: nothing has begun
-            print("\ntb-footprint restore: interrupted at the question; nothing was changed", file=sys.stderr)
-            return EXIT_INTERRUPTED
+        rc = _consent(args, "restore", len(targets), f"Restore {len({r['run'] for r in targets})} run(s)?")
         if rc is not GO:
             if args.json:
                 _dump({"dry_run": True, "changed": False, "restorable": targets})
@@ -1011,6 +1012,24 @@ def cmd_restore(args) -> int:
     return EXIT_OK if all(o.status == Outcome.RESTORED and o.code != Finding.NOT_RESTORED
                           and all(f["code"] != Finding.NOT_RESTORED for f in getattr(o, "findings", ()))
                           or o.code == Skip.ALREADY_RESTORED for o in outs) else EXIT_FAILED
+
+
+def _no_unknown_runs(api, args, names: List[str], rows: List[dict]) -> None:
+    """A named run of which no operation is recorded is a usage error before anything is shown or
+    restored (review R17 F15: ``restore A TYPO --yes`` restored A, then exited 2, which says nothing
+    changed), as on every other verb; a run restored already (its operations recorded) and a run
+    taken along by its parent's retirement go on to ``restore``, which says so."""
+    known = {r["run"] for r in rows}
+    unknown = [n for n in names if n not in known]
+    if not unknown:
+        return
+    recorded = known | {o["run"] for o in api.operations(args.logdir, backup_dir=args.backup_dir)
+                        if isinstance(o.get("run"), str)}
+    typos = [n for n in unknown if n not in recorded and not any(n.startswith(r + "/") for r in recorded)]
+    if typos:
+        dash = " (`--yes` after `--` is taken as a run name)" if any(n.startswith("-") for n in typos) else ""
+        raise UsageError(f"nothing to restore for run {shown(typos[0])!r}{dash}; nothing was restored (runs with "
+                         f"something to restore: {', '.join(shown(n) for n in sorted(known)[:8]) or 'none'})")
 
 
 def _restore_call(api, args, call: dict, on_outcome, cancel) -> list:

@@ -44,3 +44,18 @@ def test_ctrl_c_at_the_question_says_nothing_changed(tmp_path, verb):
     rc, text = _interrupt_at_question(verb[0], logdir, *verb[1:])
     assert rc == 130, text
     assert "nothing was changed" in text and "settled by the next start" not in text, text
+
+
+@pytest.mark.parametrize("verb", [("reduce",), ("retire", "--runs", "train")])
+def test_ctrl_c_at_reduces_and_retires_question_says_nothing_changed(tmp_path, verb):
+    """Review R17 F17: reduce and retire said an operation may need settling, though nothing had
+    begun; the one question (``cli._consent``) now says it for every verb."""
+    from conftest import copy_real
+    from tb_footprint_plugin import api
+
+    logdir = tmp_path / "ld"
+    copy_real("tf/keras_profiled/train", logdir / "train")
+    rc, text = _interrupt_at_question(verb[0], logdir, *verb[1:], "--quiet-period", "0")
+    assert rc == 130, text
+    assert "interrupted at the question; nothing was changed" in text and "settled by the next start" not in text, text
+    assert api.operations(str(logdir)) == []
