@@ -61,19 +61,25 @@ def test_a_run_folder_swapped_after_the_look_under_a_non_sticky_parent_gets_no_f
                              o.to_dict())
 
 
-def test_a_linked_name_left_in_the_vault_shares_no_inode_with_the_logdir(tmp_path, monkeypatch):
+def _retired_linked_pair(tmp_path, size: int):
+    """A logdir whose run ``a`` holds one inode under two names (``trace.json``, ``trace-copy.json``),
+    retired: (logdir, run)."""
     logdir = tmp_path / "ld"
     run = logdir / "a"
     with synth.EventWriter(str(run)) as w:
         for s in range(20):
             w.scalar("loss", s, 1.0 / (s + 1))
     big = run / "trace.json"
-    big.write_bytes(os.urandom(1 << 16))
-    os.link(big, run / "trace-copy.json")
+    big.write_bytes(os.urandom(size))
+    os.link(big, run / "trace-copy.json")  # one inode, two names, both inside the run
     for d, dirs, files in os.walk(logdir):
         for n in dirs + files:
             os.utime(os.path.join(d, n), (1_600_000_000, 1_600_000_000))
     assert api.retire(str(logdir), api.retire_rule(runs=["a"]), dry_run=False, quiet_period=0).ok
+    return logdir, run
+
+def test_a_linked_name_left_in_the_vault_shares_no_inode_with_the_logdir(tmp_path, monkeypatch):
+    logdir, run = _retired_linked_pair(tmp_path, 1 << 16)
 
     real = disk_retire.folders_not_ours
     calls = []
@@ -95,18 +101,7 @@ def test_a_linked_name_left_in_the_vault_shares_no_inode_with_the_logdir(tmp_pat
 
 
 def test_after_purge_counts_a_retired_runs_linked_names_once(tmp_path):
-    logdir = tmp_path / "ld"
-    run = logdir / "a"
-    with synth.EventWriter(str(run)) as w:
-        for s in range(20):
-            w.scalar("loss", s, 1.0 / (s + 1))
-    big = run / "trace.json"
-    big.write_bytes(os.urandom(2 << 20))
-    os.link(big, run / "trace-copy.json")  # one inode, two names, both inside the run
-    for d, dirs, files in os.walk(logdir):
-        for n in dirs + files:
-            os.utime(os.path.join(d, n), (1_600_000_000, 1_600_000_000))
-    assert api.retire(str(logdir), api.retire_rule(runs=["a"]), dry_run=False, quiet_period=0).ok
+    logdir, run = _retired_linked_pair(tmp_path, 2 << 20)
     said = api.status(str(logdir))["freed_after_purge_bytes"]
     before = du(logdir)
     done = api.purge(str(logdir), yes=True)
@@ -119,18 +114,7 @@ def test_status_names_no_problem_for_a_retired_runs_own_links(tmp_path):
     """fb35cad keeps a run's two linked names as one inode in the vault (nlink 2); status's
     retire_tree.stored_problems reads nlink > 1 as 'one inode with other name(s) outside the vault'
     (backup_shared) — a false alarm for the run's own twin."""
-    logdir = tmp_path / "ld"
-    run = logdir / "a"
-    with synth.EventWriter(str(run)) as w:
-        for s in range(20):
-            w.scalar("loss", s, 1.0 / (s + 1))
-    big = run / "trace.json"
-    big.write_bytes(os.urandom(1 << 16))
-    os.link(big, run / "trace-copy.json")
-    for d, dirs, files in os.walk(logdir):
-        for n in dirs + files:
-            os.utime(os.path.join(d, n), (1_600_000_000, 1_600_000_000))
-    assert api.retire(str(logdir), api.retire_rule(runs=["a"]), dry_run=False, quiet_period=0).ok
+    logdir, run = _retired_linked_pair(tmp_path, 1 << 16)
     st = api.status(str(logdir))
     text = repr(st)
     assert "backup_shared" not in text, [p for p in st.get("problems", [])]
