@@ -6,7 +6,9 @@
 * F6: a name of a run's own hard-linked pair left in the vault while the other goes back gets an
   inode of its own: a write through the restored name never changes the vault's only copy;
 * F2: "after purge" counts a retired run's linked names once (what du sees the purge free);
-* F3: status names no backup_shared for a retired run's own links.
+* F3: status names no backup_shared for a retired run's own links;
+* R19 F6 (on the F4 fix): a folder made again by its own recorded owner still takes back a
+  teammate's file of the run (the descriptor's owner judged as the path's was).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import os
 
 import pytest
 
+from conftest import copy_real
 from test_freed_figures_du import SLACK, du
 from test_trust_users import files_under, snapshot  # noqa: F401
 
@@ -118,3 +121,26 @@ def test_status_names_no_problem_for_a_retired_runs_own_links(tmp_path):
     st = api.status(str(logdir))
     text = repr(st)
     assert "backup_shared" not in text, [p for p in st.get("problems", [])]
+
+
+NOBODY, MATE = 65534, 4242
+
+
+@pytest.mark.usefixtures("disarm_faults")
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root gives a file to another user")
+def test_a_teammates_file_goes_back_into_the_run_folder_its_owner_made_again(tmp_path):
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    for d, dirs, names in os.walk(logdir):
+        for n in dirs + names:
+            os.chown(os.path.join(d, n), NOBODY, NOBODY, follow_symlinks=False)
+    mate = next(logdir / "train" / n for n in sorted(os.listdir(logdir / "train"))
+                if os.path.isfile(logdir / "train" / n))
+    os.chown(mate, MATE, MATE)
+    rep = api.retire(str(logdir), api.retire_rule(runs=["train"], include_others_runs=True), dry_run=False)
+    assert rep.ok, rep.to_dict()
+    os.mkdir(logdir / "train")  # its owner's launcher makes the run folder again, empty
+    os.chown(logdir / "train", NOBODY, NOBODY)
+    outs = api.restore(str(logdir), run="train")
+    assert [o.status for o in outs] == ["restored"], [(o.status, o.reason) for o in outs]
+    assert not outs[0].findings, outs[0].reason
+    assert mate.exists() and os.stat(mate).st_uid == MATE

@@ -33,7 +33,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 from tb_footprint_plugin.engine.context import Context, TransactionError, reason_of
 from tb_footprint_plugin.engine.placement import folder_at, version_at
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.files import hash_and_count
+from tb_footprint_plugin.storage.files import hash_and_count, recorded_owner
 from tb_footprint_plugin.storage.paths import UnsafePath, safe_rel
 from tb_footprint_plugin.storage.regular import open_regular_at
 
@@ -165,6 +165,12 @@ class Relinks:
                     if (st.st_size, st.st_mode & 0o7777, st.st_mtime_ns) != (f["size"], f["mode"], f["mtime_ns"]) \
                             or hash_and_count(r)[0] != f["sha256"]:
                         return f"{first['path']} is not its original with its time and mode"
+                    # whose the inode is too: another user may make the first name with the same bytes,
+                    # mode and time; a link to theirs would leave these bytes in a file they can
+                    # rewrite, the vault's copy released (review R19 F1)
+                    owner = recorded_owner(f)
+                    if st.st_uid != (owner[0] if owner is not None else os.geteuid()):
+                        return f"{first['path']} is a file of another user (uid {st.st_uid}), not its original"
                 fsops.op()
                 os.link(src[1], dst[1], src_dir_fd=src[0], dst_dir_fd=dst[0], follow_symlinks=False)
                 now = os.stat(dst[1], dir_fd=dst[0], follow_symlinks=False)

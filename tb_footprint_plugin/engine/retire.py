@@ -566,7 +566,8 @@ def rollback_retire(ctx: Context, records: List[dict], reason: str, journal: Opt
     begun = copies_begun(records)
     notes = []
     for i, f in enumerate(begin["files"]):
-        note = put_back(ctx, vault, op_id, i, f, begin["same_fs"], set_aside=True, journal=journal, begun=begun)
+        note = put_back(ctx, vault, op_id, i, f, begin["same_fs"], set_aside=True, journal=journal, begun=begun,
+                        dirs=begin["dirs"])
         if note:
             notes.append(note)
     left_unsettled = chmod_dirs(ctx, begin["dirs"])
@@ -897,7 +898,8 @@ def unretire_put_back(ctx: Context, records: List[dict], grown: Optional[Dict[in
         if f["path"] in left:
             continue
         try:
-            put_back(ctx, vault, op_id, i, dict((grown or {}).get(i) or f), bool(same_fs), journal=jnl, begun=begun)
+            put_back(ctx, vault, op_id, i, dict((grown or {}).get(i) or f), bool(same_fs), journal=jnl, begun=begun,
+                     dirs=m["dirs"])
         except StandsThere:
             left.append(f["path"])  # another file's path now: left as it is, the original kept
         if i == 0:

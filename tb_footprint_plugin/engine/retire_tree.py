@@ -305,9 +305,7 @@ def folders_not_ours(ctx: Context, dirs: List[dict]) -> Optional[str]:
         st = _look(ctx, ctx.key(path))
         if st is None or not stat.S_ISDIR(st.st_mode):
             continue
-        uid = d.get("uid")  # untrusted: only a plausible id names an owner
-        owner = uid if isinstance(uid, int) and not isinstance(uid, bool) and 0 <= uid < 1 << 32 else None
-        if st.st_uid != me and st.st_uid != owner:
+        if st.st_uid != me and st.st_uid != _plausible_uid(d.get("uid")):
             return (f"{path} is a folder of {user_name(st.st_uid)}, made there since the retirement: "
                     "nothing is put back into another user's folder (they could delete the files); the run "
                     "stays in the vault; move that folder away, then restore again")
@@ -338,7 +336,8 @@ class StandsThere(TransactionError):
 
 def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: bool,
              set_aside: bool = False, strategy: Optional[SwapStrategy] = None,
-             journal: Optional[OpJournal] = None, begun: Collection[str] = ()) -> Optional[str]:
+             journal: Optional[OpJournal] = None, begun: Collection[str] = (),
+             dirs: Collection[dict] = ()) -> Optional[str]:
     """One file back from the vault to its path, if it is not there yet.
 
     As the folder's swap strategy says (``strategy``; the folder's when none is given): where it renames
@@ -409,7 +408,7 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
             dfd = held.enter_context(restore_folder(dst, (ctx.store, key)))
         # asked of the folder this very descriptor is (review R18 F4): a run folder under a folder
         # others may rename in (not sticky) can be swapped for theirs after the look by path
-        _folder_ours(dfd, f, stored)
+        _folder_ours(dfd, f, stored, dirs)
         if strategy.renames and (same_fs or vault.same_filesystem(os.path.dirname(dst))):
             # create-only: a file a writer made at the path since the look above is never replaced
             _move_new(stored, dst, f, stored, dfd)
@@ -434,13 +433,22 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
     return note
 
 
-def _folder_ours(dfd: int, f: dict, stored: str) -> None:
-    """The folder ``f`` goes back into (``dfd``) is this user's or the file's recorded owner's; else
-    ``StandsThere`` (``restore_blocked``): the retired file stays in the vault, never in a folder
-    whose owner could delete it (review R16 H1 through a swap after the look, R18 F4)."""
+def _plausible_uid(uid) -> Optional[int]:
+    """A record's uid (untrusted input) when it is a plausible id, else None (names no owner)."""
+    return uid if isinstance(uid, int) and not isinstance(uid, bool) and 0 <= uid < 1 << 32 else None
+
+
+def _folder_ours(dfd: int, f: dict, stored: str, dirs: Collection[dict] = ()) -> None:
+    """The folder ``f`` goes back into (``dfd``) is this user's, the file's recorded owner's or the
+    folder's own recorded owner's (``dirs``: the retirement's folder records; as
+    ``folders_not_ours`` rules, R19 F6); else ``StandsThere`` (``restore_blocked``): the retired
+    file stays in the vault, never in a folder whose owner could delete it (review R16 H1 through
+    a swap after the look, R18 F4)."""
     uid = os.fstat(dfd).st_uid
-    own = f.get("uid")
-    if uid != os.geteuid() and not (isinstance(own, int) and not isinstance(own, bool) and uid == own):
+    folder = os.path.dirname(f["path"])
+    owners = {_plausible_uid(f.get("uid"))} | {_plausible_uid(d.get("uid")) for d in dirs
+                                                if isinstance(d, dict) and d.get("path") == folder}
+    if uid != os.geteuid() and uid not in owners:
         raise StandsThere(f"{f['path']}: its folder is now one of {user_name(uid)}, not this user's: nothing is put "
                           f"into it; the retired file stays in {stored}", Failure.RESTORE_BLOCKED)
 
