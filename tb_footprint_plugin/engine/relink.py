@@ -99,6 +99,17 @@ def _inside(path) -> bool:
     return path not in (".", "")
 
 
+def _link_inode(fd: int, src: Tuple[int, str], dst: Tuple[int, str]) -> None:
+    """Make ``dst`` (create-only) a name of the inode open at ``fd``: the very file read and
+    checked, through ``/proc/self/fd`` (a name swapped in at ``src`` meanwhile is never linked);
+    where that is not there, by ``src``'s name, which ``_link`` checks after."""
+    proc = f"/proc/self/fd/{fd}"
+    if os.path.islink(proc):
+        os.link(proc, dst[1], dst_dir_fd=dst[0], follow_symlinks=True)
+    else:
+        os.link(src[1], dst[1], src_dir_fd=src[0], dst_dir_fd=dst[0], follow_symlinks=False)
+
+
 class Relinks:
     """A restore's link groups (``manifest``'s files): ``linked`` makes a later name a link of
     its first; ``said`` is the restore's words on the links it could not make or never could."""
@@ -154,7 +165,8 @@ class Relinks:
         return why is None
 
     def _link(self, f: dict, first: dict) -> Optional[str]:
-        """The link made: None; else why not (nothing left at ``f``'s name)."""
+        """The link made: None; else why not (``f``'s name free, or left as another file or a
+        changed inode made it: the put-back judges what stands there, never this)."""
         ctx = self.ctx
         try:
             with folder_at(ctx, first["path"]) as src, folder_at(ctx, f["path"]) as dst:
@@ -171,15 +183,18 @@ class Relinks:
                     owner = recorded_owner(f)
                     if st.st_uid != (owner[0] if owner is not None else os.geteuid()):
                         return f"{first['path']} is a file of another user (uid {st.st_uid}), not its original"
-                fsops.op()
-                os.link(src[1], dst[1], src_dir_fd=src[0], dst_dir_fd=dst[0], follow_symlinks=False)
+                    fsops.op()
+                    _link_inode(r.fileno(), src, dst)
+                    after = os.fstat(r.fileno())
                 now = os.stat(dst[1], dir_fd=dst[0], follow_symlinks=False)
                 if (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns) != \
-                        (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) or not stat.S_ISREG(now.st_mode):
-                    # another inode took the first name, or the inode changed, between the read
-                    # and the link: the name just made is ours alone to take back (the bytes it
-                    # names stand at the first name too); a copy goes there instead
-                    fsops.unlink(dst[1], dir_fd=dst[0])
+                        (st.st_dev, st.st_ino, after.st_size, after.st_mtime_ns) or not stat.S_ISREG(now.st_mode) \
+                        or (after.st_size, after.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
+                    # another file took the new name, or the inode was written, since the read: the
+                    # name is left as it stands, whatever it is (no unlink without a journal record,
+                    # and nothing proves the name still ours, review R19 F3); the put-back judges it,
+                    # the original staying in the vault unless it holds the original
+                    os.fsync(dst[0])
                     return f"{first['path']} changed while it was linked"
                 os.fsync(dst[0])
         except (OSError, TransactionError) as e:
