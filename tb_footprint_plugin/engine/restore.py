@@ -277,6 +277,8 @@ class LocalRestore(txn.PutBack):
         self.detail = ""
         self.unsettled: List[str] = []  # recorded folders left without their mode and time (``finish_restore``)
         self.not_linked: List[str] = []  # later names of an inode put back as copies (``finish_restore``)
+        #: (first name, blocks): the later names of an inode ``_check_backups`` counted no blocks for
+        self.later_names: list = []
         self.error: Optional[BaseException] = None
 
     def failpoint(self, step: str) -> Optional[str]:
@@ -334,8 +336,11 @@ class LocalRestore(txn.PutBack):
         if refusal:  # said before the first file moves, as reduce says it (never found half-way)
             out.reason, out.code = f"{refusal}; nothing was changed", Failure.REFUSED
             raise txn.NotStarted()
+        # a later name whose first name stands already is no link of this restore's put-back: the
+        # link may be refused (another user's file, review R19 F1) and a copy written (R19 F5)
+        allocates = self.allocates + sum(n for first, n in self.later_names if first in standing)
         try:  # every original is written as a copy of its own before anything is removed
-            check_restore_space(ctx, run, self.allocates, sum(f["size"] for f in manifest.get("files", [])))
+            check_restore_space(ctx, run, allocates, sum(f["size"] for f in manifest.get("files", [])))
         except TransactionError as e:
             out.reason, out.code = str(e), e.code
             raise txn.NotStarted() from e
@@ -372,11 +377,16 @@ class LocalRestore(txn.PutBack):
         block, damaged, unreadable = run_block_size(self.ctx, self.out.run), [], []
         by_path = {f.get("path"): f for f in self.manifest.get("files", [])}
         rewritten = {c.get("path") for c in self.manifest.get("created", []) if isinstance(c, dict)}
+        blocks: Dict[str, int] = {}
         for f in self.manifest.get("files", []):
-            if first_name(f, by_path) is not None and f.get("path") not in rewritten:
-                continue  # a later name of an inode, its name free: a link of its first (checked there), no blocks
+            first = first_name(f, by_path) if f.get("path") not in rewritten else None
+            if first is not None:
+                # a later name of an inode: a link of its first (checked there), no blocks, while
+                # the first name is this restore's own put-back; counted in ``journal`` else
+                self.later_names.append((first["path"], f["sha256"]))
+                continue
             if any(f is g for g in streamed):
-                self.allocates += f["size"]
+                self.allocates += blocks.setdefault(f["sha256"], f["size"])
                 continue
             n = vault.check_blob_extents(f["sha256"], block)
             if n is None:
@@ -384,7 +394,8 @@ class LocalRestore(txn.PutBack):
                 why = blob_unreadable(vault, f["sha256"])
                 (damaged if why is None else unreadable).append(f["path"] if why is None else f"{f['path']} ({why})")
             else:
-                self.allocates += n
+                self.allocates += blocks.setdefault(f["sha256"], n)
+        self.later_names = [(p, blocks.get(sha, 0)) for p, sha in self.later_names]
         return backups_refusal(vault.root, damaged, unreadable)
 
     def backup(self, report: txn.Report) -> None:
