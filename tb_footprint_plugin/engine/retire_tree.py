@@ -306,9 +306,15 @@ def folders_not_ours(ctx: Context, dirs: List[dict]) -> Optional[str]:
         if st is None or not stat.S_ISDIR(st.st_mode):
             continue
         if st.st_uid != me and st.st_uid != _plausible_uid(d.get("uid")):
+            # root's folder is refused too: accepted, its recorded mode could not be given back
+            # (only root may chmod it) and the put-back would stop half-way; the user cannot
+            # move it in a sticky logdir either, so the words say who can (review R18 F5)
+            why, fix = ("(only root could give it the run's recorded mode and time back)",
+                        "root (an administrator) must move it away or give it to you (chown), then restore again") \
+                if st.st_uid == 0 and me != 0 else ("(they could delete the files)",
+                                                     "move that folder away, then restore again")
             return (f"{path} is a folder of {user_name(st.st_uid)}, made there since the retirement: "
-                    "nothing is put back into another user's folder (they could delete the files); the run "
-                    "stays in the vault; move that folder away, then restore again")
+                    f"nothing is put back into another user's folder {why}; the run stays in the vault; {fix}")
     return None
 
 
