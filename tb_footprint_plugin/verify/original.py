@@ -358,6 +358,41 @@ def release_parked(run_dir: Optional[str] = None) -> None:
 atexit.register(release_parked)
 
 
+_WARM_LOCK = threading.Lock()
+_WARM: Optional[threading.Thread] = None
+
+
+def warm_up() -> Optional[threading.Thread]:
+    """Start, once per process, on a thread of its own, the imports a reduce's verification
+    waits for, so they overlap what comes before them (a reduce's recovery and scan) instead of
+    following it: gRPC and TensorBoard's provider (the plan's load of the original reaches its
+    data server through them, ``load_now``), then TensorBoard's app (``routes.prewarm``, which the route crawl waits for). In that order on
+    one thread: the client first, since the plan needs it first, and the app's imports not
+    beside it (sharing the GIL, each took 2-3x as long: ``load_now``). TensorBoard's file layer is
+    imported here, in the caller's thread (``views.import_tensorboard_io``: only before any other
+    thread runs can it defer gfile's S3 and fsspec clients). Nothing is read or written. The
+    thread (None when it was started before)."""
+    global _WARM
+    from tb_footprint_plugin.formats import views
+    from tb_footprint_plugin.verify import routes
+
+    with _WARM_LOCK:
+        if _WARM is not None:
+            return None
+        views.import_tensorboard_io()
+
+        def imports() -> None:
+            try:
+                views.rust_client_imports()
+            except Exception:  # noqa: BLE001 - the load that needs them reports it
+                pass
+            routes.prewarm()
+
+        _WARM = threading.Thread(target=imports, name="footprint-warm-up", daemon=True)
+        _WARM.start()
+        return _WARM
+
+
 def _dev_ctime(path: str) -> Optional[tuple]:
     """``(st_dev, st_ctime_ns)`` of ``path`` (symlinks followed), or None."""
     try:
@@ -395,4 +430,4 @@ def read_facts(path: str, name: Optional[str] = None) -> FileFacts:
                            fold.finish(reader), reader.status)
 
 
-__all__ = ["FileFacts", "OriginalRun", "PARK_S", "park", "read_facts", "release_parked", "stat_sig"]
+__all__ = ["FileFacts", "OriginalRun", "PARK_S", "park", "read_facts", "release_parked", "stat_sig", "warm_up"]
