@@ -179,6 +179,8 @@ def cmd_demo(args) -> int:
 
     summary = generate_demo(args.dir, seed=args.seed, scale=args.scale, overwrite=args.overwrite)
     print(_json().dumps(summary, indent=1) if args.json else f"demo logs written to {args.dir}")
+    if summary.get("state_kept") and not args.json:
+        print(summary["state_kept"])  # not silently (review R17 F16)
     return EXIT_OK
 
 

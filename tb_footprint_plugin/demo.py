@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from tb_footprint_plugin import synth
-from tb_footprint_plugin.codes import Finding
+from tb_footprint_plugin.codes import Finding, Outcome
 from tb_footprint_plugin.scan import categories
 from tb_footprint_plugin.storage import jsondoc
 from tb_footprint_plugin.storage.files import matches, sha256_file
@@ -492,8 +492,15 @@ def generate_demo(target_dir: str, *, seed: int = 0, scale: float = 1.0, overwri
         raise FileExistsError(f"{target} is not empty (pass overwrite=True to replace a previous demo)")
     previous = _read_marker(target)
     ours: Dict[str, os.stat_result] = {}
+    kept: Optional[str] = None
     if previous:
-        ours, changed = _previous_files(target, previous, _demo_state(target, _digests(previous)) or {})
+        derived = _demo_state(target, _digests(previous))
+        if derived is None:
+            # the state stays (it holds what the demo did not write): the demo's own reductions in
+            # it are undone first, or they would count as freed what the new demo writes whole
+            # again (review R17 F16); their files come back as the marker records them, the demo's
+            kept = _restore_demo_reductions(target, _digests(previous))
+        ours, changed = _previous_files(target, previous, derived or {})
         if changed:
             raise FileExistsError(f"{len(changed)} file(s) the previous demo wrote hold other bytes now (written to, "
                                   f"or reduced with backups the vault keeps), e.g. {os.path.join(target, changed[0])}; "
@@ -533,7 +540,45 @@ def generate_demo(target_dir: str, *, seed: int = 0, scale: float = 1.0, overwri
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return {"target": target, "seed": seed, "scale": scale, "groups": groups, "files": len(files),
-            **_runs_and_sessions(files), **summarize(target, files)}
+            **_runs_and_sessions(files), **summarize(target, files), "state_kept": kept}
+
+
+def _restore_demo_reductions(target: str, digests: Dict[str, Digest]) -> str:
+    """Restore each kept reduction of the state folder whose backed-up files all held the bytes
+    the marker records (the demo's own; ``api.restore`` by its op id, newest first per run); the
+    others (a user's run's) stay as they are. Returns what the demo says of the state it keeps.
+    ``FileExistsError`` when one of the demo's cannot be restored (its backups stay)."""
+    from tb_footprint_plugin import api
+
+    restored: List[str] = []
+    for _round in range(1000):  # one op per run each round: a run's older reduction is next
+        mans = {m.get("op_id"): m for m in api.operations(target)}
+        ops = [o["op_id"] for o in api.restorable(target)
+               if o["op_id"] not in restored and _all_demos(mans.get(o["op_id"]), digests)]
+        if not ops:
+            break
+        for op in ops:
+            outs = api.restore(target, op=op)
+            bad = [o for o in outs if o.status != Outcome.RESTORED or o.code is not None]
+            if bad:
+                raise FileExistsError(f"the demo's own reduction {op} of {target} could not be restored "
+                                      f"({bad[0].reason}); its backups stay in the vault"
+                                      + (f"; restored first: {', '.join(restored)}" if restored else ""))
+            restored.append(op)
+    other = next((m for m in api.operations(target) if m.get("op_id") not in restored
+                  and m.get("kind") in ("reduce", "retire")), None)
+    what = (f"a retired run ({other.get('run')})" if other and other.get("kind") == "retire" else
+            f"operations on {other.get('run')}" if other else "what the demo did not write")
+    return (f"kept the vault and change log in {state_dir(target)}: they hold {what}"
+            + (f"; the demo's own {len(restored)} reduction(s) were restored first" if restored else ""))
+
+
+def _all_demos(m: Optional[dict], digests: Dict[str, Digest]) -> bool:
+    """Whether manifest summary ``m`` is a reduction whose every backed-up file held the bytes
+    the marker records (a demo file's)."""
+    files = m.get("files") if isinstance(m, dict) and m.get("kind") == "reduce" else None
+    return bool(files) and all(isinstance(f, dict) and digests.get(f.get("path")) == (f.get("size"), f.get("sha256"))
+                               for f in files)
 
 
 def _demo_state(target: str, digests: Dict[str, Digest]) -> Optional[Dict[str, Digest]]:
