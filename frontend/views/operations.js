@@ -16,6 +16,14 @@ function outcomeCell(o) {
     o.rebuilt ? el('span', {class: 'muted', text: ' · manifest rebuilt (' + o.rebuilt.was + ')'}) : null);
 }
 
+/** The colour of a change-log line's outcome: verified, restored and purged ones are 'ok', rolled
+ * back and failed ones 'bad', and any other (whose_unknown: its owner could not be told, nothing was
+ * done with it; a salvage's late bytes kept) a warning, never the colour of a success. */
+function historyClass(e) {
+  if (e.outcome === 'rolled_back' || e.outcome === 'failed') return 'bad';
+  return ['verified', 'restored', 'purged'].includes(e.outcome) ? 'ok' : 'warn-text';
+}
+
 /** What the vault keeps for an operation. A restored operation's originals stand in the logdir
  * again, so its backup was released (or never moved: a retired run comes back whole), never "purged";
  * a restored retirement keeps what the catalogue counts (kept_bytes: a bucket's copies until a purge,
@@ -183,7 +191,7 @@ export class HistoryView {
         el('td', {class: 'mono', text: e.run || '—'}),
         el('td', {text: e.policy || '—'}),
         el('td', {class: 'num', text: bytes(e.before) + ' → ' + bytes(e.after)}),
-        el('td', {class: e.outcome === 'rolled_back' || e.outcome === 'failed' ? 'bad' : 'ok', title: e.reason || '',
+        el('td', {class: historyClass(e), title: e.reason || '',
           text: e.outcome === 'verified' ? 'verified ✓' : e.outcome === 'restored' ? 'restored ✓'
             : (e.outcome || '—') + (e.reason ? ': ' + e.reason : '')}),
         el('td', {class: 'muted', text: [e.user, e.host].filter(Boolean).join('@')}))))));
