@@ -73,7 +73,7 @@ def status_view(ctx: Context, found: dict, reads: Optional[List[VaultRead]] = No
         if e.code != trust.IDENTITY_DAMAGED:  # a damaged one is among ``unfinished``'s problems
             problems.insert(0, e.to_dict())
     freed_now, kept_ops = _freed_now(ctx, manifests, vaults)
-    retired, _n = retired_after_purge(manifests, vaults)
+    retired = retired_after_purge(manifests, vaults)
     return {"logdir": ctx.logdir, "state_dir": ctx.state, "vaults": vaults,
             "vault_bytes": vault_bytes,
             # the same numbers a reduce reports: disk in use now (logdir + vaults, as ``du``
@@ -104,7 +104,7 @@ def disk_numbers_view(ctx: Context) -> dict:
     remote = usage.remote_usage(vaults)
     return {"disk_in_use_bytes": disk_in_use(ctx).total_bytes, "freed_now_bytes": freed_now,
             "freed_after_purge_bytes": freed_after_purge(ctx, kept_ops, reads)
-            + retired_after_purge(manifests, vaults)[0],
+            + retired_after_purge(manifests, vaults),
             "remote_vault_bytes": remote["remote_vault_bytes"] if remote else None}
 
 
@@ -129,11 +129,11 @@ def _freed_now(ctx: Context, manifests: List[dict], vaults: List[str]) -> Tuple[
     return freed_now, kept_ops
 
 
-def retired_after_purge(manifests: List[dict], vaults: List[str]) -> Tuple[int, int]:
-    """What purging the retired runs still in the vault frees, and how many they are: each
-    retirement neither restored nor purged whose folder is the vault's own, its files' bytes as
-    purge sizes them (``retire_tree.tree_size``; review R17 F11: ``purge -n`` frees them)."""
-    total = n = 0
+def retired_after_purge(manifests: List[dict], vaults: List[str]) -> int:
+    """What purging the retired runs still in the vault frees: each retirement neither restored
+    nor purged whose folder is the vault's own, its files' bytes as purge sizes them
+    (``retire_tree.tree_size``; review R17 F11: ``purge -n`` frees them)."""
+    total = 0
     for m in manifests:  # untrusted: an op id of another form names no folder
         root, op_id = m.get("vault"), m.get("op_id")
         if not is_restorable_retirement(m) or root not in vaults or not isinstance(op_id, str) \
@@ -145,8 +145,7 @@ def retired_after_purge(manifests: List[dict], vaults: List[str]) -> Tuple[int, 
         except TransactionError:
             continue
         total += tree_size(retired_dir(vault, op_id))
-        n += 1
-    return total, n
+    return total
 
 
 def _op_of(entry: dict) -> Optional[str]:
