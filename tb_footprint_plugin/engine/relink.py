@@ -110,6 +110,21 @@ def _link_inode(fd: int, src: Tuple[int, str], dst: Tuple[int, str]) -> None:
         os.link(src[1], dst[1], src_dir_fd=src[0], dst_dir_fd=dst[0], follow_symlinks=False)
 
 
+def peer_index(manifests: Iterable[dict], but: Optional[str] = None) -> Dict[Tuple[int, int], List[dict]]:
+    """The file entries with a recorded inode of the reductions among ``manifests`` (but the one
+    whose op id is ``but``), by that inode: what ``Relinks.join`` looks up. Built once for a
+    command's restores (``restore.Releases``), not once a run."""
+    out: Dict[Tuple[int, int], List[dict]] = {}
+    for m in manifests:
+        if not isinstance(m, dict) or m.get("kind") != "reduce" or (but is not None and m.get("op_id") == but):
+            continue
+        for e in m.get("files", []):
+            key = inode_of(e) if isinstance(e, dict) else None
+            if key is not None:
+                out.setdefault(key, []).append(e)
+    return out
+
+
 class Relinks:
     """A restore's link groups (``manifest``'s files): ``linked`` makes a later name a link of
     its first; ``said`` is the restore's words on the links it could not make or never could."""
@@ -132,18 +147,20 @@ class Relinks:
         self.peers: Dict[str, dict] = {}
         self.joined: List[str] = []
 
-    def join(self, others: Iterable[dict]) -> None:
-        """Other reductions' file entries of this logdir (another run's names of an inode this
-        one's ``outside`` entries had, the plan took both): each such entry that agrees in every
-        field ``SAME`` names becomes a name ``linked`` may link it to, where it stands holding
-        its original (the other run restored first, or never changed)."""
-        want = {inode_of(self.by_path[p]): self.by_path[p] for p in self.outside if p in self.by_path}
-        for e in others:
-            f = want.get(inode_of(e)) if isinstance(e, dict) else None
-            if f is None or f["path"] in self.peers or e.get("path") in self.by_path \
-                    or not _inside(e.get("path")) or any(e.get(k) != f.get(k) for k in SAME):
-                continue
-            self.peers[f["path"]] = e
+    def join(self, index: Dict[Tuple[int, int], List[dict]]) -> None:
+        """Other reductions' file entries of this logdir by their recorded inode (``peer_index``:
+        another run's names of an inode this one's ``outside`` entries had, the plan took both):
+        each such entry that agrees in every field ``SAME`` names becomes a name ``linked`` may
+        link it to, where it stands holding its original (the other run restored first, or never
+        changed). Only this run's inodes are looked up (review R19 F4: each run's restore walked
+        every entry of every manifest)."""
+        for p in self.outside:
+            f = self.by_path.get(p)
+            for e in index.get(inode_of(f), ()) if f is not None else ():
+                if f["path"] in self.peers or e.get("path") in self.by_path \
+                        or not _inside(e.get("path")) or any(e.get(k) != f.get(k) for k in SAME):
+                    continue
+                self.peers[f["path"]] = e
 
     def linked(self, f: dict) -> bool:
         """Whether ``f``'s name now is a hard link of its first name's inode holding the
@@ -224,4 +241,4 @@ class Relinks:
         return [p for p, _why in self.not_linked]
 
 
-__all__ = ["SAME", "LINK_FIELDS", "inode_fields", "inode_of", "link_groups", "first_name", "Relinks"]
+__all__ = ["SAME", "LINK_FIELDS", "inode_fields", "inode_of", "link_groups", "first_name", "peer_index", "Relinks"]

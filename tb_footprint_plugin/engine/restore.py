@@ -51,7 +51,7 @@ from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
 from tb_footprint_plugin.engine.swap import (copies_begun, folder_times, make_dirs, put_back, put_back_token,
                                              settle_dirs, settle_folder_times, unsettled_note)
 from tb_footprint_plugin.engine.placement import folder_at, holds_whole
-from tb_footprint_plugin.engine.relink import Relinks, first_name
+from tb_footprint_plugin.engine.relink import Relinks, first_name, peer_index
 from tb_footprint_plugin.engine.retire_rules import KIND as RETIRE_KIND
 from tb_footprint_plugin.engine.retire_rules import new_run_refusal
 from tb_footprint_plugin.engine.retire_tree import stored_file
@@ -550,8 +550,8 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
 
     relinks = Relinks(ctx, manifest)
     if relinks.outside:  # names of its inodes in other runs: only then are the other reductions read
-        relinks.join(e for m in own_manifests(ctx, read_roots(known_vaults(ctx), True, memo))
-                     if m.get("kind") == "reduce" and m.get("op_id") != manifest["op_id"] for e in m.get("files", []))
+        relinks.join(releases.peers(ctx, memo) if releases is not None else
+                     peer_index(own_manifests(ctx, read_roots(known_vaults(ctx), True, memo)), but=manifest["op_id"]))
     for f in manifest["files"]:
         if relinks.linked(f):  # a later name of an inode: a link of its first name, put back above
             faults.hit("restore.file")
@@ -855,6 +855,17 @@ class Releases:
         #: vault root -> {"files": digest -> file, "keep": set, "ops": {op_id: (its digests, local bytes)}}
         #: (the digests only, not the manifest: a restore of 100,000 runs holds no manifest whole)
         self._by_vault: Dict[str, dict] = {}
+        self._peers: Optional[dict] = None
+
+    def peers(self, ctx: Context, memo: Optional[ManifestMemo] = None) -> dict:
+        """The reductions' file entries of the logdir by recorded inode (``relink.peer_index``),
+        read once for the command's restores the first time one has links outside its run
+        (review R19 F4: each such run walked every entry of every manifest). An entry of the
+        run's own reduction is never its peer (``Relinks.join`` skips its own paths); one of a
+        reduction made after the read is missed: that name goes back as a copy of its own."""
+        if self._peers is None:
+            self._peers = peer_index(own_manifests(ctx, read_roots(known_vaults(ctx), True, memo)))
+        return self._peers
 
     def add(self, vault: Vault, manifest: dict, files: Dict[str, dict], keep, freed: int) -> None:
         """Leave ``files`` (digest → its file record) of restored ``manifest`` to ``finish``;
