@@ -493,18 +493,20 @@ def generate_demo(target_dir: str, *, seed: int = 0, scale: float = 1.0, overwri
     previous = _read_marker(target)
     ours: Dict[str, os.stat_result] = {}
     kept: Optional[str] = None
+    undone = 0  # the demo's own reductions restored first
     if previous:
         derived = _demo_state(target, _digests(previous))
         if derived is None:
             # the state stays (it holds what the demo did not write): the demo's own reductions in
             # it are undone first, or they would count as freed what the new demo writes whole
             # again (review R17 F16); their files come back as the marker records them, the demo's
-            kept = _restore_demo_reductions(target, _digests(previous))
+            kept, undone = _restore_demo_reductions(target, _digests(previous))
         ours, changed = _previous_files(target, previous, derived or {})
         if changed:
             raise FileExistsError(f"{len(changed)} file(s) the previous demo wrote hold other bytes now (written to, "
                                   f"or reduced with backups the vault keeps), e.g. {os.path.join(target, changed[0])}; "
-                                  "nothing was changed")
+                                  + ("nothing else was changed (the demo's own reductions were restored first)"
+                                     if undone else "nothing was changed"))
     shutil.rmtree(staging, ignore_errors=True)  # ours (checked above): an interrupted demo's
     _make_staging(staging)
     built = os.path.join(staging, "logs")
@@ -543,10 +545,11 @@ def generate_demo(target_dir: str, *, seed: int = 0, scale: float = 1.0, overwri
             **_runs_and_sessions(files), **summarize(target, files), "state_kept": kept}
 
 
-def _restore_demo_reductions(target: str, digests: Dict[str, Digest]) -> str:
+def _restore_demo_reductions(target: str, digests: Dict[str, Digest]) -> Tuple[str, int]:
     """Restore each kept reduction of the state folder whose backed-up files all held the bytes
     the marker records (the demo's own; ``api.restore`` by its op id, newest first per run); the
-    others (a user's run's) stay as they are. Returns what the demo says of the state it keeps.
+    others (a user's run's) stay as they are. Returns what the demo says of the state it keeps,
+    and how many it restored.
     ``FileExistsError`` when one of the demo's cannot be restored (its backups stay)."""
     from tb_footprint_plugin import api
 
@@ -570,7 +573,7 @@ def _restore_demo_reductions(target: str, digests: Dict[str, Digest]) -> str:
     what = (f"a retired run ({other.get('run')})" if other and other.get("kind") == "retire" else
             f"operations on {other.get('run')}" if other else "what the demo did not write")
     return (f"kept the vault and change log in {state_dir(target)}: they hold {what}"
-            + (f"; the demo's own {len(restored)} reduction(s) were restored first" if restored else ""))
+            + (f"; the demo's own {len(restored)} reduction(s) were restored first" if restored else "")), len(restored)
 
 
 def _all_demos(m: Optional[dict], digests: Dict[str, Digest]) -> bool:
