@@ -1,12 +1,16 @@
 """``verify.original.warm_up`` (issue #28 item 3): the imports a reduce's verification waits for
 (gRPC and TensorBoard's provider, then TensorBoard's app) started on one thread, the client
 first, so that a reduce's start can overlap them with its recovery and scan. Judged in a fresh
-interpreter: this one imported them long ago."""
+interpreter: this one imported them long ago. And a reduce starts it before its scan, a dry run
+never."""
 import json
 import os
 import subprocess
 import sys
 import textwrap
+
+from tb_footprint_plugin import api, synth
+from tb_footprint_plugin.api import reduce as api_reduce, survey
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,3 +56,37 @@ def test_warm_up_imports_the_client_then_the_app_on_one_thread_once(tmp_path):
     """)
     assert got == {"thread": "footprint-warm-up", "again": None, "seen": [["footprint-warm-up", True]],
                    "client": True, "app_built": True, "boto3": False}
+
+
+def _noting(monkeypatch) -> list:
+    seen: list = []
+    real_scan = survey.scan
+    monkeypatch.setattr(api_reduce, "warm_up", lambda: seen.append("warm_up"), raising=False)
+
+    def scan(*a, **kw):
+        seen.append("scan")
+        return real_scan(*a, **kw)
+
+    monkeypatch.setattr(survey, "scan", scan)
+    return seen
+
+
+def _logdir(tmp_path):
+    run = tmp_path / "logdir" / "run"
+    run.mkdir(parents=True)
+    with synth.EventWriter(str(run)) as w:
+        for step in range(3):
+            w.scalar("loss", step, 1.0 / (step + 1))
+    return str(tmp_path / "logdir")
+
+
+def test_a_reduce_warms_up_before_its_scan(tmp_path, monkeypatch):
+    seen = _noting(monkeypatch)
+    api.reduce_logdir(_logdir(tmp_path), policy="archive", dry_run=False, quiet_period=0)
+    assert seen[:2] == ["warm_up", "scan"]
+
+
+def test_a_dry_run_does_not_warm_up(tmp_path, monkeypatch):
+    seen = _noting(monkeypatch)
+    api.reduce_logdir(_logdir(tmp_path), policy="archive", dry_run=True, quiet_period=0)
+    assert "warm_up" not in seen and "scan" in seen
