@@ -2,8 +2,9 @@
 
 Runs that only lose files are reduced together, ``plan.cost.BATCH_RUNS`` to one journal object,
 each with its own lock object, operation id, backups and manifest (restorable on its own); the
-batch pays one journal create, one commit record, one listing before and after its delete step
-and the batched deletes (1,000 keys a request on S3; failed keys retried, then the run rolled back
+batch pays one journal create, one commit record, one listing before and after its delete step,
+one journal rewrite a third of a lease (its locks' renewal, ``bucket_lease.delegate``) and the
+batched deletes (1,000 keys a request on S3; failed keys retried, then the run rolled back
 from its backups if they still fail). The steps are ``engine.bucket_steps``; a crash is settled
 from any machine by ``engine.bucket_recover``.
 
@@ -24,6 +25,7 @@ from typing import Callable, Dict, List, Mapping, Optional
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import faults, txn
 from tb_footprint_plugin.engine.bucket_batch_runs import batch_entries, drop_run, not_to_delete, rollback_unfinished
+from tb_footprint_plugin.engine.bucket_lease import delegate
 from tb_footprint_plugin.engine.bucket_blobs import adding, backup_entries, is_blob_entry
 from tb_footprint_plugin.engine.bucket_history import note_shard_batch
 from tb_footprint_plugin.engine.bucket_op_records import create_manifest
@@ -158,6 +160,9 @@ class ObjectBatchReduce(txn.Txn):
             self.jnl = new_journal(self.st, self.batch_id, {
                 "op": self.batch_id, "logdir": self.ostore.url, "step": Rec.PLANNED, "created": now_s(),
                 "vault": self.vault.root, "runs": self.entries, "logdir_objects": len(self.listing)})
+            # from now on one rewrite of the journal a third of a lease keeps every lock of the
+            # batch alive, not a write a lock: its puts a run stay flat however long it takes (#28)
+            delegate([self.held[en["run"]] for en in self.entries], getattr(self.jnl, "renew", None))
         except STORE_FAILURES as e:
             for en in self.entries:
                 o = self.outs[en["run"]]
@@ -346,6 +351,8 @@ class ObjectBatchReduce(txn.Txn):
             return
         try:
             ours, versions = unlock_all([self.held[en["run"]] for en in live])
+            # no lock renewed past here: those kept alive by the journal would be lost once it goes
+            out_ours, out_versions = unlock_all([self.held[en["run"]] for en in self.entries if not _among(en, live)])
             self._write_lines()
             must_close(self.jnl, ours, versions=versions)
         except BucketTxnError as e3:
@@ -354,8 +361,7 @@ class ObjectBatchReduce(txn.Txn):
                 o.status, o.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
                 o.reason += f"; cleanup incomplete ({e3}); the next start settles it"
             return
-        ours, versions = unlock_all([self.held[en["run"]] for en in self.entries if not _among(en, live)])
-        BucketState.of(self.ostore).delete(ours, versions=versions)
+        BucketState.of(self.ostore).delete(out_ours, versions=out_versions)
 
     def incomplete(self, error: BaseException) -> None:
         """The rollback record, or the rollback, failed: every run still in the batch says so (the

@@ -9,6 +9,14 @@ create-only condition, ``ObjectRunLock.acquire``) carries the one lease document
 by a write conditional on the version it wrote last, so a lock someone else took over is never
 written back: the renewal fails its precondition and the lock is marked lost.
 
+A batch's locks are kept alive by their journal once it exists (``delegate``): one conditional
+rewrite of the journal object a third of a lease for the whole batch, not one write per lock
+(#28 item 5: a 250-run batch that outlived a third of a lease paid 250 puts a renewal, so the puts
+a run grew with the time a batch took). Nothing is weaker for it: another host judges a lock by
+its lease **and** its journal's last write (``holder_gone``), and a lock whose journal exists is
+never taken over (``ObjectRunLock.acquire``); a journal renewal that finds the journal changed or
+gone marks every lock of the batch lost, as a lock's own renewal does.
+
 Whether a lock's holder is gone (the lock may be taken over, its journal settled) is
 ``engine.lease.holder_gone``, the one rule of both engines, with the progress of the lock's
 operation's journal object (``journal/<op>.json``): same host, its process no longer runs;
@@ -22,7 +30,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Protocol, Tuple
 
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.engine import lease
@@ -34,11 +42,24 @@ HOST = lease.HOST  # one host name for both engines' leases
 
 
 @dataclass
+class _Group:
+    """Locks kept alive by one other object's renewal (``delegate``): ``renew(t)`` writes it."""
+
+    renew: Callable[[float], None]
+    renewed: float
+    lost: bool = False
+
+
+@dataclass
 class _Held:
     put: Callable[[dict, str], str]  # (doc, version) -> new version (conditional write)
     doc: dict
     version: str
     lost: bool = False
+    group: Optional[_Group] = None  # renewed through the group's object, not by its own writes
+
+    def is_lost(self) -> bool:
+        return self.lost or (self.group is not None and self.group.lost)
 
 
 _held: Dict[str, _Held] = {}
@@ -81,11 +102,31 @@ def hold(path: str, doc: dict, version: str, put: Callable[[dict, str], str]) ->
             _renewer.start()
 
 
+def delegate(locks: Iterable[Any], renew: Optional[Callable[[float], None]], now: Optional[float] = None) -> int:
+    """From now on the bucket locks among ``locks`` (``ObjectRunLock``s held by this process; a
+    folder's locks are left as they are) are renewed by one call ``renew(t)`` a third of a lease for
+    them all instead of one write each (``renew``: their operation's journal object rewritten under
+    its version, ``ObjectJournal.renew``; None: nothing changes). A ``renew`` the store refuses as
+    changed or gone (``PRECONDITION_FAILED``, ``NOT_FOUND``) marks every one of them lost. Returns
+    how many were delegated."""
+    if renew is None:
+        return 0
+    group = _Group(renew=renew, renewed=time.time() if now is None else now)
+    n = 0
+    with _mu:
+        for lock in locks:
+            h = _held.get(getattr(lock, "path", None)) if isinstance(lock, ObjectRunLock) else None
+            if h is not None and not h.lost:
+                h.group = group
+                n += 1
+    return n
+
+
 def still_held(path: str) -> bool:
     """False once a renewal found the lock changed or gone (someone took it over)."""
     with _mu:
         h = _held.get(path)
-        return h is not None and not h.lost
+        return h is not None and not h.is_lost()
 
 
 def release(path: str) -> Optional[str]:
@@ -93,7 +134,7 @@ def release(path: str) -> Optional[str]:
     if the lock is no longer ours (then it must not be deleted: it is someone else's now)."""
     with _mu:
         h = _held.pop(path, None)
-    if h is None or h.lost:
+    if h is None or h.is_lost():
         return None
     return h.version
 
@@ -198,6 +239,17 @@ def renew_all(now: Optional[float] = None) -> None:
     with _mu:
         for path, h in list(_held.items()):
             t = time.time() if now is None else now
+            if h.group is not None:  # one write for the group, whichever of its locks comes first
+                g = h.group
+                if g.lost or t - g.renewed < period / 3:
+                    continue
+                try:
+                    g.renew(t)
+                    g.renewed = t
+                except StoreFailure as e:
+                    if e.code in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND):
+                        g.lost = True  # the journal rewritten or removed by another: its locks are not ours
+                continue
             if h.lost or t - h.doc.get("renewed", 0) < period / 3:
                 continue
             doc = lease.renewed(h.doc, t)
@@ -219,5 +271,5 @@ def _loop() -> None:
             pass
 
 
-__all__ = ["LockObjects", "LockPlace", "ObjectRunLock", "hold", "holder_gone", "lock_class", "new_lock_doc", "release",
+__all__ = ["LockObjects", "LockPlace", "ObjectRunLock", "delegate", "hold", "holder_gone", "lock_class", "new_lock_doc", "release",
            "renew_all", "still_held", "well_formed"]

@@ -30,6 +30,7 @@ holds the one its store needs.
 from __future__ import annotations
 
 import copy
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Protocol, Tuple
@@ -115,6 +116,9 @@ class ObjectJournal(OpJournal):
         self.doc: dict = doc if doc is not None else {}
         self.version = version
         self.written = []
+        # a step's put and a lease renewal (``renew``, the lease thread's) never interleave: each
+        # is conditional on the version the other just replaced
+        self._mu = threading.Lock()
 
     @classmethod
     def create(cls, where: ObjectFolder, op_id: str, first: dict) -> "ObjectJournal":
@@ -149,14 +153,29 @@ class ObjectJournal(OpJournal):
         name = fields.pop("type")
         t = fields.pop("t", None)
         t = time.time() if t is None else t
-        doc = dict(self.doc)
-        doc["step"] = name
-        doc["steps"] = list(doc.get("steps") if isinstance(doc.get("steps"), list) else []) + [[name, t]]
-        # the record's own copy: a writer's later changes to its entries are not recorded by aliasing
-        doc.update(copy.deepcopy(fields))
-        self.doc = doc
-        self.wrote(dict(record, t=t))
-        self.version = self.st.update(self.path, doc, self.version)
+        with self._mu:
+            doc = dict(self.doc)
+            doc["step"] = name
+            doc["steps"] = list(doc.get("steps") if isinstance(doc.get("steps"), list) else []) + [[name, t]]
+            # the record's own copy: a writer's later changes to its entries are not recorded by aliasing
+            doc.update(copy.deepcopy(fields))
+            self.doc = doc
+            self.wrote(dict(record, t=t))
+            self.version = self.st.update(self.path, doc, self.version)
+
+    def renew(self, now: Optional[float] = None) -> None:
+        """Show its writer alive: the document written again as it stands, ``renewed`` set to
+        ``now``, conditional on the version held (one put; no record: ``steps`` unchanged). Its
+        new last-modified time is what another host reads as the operation's progress
+        (``lease.holder_gone``): the lease of every lock of a batch in one request
+        (``bucket_lease.delegate``). Raises the store's failure (``PRECONDITION_FAILED``: written
+        by another since; ``NOT_FOUND``: gone); nothing is written when no version is held."""
+        with self._mu:
+            if self.version is None:
+                return
+            doc = dict(self.doc, renewed=time.time() if now is None else now)
+            self.version = self.st.update(self.path, doc, self.version)
+            self.doc = doc
 
     def step(self, name: str, *, at: Optional[float] = None, **fields) -> None:
         """``append(step_record(name, at, **fields))``."""
