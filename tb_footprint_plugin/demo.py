@@ -309,6 +309,11 @@ def _inside(target: str, rel: str) -> bool:
     return full.startswith(os.path.realpath(target) + os.sep) and not os.path.isabs(rel)
 
 
+def _clashes(target: str, files: Sequence[str], ours: Dict[str, os.stat_result]) -> List[str]:
+    """The new demo's files that would land outside ``target`` or on a file the demo did not write."""
+    return [f for f in files if not _inside(target, f) or (os.path.lexists(os.path.join(target, f)) and f not in ours)]
+
+
 def _previous_files(target: str, marker: Dict[str, Any],
                     derived: Dict[str, Digest]) -> Tuple[Dict[str, os.stat_result], List[str]]:
     """What an overwrite removes of the previous demo: each file its marker lists, or one of the
@@ -338,10 +343,10 @@ def _previous_files(target: str, marker: Dict[str, Any],
     return ours, changed
 
 
-def _remove_previous(target: str, ours: Dict[str, os.stat_result]) -> None:
+def _remove_previous(target: str, ours: Dict[str, os.stat_result], done: str = "nothing was changed") -> None:
     """Remove the files ``_previous_files`` found the demo's, then the folders they leave empty.
     Each is looked at again first: one replaced or written to since (its inode, size or mtime)
-    refuses the overwrite before anything is removed."""
+    refuses the overwrite before anything is removed; ``done`` says what was changed before."""
     moved = []
     for rel, st in ours.items():
         try:
@@ -353,7 +358,7 @@ def _remove_previous(target: str, ours: Dict[str, os.stat_result]) -> None:
             moved.append(rel)
     if moved:
         raise FileExistsError(f"{os.path.join(target, moved[0])}: changed while the demo was being written "
-                              f"({len(moved)} file(s)); nothing was changed")
+                              f"({len(moved)} file(s)); {done}")
     dirs = set()
     for rel in ours:
         os.remove(os.path.join(target, rel))
@@ -471,7 +476,9 @@ def generate_demo(target_dir: str, *, seed: int = 0, scale: float = 1.0, overwri
     the previous demo recorded in ``.footprint-demo`` that still hold the bytes recorded there (size
     and sha256), or that the demo's own reductions wrote, and refuses (``FileExistsError`` naming a
     file, nothing changed) when one holds anything else or a new file would replace one the demo
-    did not write. Files are generated in a staging directory first and moved into place at the end.
+    did not write. A state folder that stays (it records what the demo did not write) has the
+    demo's own reductions restored after every such refusal, right before the removal. Files are
+    generated in a staging directory first and moved into place at the end.
     """
     if scale <= 0:
         raise ValueError("scale must be > 0")
@@ -492,38 +499,48 @@ def generate_demo(target_dir: str, *, seed: int = 0, scale: float = 1.0, overwri
         raise FileExistsError(f"{target} is not empty (pass overwrite=True to replace a previous demo)")
     previous = _read_marker(target)
     ours: Dict[str, os.stat_result] = {}
-    kept: Optional[str] = None
-    undone = 0  # the demo's own reductions restored first
+    own: Optional[List[str]] = None  # the state stays: the demo's own reductions in it, undone last
     if previous:
         derived = _demo_state(target, _digests(previous))
         if derived is None:
             # the state stays (it holds what the demo did not write): the demo's own reductions in
-            # it are undone first, or they would count as freed what the new demo writes whole
-            # again (review R17 F16); their files come back as the marker records them, the demo's
-            kept, undone = _restore_demo_reductions(target, _digests(previous))
-        ours, changed = _previous_files(target, previous, derived or {})
+            # it are restored, or they would count as freed what the new demo writes whole again
+            # (review R17 F16). Only after every refusal (review R20 F1): until then their files
+            # count as the demo's where they stand now (gone, or what the reduction wrote)
+            own, derived = _demo_reductions(target, _digests(previous))
+        ours, changed = _previous_files(target, previous, derived)
         if changed:
             raise FileExistsError(f"{len(changed)} file(s) the previous demo wrote hold other bytes now (written to, "
                                   f"or reduced with backups the vault keeps), e.g. {os.path.join(target, changed[0])}; "
-                                  + ("nothing else was changed (the demo's own reductions were restored first)"
-                                     if undone else "nothing was changed"))
+                                  "nothing was changed")
     shutil.rmtree(staging, ignore_errors=True)  # ours (checked above): an interrupted demo's
     _make_staging(staging)
     built = os.path.join(staging, "logs")
+    kept: Optional[str] = None
     try:
         groups = _build_all(built, seed, scale)
         files = _rel_files(built)
-        clashes = [f for f in files if not _inside(target, f) or
-                   (os.path.lexists(os.path.join(target, f)) and f not in ours)]
+        clashes = _clashes(target, files, ours)
         if clashes:
             raise FileExistsError(f"{len(clashes)} demo file(s) would replace files the demo did not write, "
-                                  f"e.g. {clashes[0]}")
+                                  f"e.g. {clashes[0]}; nothing was changed")
         digests = {}
         for rel in files:
             p = os.path.join(built, rel)
             digests[rel] = {"size": os.lstat(p).st_size, "sha256": sha256_file(p)}
         if previous:
-            _remove_previous(target, ours)
+            done = "nothing was changed"
+            if own is not None:
+                kept, undone = _restore_demo_reductions(target, own)
+                if undone:
+                    done = f"nothing else was changed (the demo's own {undone} reduction(s) were restored first)"
+                # judged again as the files stand now the reductions are undone
+                ours, changed = _previous_files(target, previous, {})
+                clashes = changed or _clashes(target, files, ours)
+                if clashes:
+                    raise FileExistsError(f"{os.path.join(target, clashes[0])}: holds other bytes than the demo "
+                                          f"wrote once the demo's own reductions were restored; {done}")
+            _remove_previous(target, ours, done)
             _reset_state(target, _digests(previous))
         # the marker first: a demo killed while moving its files leaves each either in the staging
         # folder (ours, removed next time) or in place holding what the marker records
@@ -545,29 +562,50 @@ def generate_demo(target_dir: str, *, seed: int = 0, scale: float = 1.0, overwri
             **_runs_and_sessions(files), **summarize(target, files), "state_kept": kept}
 
 
-def _restore_demo_reductions(target: str, digests: Dict[str, Digest]) -> Tuple[str, int]:
-    """Restore each kept reduction of the state folder whose backed-up files all held the bytes
-    the marker records (the demo's own; ``api.restore`` by its op id, newest first per run); the
-    others (a user's run's) stay as they are. Returns what the demo says of the state it keeps,
-    and how many it restored.
-    ``FileExistsError`` when one of the demo's cannot be restored (its backups stay)."""
+def _demo_reductions(target: str, digests: Dict[str, Digest]) -> Tuple[List[str], Dict[str, Digest]]:
+    """The kept reductions of the state folder whose backed-up files all held the bytes the marker
+    records (the demo's own; op ids newest first), and the files they wrote (name -> (size,
+    sha256)); changes nothing. ``FileExistsError`` when one of them lies under a newer kept
+    reduction of its run that is not the demo's (it could not be restored without undoing that)."""
+    from tb_footprint_plugin import api
+
+    mans = {m.get("op_id"): m for m in api.operations(target)}
+    own: List[str] = []
+    wrote: Dict[str, Digest] = {}
+    users: Dict[str, str] = {}  # run -> its newest kept reduction that is not the demo's
+    for o in api.restorable(target):  # newest first
+        m = mans.get(o["op_id"])
+        if not _all_demos(m, digests):
+            users.setdefault(o.get("run"), o["op_id"])
+            continue
+        if o.get("run") in users:
+            raise FileExistsError(f"the demo's own reduction {o['op_id']} of run {o.get('run')!r} lies under a newer "
+                                  f"one that is not the demo's ({users[o.get('run')]}); nothing was changed: "
+                                  "restore that run yourself first")
+        own.append(o["op_id"])
+        for c in m.get("created") or []:
+            if isinstance(c, dict) and isinstance(c.get("path"), str) and type(c.get("size")) is int \
+                    and isinstance(c.get("sha256"), str):
+                wrote[c["path"]] = (c["size"], c["sha256"])
+    return own, wrote
+
+
+def _restore_demo_reductions(target: str, ops: Sequence[str]) -> Tuple[str, int]:
+    """Restore the demo's own reductions ``ops`` (``_demo_reductions``: newest first, so a run's
+    older one comes after its newer; ``api.restore`` by op id); the others (a user's run's) stay as
+    they are. Returns what the demo says of the state it keeps, and how many it restored.
+    ``FileExistsError`` when one of them cannot be restored (its backups stay)."""
     from tb_footprint_plugin import api
 
     restored: List[str] = []
-    for _round in range(1000):  # one op per run each round: a run's older reduction is next
-        mans = {m.get("op_id"): m for m in api.operations(target)}
-        ops = [o["op_id"] for o in api.restorable(target)
-               if o["op_id"] not in restored and _all_demos(mans.get(o["op_id"]), digests)]
-        if not ops:
-            break
-        for op in ops:
-            outs = api.restore(target, op=op)
-            bad = [o for o in outs if o.status != Outcome.RESTORED or o.code is not None]
-            if bad:
-                raise FileExistsError(f"the demo's own reduction {op} of {target} could not be restored "
-                                      f"({bad[0].reason}); its backups stay in the vault"
-                                      + (f"; restored first: {', '.join(restored)}" if restored else ""))
-            restored.append(op)
+    for op in ops:
+        outs = api.restore(target, op=op)
+        bad = [o for o in outs if o.status != Outcome.RESTORED or o.code is not None]
+        if bad:
+            raise FileExistsError(f"the demo's own reduction {op} of {target} could not be restored "
+                                  f"({bad[0].reason}); its backups stay in the vault"
+                                  + (f"; restored first: {', '.join(restored)}" if restored else ""))
+        restored.append(op)
     other = next((m for m in api.operations(target) if m.get("op_id") not in restored
                   and m.get("kind") in ("reduce", "retire")), None)
     what = (f"a retired run ({other.get('run')})" if other and other.get("kind") == "retire" else

@@ -54,18 +54,3 @@ def test_the_demos_own_reductions_are_undone_and_the_kept_state_is_said(tmp_path
     assert api.restore(str(target), run="mine")[0].status == "restored"
     assert _digests(target / "mine") == mine
 
-
-def test_a_refusal_after_the_demos_reductions_were_restored_says_so(tmp_path):
-    target = tmp_path / "dm"
-    generate_demo(str(target), scale=SCALE)
-    _user_run(target)
-    assert api.reduce_logdir(str(target), policy="archive", dry_run=False, quiet_period=0,
-                             verify_backends=("python",)).ok
-    marker = json.loads((target / MARKER).read_text())
-    written = next(target / f for f in marker["files"] if "tfevents" in f and (target / f).exists())
-    with open(written, "ab") as f:  # a demo file the user wrote to: the overwrite refuses
-        f.write(b"\0")
-    p = cli("demo", target, "--scale", str(SCALE), "--overwrite")
-    assert p.returncode != 0 and "nothing else was changed (the demo's own reductions were restored first)" \
-        in p.stderr, (p.returncode, p.stdout, p.stderr)
-    assert [o["run"] for o in api.restorable(str(target))] == ["mine"]
