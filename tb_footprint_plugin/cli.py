@@ -1021,14 +1021,16 @@ def _no_unknown_runs(api, args, names: List[str], rows: List[dict]) -> None:
     restored (review R17 F15: ``restore A TYPO --yes`` restored A, then exited 2, which says nothing
     changed), as on every other verb; a run restored already (its operations recorded) and a run
     taken along by its parent's retirement (named in its ``takes_along``) go on to ``restore``,
-    which says so. Any other name under a recorded run is a typo too (review R19 F2)."""
+    which says so. Any other name under a recorded run is a typo too (review R19 F2), and so is a
+    name a manifest lists as taken along outside its run (the summaries' ``takes_along``: only names
+    inside it, review R20)."""
     known = {r["run"] for r in rows}
     unknown = [n for n in names if n not in known]
     if not unknown:
         return
     ops = api.operations(args.logdir, backup_dir=args.backup_dir)
     recorded = known | {o["run"] for o in ops if isinstance(o.get("run"), str)}
-    recorded |= {a for o in ops for a in (o.get("takes_along") or ()) if isinstance(a, str)}
+    recorded |= {a for o in api.summarize_operations(ops) for a in o.get("takes_along") or ()}
     typos = [n for n in unknown if n not in recorded]
     if typos:
         dash = " (`--yes` after `--` is taken as a run name)" if any(n.startswith("-") for n in typos) else ""
