@@ -80,6 +80,9 @@ class FaultyProxy:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # an answer is two writes (headers, then body): with Nagle's algorithm on, the body
+            # waited for the client's delayed ACK of the headers, ~40 ms a request on loopback
+            disable_nagle_algorithm = True
 
             def log_message(self, *a):  # quiet
                 pass
