@@ -10,7 +10,8 @@ import sys
 import textwrap
 
 from tb_footprint_plugin import api, synth
-from tb_footprint_plugin.api import reduce as api_reduce, survey
+from tb_footprint_plugin.api import survey
+from tb_footprint_plugin.engine import front_local
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -61,7 +62,7 @@ def test_warm_up_imports_the_client_then_the_app_on_one_thread_once(tmp_path):
 def _noting(monkeypatch) -> list:
     seen: list = []
     real_scan = survey.scan
-    monkeypatch.setattr(api_reduce, "warm_up", lambda: seen.append("warm_up"), raising=False)
+    monkeypatch.setattr(front_local, "warm_up", lambda: seen.append("warm_up"))
 
     def scan(*a, **kw):
         seen.append("scan")

@@ -26,7 +26,6 @@ from tb_footprint_plugin.plan.policies import get_policy
 from tb_footprint_plugin.scan import passes
 from tb_footprint_plugin.scan.model import LogdirFootprint
 from tb_footprint_plugin.storage import throttle
-from tb_footprint_plugin.verify.original import warm_up
 from tb_footprint_plugin.api.common import (DEFAULT_BACKENDS, engine_vault, logdir_keys, partition_name, RunProgress,
                                             say_taken)
 from tb_footprint_plugin.api.settle import Interrupted, settle_interrupted
@@ -178,7 +177,7 @@ def _reduce(eng: Engine, logdir: str, pol, dry_run: bool, *, runs, run_glob, min
         eng.prepare_reduce()  # the vault ours, a remote vault remembered, before any backup is made
         # what its verification will import (gRPC, TensorBoard's app) on a thread from now, beside
         # the recovery and the scan rather than after them (issue #28 item 3)
-        warm_up()
+        eng.warm_up()
     # no run named: an unreadable folder outside every run is a warning, not a run left undone
     whole_logdir = runs is None and not run_glob
     recovered = [] if dry_run else eng.recover()

@@ -198,6 +198,11 @@ class Engine(ABC):
         """Before a reduce writes its first backup: the vault made or refused unless ours (never a
         backup where another user can unlink it), a remote vault remembered."""
 
+    def warm_up(self) -> None:
+        """Start, on a thread, the imports this store's verification will wait for, beside the
+        recovery and the scan. Nothing here: a bucket's reduces are mostly drop-only batches that
+        never ask TensorBoard, whose imports would be paid for nothing (review R20 F2)."""
+
     @abstractmethod
     def survey_for_reduce(self, *, write_cache: bool, eager: bool) -> Optional[LogdirFootprint]:
         """The footprint a reduce plans from. A bucket's comes from its one listing, which is kept

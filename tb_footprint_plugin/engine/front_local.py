@@ -50,6 +50,7 @@ from tb_footprint_plugin.storage.openfiles import find_writers, JoinedPaths
 from tb_footprint_plugin.storage.paths import is_within, recorded_vaults, state_dir
 from tb_footprint_plugin.storage.remote import is_remote
 from tb_footprint_plugin.storage.store import StoreFailure
+from tb_footprint_plugin.verify.original import warm_up
 
 
 def split_backup_dir(logdir: str, backup_dir: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
@@ -345,6 +346,11 @@ class LocalEngine(Engine):
         refuse_unless_ours(self.ctx.state, self.ctx.vault)
         if self.remote_vault:
             offload.configure(self.ctx.vault, self.remote_vault)
+
+    def warm_up(self) -> None:
+        """``verify.original.warm_up``: gRPC and TensorBoard's app imported on a thread (a disk's
+        reduce verifies each changed run through them; issue #28 item 3)."""
+        warm_up()
 
     def offloads(self) -> bool:
         """Whether committed backups leave the local disk at once (a remote vault)."""
