@@ -97,7 +97,7 @@ def _keras_train(run: str, seed: int, scale: float, ts: int, *, epochs: int = 5,
             w.scalar("batch_accuracy", step, max(0.0, min(1.0, 1.0 - loss / 2.5)))
             if step == 6:  # profile_batch's traced step: the graph + run metadata summary
                 w.graph_summary("batch_6", 6, synth.make_run_metadata(30, seed=seed, with_graph=True)
-                                .SerializeToString(), "graph_run_metadata_graph")
+                                .SerializeToString(deterministic=True), "graph_run_metadata_graph")
         w.scalar("epoch_loss", epoch, _loss_curve(rng, (epoch + 1) * steps_per_epoch, total))
         w.scalar("epoch_accuracy", epoch, min(1.0, 0.5 + 0.1 * epoch))
         w.scalar("epoch_learning_rate", epoch, lr)
@@ -198,9 +198,9 @@ def _summary_mix(r: _Run) -> List[str]:
               trial_id="summary_mix-0", start_time_secs=ts)
     w.graph_def(synth.make_graph_def(30, seed=seed))
     w.graph_summary("step_fn_graph", 0, synth.make_run_metadata(30, seed=seed, with_graph=True)
-                    .SerializeToString(), "graph_run_metadata_graph")
-    w.graph_summary("step_fn_profile", 1, synth.make_run_metadata(30, seed=seed).SerializeToString(),
-                    "graph_run_metadata")
+                    .SerializeToString(deterministic=True), "graph_run_metadata_graph")
+    w.graph_summary("step_fn_profile", 1, synth.make_run_metadata(30, seed=seed)
+                    .SerializeToString(deterministic=True), "graph_run_metadata")
     steps = _n(1000, scale, 20)
     tags = ["loss", "accuracy", "learning_rate", "grad_norm", "throughput/examples_per_sec", "memory/host_mb"]
     for step in range(steps):

@@ -367,19 +367,20 @@ class EventWriter:
     # --- graphs and run metadata ---------------------------------------------------------------
     def graph_def(self, graph: Union[bytes, graph_pb2.GraphDef], wall_time: Optional[float] = None) -> None:
         """``Event.graph_def`` (TF1 ``add_graph``, ``tf.summary.graph``, torch ``add_graph``)."""
-        data = graph if isinstance(graph, (bytes, bytearray)) else graph.SerializeToString()
+        data = graph if isinstance(graph, (bytes, bytearray)) else graph.SerializeToString(deterministic=True)
         self.write_event(event_pb2.Event(wall_time=self._wall(wall_time), graph_def=bytes(data)))
 
     def meta_graph_def(self, meta: Union[bytes, meta_graph_pb2.MetaGraphDef],
                        wall_time: Optional[float] = None) -> None:
         """``Event.meta_graph_def`` (TF1 ``add_meta_graph``)."""
-        data = meta if isinstance(meta, (bytes, bytearray)) else meta.SerializeToString()
+        data = meta if isinstance(meta, (bytes, bytearray)) else meta.SerializeToString(deterministic=True)
         self.write_event(event_pb2.Event(wall_time=self._wall(wall_time), meta_graph_def=bytes(data)))
 
     def run_metadata(self, tag: str, step: int, run_metadata: Union[bytes, config_pb2.RunMetadata],
                      wall_time: Optional[float] = None) -> None:
         """``Event.tagged_run_metadata`` (TF1 ``add_run_metadata``, torch ``add_graph``)."""
-        data = run_metadata if isinstance(run_metadata, (bytes, bytearray)) else run_metadata.SerializeToString()
+        data = (run_metadata if isinstance(run_metadata, (bytes, bytearray))
+                else run_metadata.SerializeToString(deterministic=True))
         self.write_event(event_pb2.Event(
             wall_time=self._wall(wall_time), step=step,
             tagged_run_metadata=event_pb2.TaggedRunMetadata(tag=tag, run_metadata=bytes(data))))
