@@ -1281,7 +1281,7 @@ def cmd_status(args) -> int:
     print(f"{st['logdir']}\n  vault: {human_bytes(st['vault_bytes'])} in {', '.join(st['vaults'])}")
     if st.get("disk_in_use_bytes") is not None:
         print(f"  {_in_use_now(args.logdir)} (logdir + vault): {human_bytes(st['disk_in_use_bytes'])}; "
-              + _freed_now(st.get("freed_now_bytes"))
+              + _freed_now(st.get("freed_now_bytes"), bool(st.get("vault_elsewhere")))
               + f"{human_bytes(st.get('freed_after_purge_bytes') or 0)} more freed after `tb-footprint purge`")
     if st.get("remote_vault"):
         print("  " + _remote_line(st["remote_vault"]))
@@ -1344,9 +1344,11 @@ def _print_batch(b: dict, per_run: bool, logdir: str = "LOGDIR") -> None:
                   f"{after:>9}  {who}{extra}")
 
 
-def _freed_now(n: Optional[int]) -> str:
-    """"freed now …; " of a status or history line; nothing where it is not measured (a bucket)."""
-    return "" if n is None else f"freed now {human_bytes(n)} on disk by the kept reductions; "
+def _freed_now(n: Optional[int], elsewhere: bool = False) -> str:
+    """"freed now …; " of a status or history line; nothing where it is not measured (a bucket).
+    ``elsewhere``: a vault is on another disk, so it is the logdir's disk's (as a reduce says it)."""
+    where = "on the logdir's disk (the vault is on another disk)" if elsewhere else "on disk"
+    return "" if n is None else f"freed now {human_bytes(n)} {where} by the kept reductions; "
 
 
 def _shown(name: str) -> str:
@@ -1409,7 +1411,7 @@ def _print_disk_line(api, logdir: str, backup_dir: Optional[str]) -> None:
     if nums.get("disk_in_use_bytes") is None:
         return
     print(f"{_in_use_now(logdir)} (logdir + vault): {human_bytes(nums['disk_in_use_bytes'])}; "
-          + _freed_now(nums.get("freed_now_bytes"))
+          + _freed_now(nums.get("freed_now_bytes"), bool(nums.get("vault_elsewhere")))
           + f"{human_bytes(nums.get('freed_after_purge_bytes') or 0)} more freed after `tb-footprint purge`\n")
 
 

@@ -79,6 +79,7 @@ def status_view(ctx: Context, found: dict, reads: Optional[List[VaultRead]] = No
             # the same numbers a reduce reports: disk in use now (logdir + vaults, as ``du``
             # counts it) and what purging every kept backup would free (purge's own count)
             "disk_in_use_bytes": disk_in_use(ctx).total_bytes, "freed_now_bytes": freed_now,
+            "vault_elsewhere": vault_elsewhere(ctx, vaults),
             "freed_after_purge_bytes": freed_after_purge(ctx, kept_ops, reads) + retired,
             # backups offloaded to a bucket: what it stores, apart from the local disk (None: no remote vault)
             "remote_vault": usage.remote_usage(vaults),
@@ -103,9 +104,17 @@ def disk_numbers_view(ctx: Context) -> dict:
     freed_now, kept_ops = _freed_now(ctx, manifests, vaults)
     remote = usage.remote_usage(vaults)
     return {"disk_in_use_bytes": disk_in_use(ctx).total_bytes, "freed_now_bytes": freed_now,
+            "vault_elsewhere": vault_elsewhere(ctx, vaults),
             "freed_after_purge_bytes": freed_after_purge(ctx, kept_ops, reads)
             + retired_after_purge(manifests, vaults),
             "remote_vault_bytes": remote["remote_vault_bytes"] if remote else None}
+
+
+def vault_elsewhere(ctx: Context, vaults: List[str]) -> bool:
+    """Whether a vault of the logdir is on another disk than the logdir: ``freed_now_bytes`` is
+    then the logdir's disk's alone (``usage.freed_by_op`` counts blocks on the logdir's device)."""
+    here = usage.device_of(ctx.logdir)
+    return any(usage.device_of(v) != here for v in vaults if "://" not in v)
 
 
 def _freed_now(ctx: Context, manifests: List[dict], vaults: List[str]) -> Tuple[int, List[str]]:
