@@ -76,3 +76,30 @@ def test_a_clash_refuses_before_any_reduction_is_restored(tmp_path):
         "the refused overwrite restored the demo's reductions"
     assert _tree(target) == before
     assert "would replace files the demo did not write" in p.stderr and "nothing was changed" in p.stderr, p.stderr
+
+
+def test_a_demo_reduction_under_a_users_newer_one_refuses_before_anything(tmp_path):
+    """A run the demo wrote, reduced, then given a profile session of the user's and reduced again:
+    the demo's reduction can be restored only after the user's, so the overwrite refuses up front
+    (it used to restore the other runs' reductions first, then fail on this one)."""
+    target = tmp_path / "dm"
+    generate_demo(str(target), scale=SCALE)
+    assert api.reduce_logdir(str(target), policy="archive", dry_run=False, quiet_period=0,
+                             verify_backends=("python",)).ok
+    run = target / "tf_summary_mix"
+    synth.write_profile_session(str(run), synth.session_name_for(1_600_000_000), n_events=300, seed=9)
+    for d, dirs, files in os.walk(run / "plugins"):
+        for n in dirs + files:
+            os.utime(os.path.join(d, n), (1_600_000_000, 1_600_000_000))
+    rep = api.reduce_logdir(str(target), policy="archive", dry_run=False, quiet_period=0,
+                            verify_backends=("python",))
+    assert "tf_summary_mix" in {o.run for o in rep.outcomes if o.status == "verified"}, \
+        [(o.run, o.status, o.reason) for o in rep.outcomes]
+    ops = sorted(o["op_id"] for o in api.restorable(str(target)))
+    before = _tree(target)
+    p = cli("demo", target, "--scale", str(SCALE), "--overwrite")
+    assert p.returncode != 0, (p.stdout, p.stderr)
+    assert sorted(o["op_id"] for o in api.restorable(str(target))) == ops, \
+        "the refused overwrite restored the demo's reductions"
+    assert _tree(target) == before
+    assert "lies under a newer one" in p.stderr and "nothing was changed" in p.stderr, p.stderr
