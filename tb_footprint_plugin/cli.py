@@ -1046,30 +1046,11 @@ def _restore_call(api, args, call: dict, on_outcome, cancel) -> list:
     try:
         return api.restore(args.logdir, backup_dir=args.backup_dir, on_outcome=on_outcome, cancel=cancel, **call)
     except api.TransactionError as e:
-        done = _restored_along(api, args, call.get("run")) if e.code == Failure.NOT_FOUND else None
-        if done is not None:
-            on_outcome(done)
-            return [done]
         if e.code == Failure.NOT_FOUND:
             rows = sorted({r["run"] for r in _restorable_rows(api, args)})
             raise UsageError(f"{e} (runs with something to restore: "
                              f"{', '.join(shown(n) for n in rows[:8]) or 'none'})") from e
         raise
-
-
-def _restored_along(api, args, run: Optional[str]):
-    """A run of which nothing is recorded but that a restored retirement took along (its
-    parent's): "already restored", as a run named by itself says, or None."""
-    if run is None:
-        return None
-    ops = api.summarize_operations(api.operations(args.logdir, backup_dir=args.backup_dir))
-    done = [o for o in ops if run in (o.get("takes_along") or ()) and o.get("restored_by")]
-    if not done:
-        return None
-    o = max(done, key=lambda o: o.get("started_at") or 0)
-    return api.RunOutcome(run=run, status=Outcome.SKIPPED, code=Skip.ALREADY_RESTORED, op_id=o["op_id"],
-                          reason=f"already restored: operation {o['op_id']} retired it along with {o['run']} "
-                                 f"and was restored by {o['restored_by']}")
 
 
 def _restorable_rows(api, args) -> List[dict]:

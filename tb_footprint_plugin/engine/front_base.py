@@ -319,10 +319,12 @@ def refused_rows(recovered: Sequence[RecoveryOutcome]) -> List[dict]:
     return [{"op_id": r.op_id, "code": r.code, "detail": r.detail} for r in recovered if r.action == Recovery.REFUSED]
 
 
-def already_restored(m: dict) -> RunOutcome:
-    """A restore asked for again: its originals are back already, nothing is done (said so)."""
-    return RunOutcome(run=m["run"], status=Outcome.SKIPPED, code=Skip.ALREADY_RESTORED, op_id=m["op_id"],
-                      reason=f"already restored: operation {m['op_id']} was restored by {m['restored_by']}",
+def already_restored(m: dict, run: Optional[str] = None) -> RunOutcome:
+    """A restore asked for again: its originals are back already, nothing is done (said so).
+    ``run``: the run asked for, when ``m`` is its parent's retirement that took it along."""
+    along = f" (it retired {run} along with {m['run']})" if run not in (None, m["run"]) else ""
+    return RunOutcome(run=run or m["run"], status=Outcome.SKIPPED, code=Skip.ALREADY_RESTORED, op_id=m["op_id"],
+                      reason=f"already restored: operation {m['op_id']}{along} was restored by {m['restored_by']}",
                       bytes_before=m.get("bytes_before", 0), bytes_after=m.get("bytes_before", 0))
 
 

@@ -422,9 +422,10 @@ class LocalEngine(Engine):
         # the one full read is not memoised: every later read is slim, and ``ops`` holds what it needs
         ops = restorable_ops(ctx, run, read_vaults(ctx))
         if run is not None and not ops and not outcomes:
-            done = [m for m in own_manifests(ctx) if m.get("run") == run and m.get("restored_by")]
+            # a run a restored retirement took along came back with its parent: said so, as the parent is
+            done = [m for m in own_manifests(ctx) if takes_out(m, run) and m.get("restored_by")]
             if done:
-                return [said(already_restored(max(done, key=lambda m: m.get("started_at", 0))))]
+                return [said(already_restored(max(done, key=lambda m: m.get("started_at", 0)), run))]
             hidden = hiding_damage(ctx)
             raise TransactionError(f"nothing to restore for run {run!r} (no kept backup of a verified reduction, "
                                    "no retirement)" + "".join(f"; {why}" for why in hidden),
