@@ -117,3 +117,95 @@ def test_a_journal_changed_under_its_batch_loses_every_lock_it_kept_alive(bucket
     ours, _ = unlock_all(locks)
     assert ours == []
     assert json.loads(st.read_bytes(jnl.path))["step"] == Rec.ROLLING_BACK  # never written back
+
+
+def test_a_renewal_that_landed_with_its_answer_lost_keeps_the_batch_going(by_kind, templates, monkeypatch):
+    """The journal renewal's put lands but its answer is lost (the server wrote it, then answered
+    500): the client's retry fails its precondition against the version just written, or all its
+    tries fail. The writer reads the journal again, finds the document it put and goes on under
+    that version: the batch commits every run. Before, the renewal was taken for another's write
+    (every lock of the batch lost: no run reduced) or left the writer's version stale (its next
+    record failed its precondition: the batch rolled back)."""
+    from faulty_proxy import AFTER_500, Rule
+
+    bucket, proxy, puts = by_kind
+    armed = [False]
+    lost = Rule(match=lambda method, path: armed[0] and method == "PUT" and _kind(path) == "journal",
+                fault=AFTER_500, times=1)
+    proxy.rules.append(lost)
+    real = bucket_batch.backup_object
+
+    def copy_then_renew(ostore, f):  # the first copy outlives a third of a lease: one renewal, its answer lost
+        real(ostore, f)
+        if not lost.hits:
+            armed[0] = True
+            try:
+                bucket_lease.renew_all(now=time.time() + lease.lease_seconds())
+            finally:
+                armed[0] = False
+
+    monkeypatch.setattr(bucket_batch, "backup_object", copy_then_renew)
+    upload(bucket, "lost", 3, templates)
+    url = bucket.url("lost")
+    api.scan(url)
+    rep = api.reduce_logdir(url, policy="archive", dry_run=False, quiet_period=0)
+    assert lost.hits == 1  # the renewal landed and its answer was lost
+    assert sorted(o.run for o in rep.outcomes if o.status == "verified") == [run_name(i) for i in range(3)], \
+        [(o.run, o.status, o.code) for o in rep.outcomes]
+    assert not any(f"/{PROFILE}" in k and "/.tb-footprint/" not in k for k in bucket.fs.find(bucket.key("lost")))
+    assert not bucket.fs.find(bucket.key("lost") + "/.tb-footprint/journal")  # committed and closed
+
+
+def test_a_renewal_whose_answer_is_lost_adopts_only_the_document_it_put(s3_bucket):
+    """A renewal put that fails with another code than precondition/not-found: when it landed (the
+    journal holds the document put, ``renewed`` included) its version is taken and the writer's
+    records go on, its locks kept; when it did not land the version held is kept, nothing lost, and
+    the next renewal (the next wake-up: one try a wake-up, not one a lock) writes; a journal that
+    holds another's document is never adopted."""
+    from tb_footprint_plugin.codes import StoreError
+    from tb_footprint_plugin.storage.store import StoreFailure
+
+    class AnswerLost:  # the state objects, each update failing once its put is done (or before it)
+        def __init__(self, st):
+            self.st, self.mode, self.calls = st, None, 0
+
+        def __getattr__(self, name):
+            return getattr(self.st, name)
+
+        def update(self, path, doc, version):
+            self.calls += 1
+            mode, self.mode = self.mode, None
+            if mode == "landed":
+                self.st.update(path, doc, version)
+            if mode:
+                raise StoreFailure(StoreError.STORE_ERROR, path, "read timed out")
+            return self.st.update(path, doc, version)
+
+    st = BucketState(ObjectStore(s3_bucket.url("logs")))
+    op = new_op_id()
+    locks = [lock_run(st, run, op) for run in ("exp/a", "exp/b")]
+    jnl = new_journal(st, op, {"op": op, "step": Rec.PLANNED, "runs": [{"run": "exp/a"}, {"run": "exp/b"}]})
+    jnl.st = flaky = AnswerLost(st)
+    assert bucket_lease.delegate(locks, jnl.renew) == 2
+    t = time.time() + lease.lease_seconds()
+    flaky.mode = "landed"
+    bucket_lease.renew_all(now=t)
+    assert json.loads(st.read_bytes(jnl.path))["renewed"] == t
+    assert jnl.version == st.read(jnl.path)[1] and all(lk.still_held() for lk in locks)
+    jnl.step(Rec.BACKED_UP)  # under the version adopted: no precondition failure
+    v = jnl.version
+    flaky.mode, flaky.calls = "not landed", 0
+    bucket_lease.renew_all(now=t + lease.lease_seconds())
+    assert flaky.calls == 1  # one try a wake-up for the batch, not one a lock it keeps alive
+    assert jnl.version == v and all(lk.still_held() for lk in locks)
+    bucket_lease.renew_all(now=t + 2 * lease.lease_seconds())
+    assert jnl.version != v and json.loads(st.read_bytes(jnl.path))["renewed"] == t + 2 * lease.lease_seconds()
+    # another's document in place, the renewal's answer lost: never adopted, its locks lost next time
+    theirs = {"op": op, "step": Rec.ROLLING_BACK, "runs": []}
+    st.put(jnl.path, json.dumps(theirs).encode())
+    flaky.mode = "not landed"
+    bucket_lease.renew_all(now=t + 3 * lease.lease_seconds())
+    assert all(lk.still_held() for lk in locks)
+    bucket_lease.renew_all(now=t + 4 * lease.lease_seconds())
+    assert not any(lk.still_held() for lk in locks) and unlock_all(locks)[0] == []
+    assert json.loads(st.read_bytes(jnl.path)) == theirs

@@ -236,19 +236,23 @@ def lock_class(caps: Capabilities) -> type:
 def renew_all(now: Optional[float] = None) -> None:
     """Push forward every held lock renewed a third of a lease ago or more."""
     period = lease.lease_seconds()
+    tried = set()  # a group's renewal that failed is tried again at the next wake-up, not once a lock
     with _mu:
         for path, h in list(_held.items()):
             t = time.time() if now is None else now
             if h.group is not None:  # one write for the group, whichever of its locks comes first
                 g = h.group
-                if g.lost or t - g.renewed < period / 3:
+                if g.lost or id(g) in tried or t - g.renewed < period / 3:
                     continue
+                tried.add(id(g))
                 try:
                     g.renew(t)
                     g.renewed = t
                 except StoreFailure as e:
                     if e.code in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND):
-                        g.lost = True  # the journal rewritten or removed by another: its locks are not ours
+                        # the journal rewritten or removed by another (a put of ours that landed
+                        # with its answer lost is adopted by ``renew``): its locks are not ours
+                        g.lost = True
                 continue
             if h.lost or t - h.doc.get("renewed", 0) < period / 3:
                 continue

@@ -30,14 +30,16 @@ holds the one its store needs.
 from __future__ import annotations
 
 import copy
+import json
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Protocol, Tuple
 
+from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
-from tb_footprint_plugin.storage.store import Capabilities
+from tb_footprint_plugin.storage.store import Capabilities, StoreFailure
 
 #: the journal folder of a bucket logdir, relative to the logdir
 OBJECT_JOURNALS = f"{STATE_DIR_NAME}/journal"
@@ -169,13 +171,35 @@ class ObjectJournal(OpJournal):
         new last-modified time is what another host reads as the operation's progress
         (``lease.holder_gone``): the lease of every lock of a batch in one request
         (``bucket_lease.delegate``). Raises the store's failure (``PRECONDITION_FAILED``: written
-        by another since; ``NOT_FOUND``: gone); nothing is written when no version is held."""
+        by another since; ``NOT_FOUND``: gone); nothing is written when no version is held.
+
+        A put that failed otherwise may have landed with its answer lost: the store client's retry
+        of it then fails its precondition against our own new version, or all its tries time out.
+        The journal is read again (``landed``) and, when it holds the very document put, its version
+        is adopted: the writer's next record goes on instead of failing its precondition (its batch
+        rolled back, or every lock of it lost)."""
         with self._mu:
             if self.version is None:
                 return
             doc = dict(self.doc, renewed=time.time() if now is None else now)
-            self.version = self.st.update(self.path, doc, self.version)
+            try:
+                self.version = self.st.update(self.path, doc, self.version)
+            except StoreFailure as e:
+                version = self.landed(doc) if e.code != StoreError.NOT_FOUND else None
+                if version is None:
+                    raise
+                self.version = version
             self.doc = doc
+
+    def landed(self, doc: dict) -> Optional[str]:
+        """The version of the journal object when it holds ``doc`` as this writer put it (same
+        fields and values, ``renewed`` included, after the JSON round trip), else None (another
+        document, gone, unreadable, or the read failed: the put is taken as not landed)."""
+        try:
+            held, version = self.st.read(self.path)
+        except StoreFailure:
+            return None
+        return version if held is not None and held == json.loads(json.dumps(doc)) else None
 
     def step(self, name: str, *, at: Optional[float] = None, **fields) -> None:
         """``append(step_record(name, at, **fields))``."""
