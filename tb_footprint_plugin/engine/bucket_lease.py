@@ -46,7 +46,7 @@ class _Group:
     """Locks kept alive by one other object's renewal (``delegate``): ``renew(t)`` writes it."""
 
     renew: Callable[[float], None]
-    renewed: float
+    last_renewal: float  # when its renew last ran (not a lease document: it has none of its own)
     lost: bool = False
 
 
@@ -111,7 +111,7 @@ def delegate(locks: Iterable[Any], renew: Optional[Callable[[float], None]], now
     how many were delegated."""
     if renew is None:
         return 0
-    group = _Group(renew=renew, renewed=time.time() if now is None else now)
+    group = _Group(renew=renew, last_renewal=time.time() if now is None else now)
     n = 0
     with _mu:
         for lock in locks:
@@ -242,12 +242,12 @@ def renew_all(now: Optional[float] = None) -> None:
             t = time.time() if now is None else now
             if h.group is not None:  # one write for the group, whichever of its locks comes first
                 g = h.group
-                if g.lost or id(g) in tried or t - g.renewed < period / 3:
+                if g.lost or id(g) in tried or t - g.last_renewal < period / 3:
                     continue
                 tried.add(id(g))
                 try:
                     g.renew(t)
-                    g.renewed = t
+                    g.last_renewal = t
                 except StoreFailure as e:
                     if e.code in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND):
                         # the journal rewritten or removed by another (a put of ours that landed
