@@ -16,7 +16,7 @@ from tb_footprint_plugin.engine import health, usage
 from tb_footprint_plugin.engine.bucket_objects import BucketState
 from tb_footprint_plugin.engine.catalogue_rules import backup_kept, is_kept, summarize_operations
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError
-from tb_footprint_plugin.engine.front_base import DEFAULT_BACKENDS, Engine, Progress, refused_rows
+from tb_footprint_plugin.engine.front_base import already_restored, DEFAULT_BACKENDS, Engine, Progress, refused_rows
 from tb_footprint_plugin.engine.history import HistoryPage
 from tb_footprint_plugin.engine.ledger import with_restores
 from tb_footprint_plugin.engine.plan_notes import bucket_cost, bucket_traces
@@ -267,9 +267,9 @@ class BucketEngine(Engine):
                 progress: Optional[Callable[[str, str, float], None]] = None) -> List[RunOutcome]:
         """A retired run comes back first; a damaged manifest that may hide a backup is a failed
         outcome (``Failure.RESTORE_BLOCKED``), and so is an operation whose owner a failed listing could
-        not tell (``Finding.WHOSE_UNKNOWN``, named by op and run). Differs: an operation restored already is not
-        listed again (no ``already_restored`` skip); nothing found is a ``TransactionError`` for
-        ``op`` as for ``run``. ``cancel``: a reduction's restore stops before its first put-back
+        not tell (``Finding.WHOSE_UNKNOWN``, named by op and run). A run restored already is said so
+        (``already_restored``), as on a disk. Differs: an operation asked for by its op id and restored
+        already is not (nothing found is a ``TransactionError`` for ``op`` as for ``run``). ``cancel``: a reduction's restore stops before its first put-back
         (``bucket_restore.restore_op``); a retired run's is not stopped once started
         (``bucket_retire.unretire``), only not started, as on a disk."""
         bk, ostore, vault = self.bk, self.ostore, self.vault
@@ -294,6 +294,16 @@ class BucketEngine(Engine):
                   and (op is None or d.get("op_id") == op)
                   and (run is None or run == d.get("run") or run in d.get("takes_along", ()))]
         damage = [d["detail"] for d in damaged if d.get("code") != Finding.WHOSE_UNKNOWN]
+        if run is not None and op is None and not todo and not unsure:
+            # a run restored already, or taken along by a retirement restored already, is said so, as on a
+            # disk (``LocalEngine.restore``), not "nothing to restore"
+            done = [v for v in map(op_view, found) if v.get("outcome") == Outcome.VERIFIED and v.get("restored_by")
+                    and isinstance(v.get("op_id"), str) and isinstance(v.get("run"), str) and takes_out(v, run)]
+            if done:
+                said = already_restored(max(done, key=lambda v: v.get("started_at") or 0), run)
+                if on_outcome is not None:
+                    on_outcome(said)
+                return [said]
         if (op or run) and not todo and not unsure:
             # damage that may hide its backup is a refusal programs can tell (a code), as on a disk
             raise TransactionError(f"nothing to restore for {op or run!r} in {self.logdir}"

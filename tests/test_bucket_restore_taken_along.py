@@ -1,0 +1,35 @@
+"""A bucket logdir: a restore of a run restored already says "already restored", as on a disk, and so
+does a run its parent's restored retirement took along (``restore exp/eval`` after ``exp``); before,
+both were "nothing to restore", a usage error at the CLI (review R20's parity note on ae83518)."""
+import pytest
+
+from conftest import copy_real
+from tb_footprint_plugin import api
+
+pytestmark = pytest.mark.usefixtures("disarm_faults")
+
+
+def _logdir_files(bucket, prefix) -> dict:
+    return {k: v for k, v in bucket.hashes(prefix).items() if not k.startswith(".tb-footprint/")}
+
+
+def test_a_bucket_run_restored_already_or_taken_along_is_said_already_restored(tmp_path, s3_bucket):
+    logdir = tmp_path / "ld"
+    copy_real("tf/keras_profiled/train", logdir / "exp")
+    copy_real("tf/keras_profiled/train", logdir / "exp" / "eval")
+    url = s3_bucket.upload(logdir, "along")
+    before = _logdir_files(s3_bucket, "along")
+    (o,) = api.retire(url, api.retire_rule(runs=["exp"], include_nested=True), dry_run=False, quiet_period=0).outcomes
+    assert str(o.status) == "verified", o.reason
+    (back,) = api.restore(url, run="exp")
+    assert str(back.status) == "restored", back.reason
+    assert _logdir_files(s3_bucket, "along") == before
+    for run in ("exp", "exp/eval"):
+        seen = []
+        (again,) = api.restore(url, run=run, on_outcome=seen.append)
+        assert (again.run, str(again.status), str(again.code)) == (run, "skipped", "already_restored"), again
+        assert again.op_id == o.op_id and seen == [again], (again, seen)
+    assert _logdir_files(s3_bucket, "along") == before
+    # a name nothing recorded is still nothing to restore
+    with pytest.raises(api.TransactionError):
+        api.restore(url, run="exp/evl")
