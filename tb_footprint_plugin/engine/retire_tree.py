@@ -44,8 +44,8 @@ from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.salvage import clear_own_temp, salvage_name
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import Vault, restore_folder, who
-from tb_footprint_plugin.storage.files import (CopyMismatch, copy_new, give_owner, recorded_owner, sha256_file,
-                                               fsync_dir, sha256_stream, unlink_if_same)
+from tb_footprint_plugin.storage.files import (CopyMismatch, copy_new, give_owner, plausible_id, recorded_owner,
+                                               sha256_file, fsync_dir, sha256_stream, unlink_if_same)
 from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
 from tb_footprint_plugin.scan.set_aside import holding_words, holds_vault, is_state_folder
 from tb_footprint_plugin.storage.paths import MADE_OP_ID_RE, is_state_name, is_within, plausible_mtime_ns
@@ -305,7 +305,7 @@ def folders_not_ours(ctx: Context, dirs: List[dict]) -> Optional[str]:
         st = _look(ctx, ctx.key(path))
         if st is None or not stat.S_ISDIR(st.st_mode):
             continue
-        if st.st_uid != me and st.st_uid != _plausible_uid(d.get("uid")):
+        if st.st_uid != me and st.st_uid != plausible_id(d.get("uid")):
             # root's folder is refused too: accepted, its recorded mode could not be given back
             # (only root may chmod it) and the put-back would stop half-way; the user cannot
             # move it in a sticky logdir either, so the words say who can (review R18 F5)
@@ -439,11 +439,6 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
     return note
 
 
-def _plausible_uid(uid) -> Optional[int]:
-    """A record's uid (untrusted input) when it is a plausible id, else None (names no owner)."""
-    return uid if isinstance(uid, int) and not isinstance(uid, bool) and 0 <= uid < 1 << 32 else None
-
-
 def _folder_ours(dfd: int, f: dict, stored: str, dirs: Collection[dict] = ()) -> None:
     """The folder ``f`` goes back into (``dfd``) is this user's, the file's recorded owner's or the
     folder's own recorded owner's (``dirs``: the retirement's folder records; as
@@ -452,8 +447,8 @@ def _folder_ours(dfd: int, f: dict, stored: str, dirs: Collection[dict] = ()) ->
     a swap after the look, R18 F4)."""
     uid = os.fstat(dfd).st_uid
     folder = os.path.dirname(f["path"])
-    owners = {_plausible_uid(f.get("uid"))} | {_plausible_uid(d.get("uid")) for d in dirs
-                                                if isinstance(d, dict) and d.get("path") == folder}
+    owners = {plausible_id(f.get("uid"))} | {plausible_id(d.get("uid")) for d in dirs
+                                              if isinstance(d, dict) and d.get("path") == folder}
     if uid != os.geteuid() and uid not in owners:
         raise StandsThere(f"{f['path']}: its folder is now one of {user_name(uid)}, not this user's: nothing is put "
                           f"into it; the retired file stays in {stored}", Failure.RESTORE_BLOCKED)

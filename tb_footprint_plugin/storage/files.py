@@ -61,15 +61,18 @@ def hash_and_count(f, out=None) -> Tuple[str, int]:
     return h.hexdigest(), n
 
 
+def plausible_id(i) -> Optional[int]:
+    """A record's uid or gid (untrusted input) when it is a plausible id, else None (names no one)."""
+    return i if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 1 << 32 else None
+
+
 def recorded_owner(rec) -> Optional[Tuple[int, int]]:
     """``(uid, gid)`` of a record (a backup, manifest or rmdir record: untrusted input) when both
     are plausible ids; None otherwise (records written before the owner was kept have none)."""
     if not isinstance(rec, dict):
         return None
-    ids = (rec.get("uid"), rec.get("gid"))
-    if all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 1 << 32 for i in ids):
-        return ids[0], ids[1]
-    return None
+    uid, gid = plausible_id(rec.get("uid")), plausible_id(rec.get("gid"))
+    return (uid, gid) if uid is not None and gid is not None else None
 
 
 def give_owner(fd: int, owner: Optional[Tuple[int, int]]) -> None:
@@ -377,4 +380,4 @@ def copy_file(src: str, dst: str) -> None:
 
 __all__ = ["CHUNK", "hash_count_sparse", "sha256_stream", "sha256_file", "matches", "is_regular", "fsync_file",
            "fsync_dir", "private_folder", "atomic_write", "atomic_write_json", "create_json", "append_line", "copy_file", "create_new", "create_exclusive", "unlink_if_same", "copy_new",
-           "CopyMismatch"]
+           "CopyMismatch", "plausible_id"]
