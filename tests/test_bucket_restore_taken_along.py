@@ -33,3 +33,29 @@ def test_a_bucket_run_restored_already_or_taken_along_is_said_already_restored(t
     # a name nothing recorded is still nothing to restore
     with pytest.raises(api.TransactionError):
         api.restore(url, run="exp/evl")
+
+
+def test_a_bucket_operation_asked_for_again_by_its_op_id_is_said_already_restored(tmp_path, s3_bucket):
+    """``restore --op ID`` of an operation restored already: a disk says "already restored" (exit 0 at
+    the CLI); a bucket said "nothing to restore", a usage error, for a retirement and a reduction alike."""
+    logdir = tmp_path / "ld"
+    copy_real("tf/keras_profiled/train", logdir / "exp")
+    copy_real("tf/keras_profiled/train", logdir / "other")
+    url = s3_bucket.upload(logdir, "byop")
+    before = _logdir_files(s3_bucket, "byop")
+    (ret,) = api.retire(url, api.retire_rule(runs=["exp"]), dry_run=False, quiet_period=0).outcomes
+    assert str(ret.status) == "verified", ret.reason
+    red = api.reduce_logdir(url, runs=["other"], policy="archive", dry_run=False, quiet_period=0).outcomes
+    assert [str(o.status) for o in red] == ["verified"], red
+    for op in (ret.op_id, red[0].op_id):
+        (back,) = api.restore(url, op=op)
+        assert str(back.status) == "restored", back.reason
+    assert _logdir_files(s3_bucket, "byop") == before
+    for op, run in ((ret.op_id, "exp"), (red[0].op_id, "other")):
+        seen = []
+        (again,) = api.restore(url, op=op, on_outcome=seen.append)
+        assert (again.run, str(again.status), str(again.code), again.op_id) == (run, "skipped", "already_restored", op)
+        assert seen == [again]
+    assert _logdir_files(s3_bucket, "byop") == before
+    with pytest.raises(api.TransactionError):
+        api.restore(url, op="20990101T000000-nosuchop")

@@ -268,8 +268,8 @@ class BucketEngine(Engine):
         """A retired run comes back first; a damaged manifest that may hide a backup is a failed
         outcome (``Failure.RESTORE_BLOCKED``), and so is an operation whose owner a failed listing could
         not tell (``Finding.WHOSE_UNKNOWN``, named by op and run). A run restored already is said so
-        (``already_restored``), as on a disk. Differs: an operation asked for by its op id and restored
-        already is not (nothing found is a ``TransactionError`` for ``op`` as for ``run``). ``cancel``: a reduction's restore stops before its first put-back
+        (``already_restored``), as on a disk, and so is an operation asked for by its op id and restored
+        already (nothing found is a ``TransactionError`` for ``op`` as for ``run``). ``cancel``: a reduction's restore stops before its first put-back
         (``bucket_restore.restore_op``); a retired run's is not stopped once started
         (``bucket_retire.unretire``), only not started, as on a disk."""
         bk, ostore, vault = self.bk, self.ostore, self.vault
@@ -282,8 +282,10 @@ class BucketEngine(Engine):
         for m in found:
             v = op_view(m)  # the one shape's fields, whichever shape the bucket wrote
             # a purged reduction asked for by its op id is taken, to be refused as a disk refuses
-            # it (``putback.restore_refusal``: "was purged"), not said to be nowhere
-            if (v.get("outcome") == Outcome.VERIFIED and (backup_kept(v) or op is not None and v.get("kind") != "retire")
+            # it (``putback.restore_refusal``: "was purged"), not said to be nowhere; a restored one is
+            # said to be restored already (below), not put back a second time
+            if (v.get("outcome") == Outcome.VERIFIED
+                    and (backup_kept(v) or op is not None and v.get("kind") != "retire" and not v.get("restored_by"))
                     and (op is None or v.get("op_id") == op)
                     and (run is None or takes_out(m, run))):
                 todo.append((v.get("kind") != "retire", m))
@@ -294,11 +296,12 @@ class BucketEngine(Engine):
                   and (op is None or d.get("op_id") == op)
                   and (run is None or run == d.get("run") or run in d.get("takes_along", ()))]
         damage = [d["detail"] for d in damaged if d.get("code") != Finding.WHOSE_UNKNOWN]
-        if run is not None and op is None and not todo and not unsure:
-            # a run restored already, or taken along by a retirement restored already, is said so, as on a
-            # disk (``LocalEngine.restore``), not "nothing to restore"
+        if (run is not None or op is not None) and not todo and not unsure:
+            # an operation, or a run, restored already (or taken along by a retirement restored already)
+            # is said so, as on a disk (``LocalEngine.restore``), not "nothing to restore"
             done = [v for v in map(op_view, found) if v.get("outcome") == Outcome.VERIFIED and v.get("restored_by")
-                    and isinstance(v.get("op_id"), str) and isinstance(v.get("run"), str) and takes_out(v, run)]
+                    and isinstance(v.get("op_id"), str) and isinstance(v.get("run"), str)
+                    and (op is None or v["op_id"] == op) and (run is None or takes_out(v, run))]
             if done:
                 said = already_restored(max(done, key=lambda v: v.get("started_at") or 0), run)
                 if on_outcome is not None:
