@@ -35,6 +35,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Protocol, Tupl
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.engine import lease
 from tb_footprint_plugin.engine.journal import RunLock
+from tb_footprint_plugin.storage import jsondoc
 from tb_footprint_plugin.storage.paths import is_op_id
 from tb_footprint_plugin.storage.store import Capabilities, StoreFailure
 
@@ -57,6 +58,8 @@ class _Held:
     version: str
     lost: bool = False
     group: Optional[_Group] = None  # renewed through the group's object, not by its own writes
+    # () -> (doc, version) read back: a renewal whose answer was lost is adopted when it landed
+    read: Optional[Callable[[], Tuple[Optional[dict], Optional[str]]]] = None
 
     def is_lost(self) -> bool:
         return self.lost or (self.group is not None and self.group.lost)
@@ -92,11 +95,14 @@ def holder_gone(lock, journal_mtime: Callable[[str], Optional[float]], active_op
                              ours_live=isinstance(op, str) and op in active_ops, now=now)
 
 
-def hold(path: str, doc: dict, version: str, put: Callable[[dict, str], str]) -> None:
-    """Renew the lock at ``path`` (written as ``doc`` at ``version``) until ``release``."""
+def hold(path: str, doc: dict, version: str, put: Callable[[dict, str], str],
+         read: Optional[Callable[[], Tuple[Optional[dict], Optional[str]]]] = None) -> None:
+    """Renew the lock at ``path`` (written as ``doc`` at ``version``) until ``release``. ``read()``:
+    the lock read back with its version, so that a renewal that landed with its answer lost is
+    adopted (as ``ObjectJournal.renew`` adopts a batch's), not taken for another's write."""
     global _renewer
     with _mu:
-        _held[path] = _Held(put=put, doc=dict(doc), version=version)
+        _held[path] = _Held(put=put, doc=dict(doc), version=version, read=read)
         if _renewer is None or not _renewer.is_alive():
             _renewer = threading.Thread(target=_loop, name="tb-footprint-bucket-lease", daemon=True)
             _renewer.start()
@@ -191,7 +197,7 @@ class ObjectRunLock(lease.RunLease):
             if e.code != StoreError.ALREADY_EXISTS:
                 raise
             return None
-        hold(self.path, doc, self.version, lambda d, v: st.update(self.path, d, v))
+        hold(self.path, doc, self.version, lambda d, v: st.update(self.path, d, v), lambda: st.read(self.path))
         return self
 
     def acquire(self) -> "ObjectRunLock":
@@ -261,9 +267,26 @@ def renew_all(now: Optional[float] = None) -> None:
                 h.version = h.put(doc, h.version)
                 h.doc = doc
             except StoreFailure as e:
-                if e.code in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND):
+                # a put that landed with its answer lost: the client's retry fails its precondition
+                # against our own new version, or every try times out; read back, adopted when it is ours
+                landed = _landed(h, doc) if e.code != StoreError.NOT_FOUND else None
+                if landed is not None:
+                    h.version, h.doc = landed, doc
+                elif e.code in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND):
                     h.lost = True  # taken over (or removed) by another worker: never written back
                 # any other store error: tried again at the next wake-up, the lease still runs
+
+
+def _landed(h: _Held, doc: dict) -> Optional[str]:
+    """The lock's version when it holds ``doc`` as this process put it, else None (another's
+    document, gone, unreadable, or the read failed: not landed)."""
+    if h.read is None:
+        return None
+    try:
+        held, version = h.read()
+    except StoreFailure:
+        return None
+    return version if version and jsondoc.is_as_put(held, doc) else None
 
 
 def _loop() -> None:

@@ -30,7 +30,6 @@ holds the one its store needs.
 from __future__ import annotations
 
 import copy
-import json
 import threading
 import time
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from typing import Any, Dict, Iterable, List, Optional, Protocol, Tuple
 
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec
+from tb_footprint_plugin.storage import jsondoc
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.store import Capabilities, StoreFailure
 
@@ -199,7 +199,7 @@ class ObjectJournal(OpJournal):
             held, version = self.st.read(self.path)
         except StoreFailure:
             return None
-        return version if held is not None and held == json.loads(json.dumps(doc)) else None
+        return version if jsondoc.is_as_put(held, doc) else None
 
     def step(self, name: str, *, at: Optional[float] = None, **fields) -> None:
         """``append(step_record(name, at, **fields))``."""

@@ -22,6 +22,12 @@ def loads(data: Union[bytes, bytearray, str]) -> Any:
         raise ValueError("JSON nested too deeply") from None
 
 
+def is_as_put(held: Any, doc: Any) -> bool:
+    """Whether ``held``, a document read back, is ``doc`` as a writer put it (same fields and values
+    after the JSON round trip): how a conditional put whose answer was lost is told to have landed."""
+    return held is not None and held == json.loads(json.dumps(doc))
+
+
 def load(f: IO) -> Any:
     """``loads`` of what the open file ``f`` holds from where it stands."""
     return loads(f.read())
