@@ -110,9 +110,10 @@ def test_a_drop_only_reduce_costs_at_most_1_1x_the_requests_of_a_naive_delete(co
     one batched request: each run pays its lock object and its manifest; a batch of 250 runs
     shares its journal, its checking listings (of its runs' folders) and its batched deletes.
 
-    The locks' lease renewals are left out (a lease of an hour): they are one write per held lock
-    each third of a lease, so their number follows the machine's speed, not the work — a CI under
-    a load of 10 took the batch past 40 s and renewed its 150 locks once (471 requests, 1.57x)."""
+    The default lease, its renewals counted: a batch's locks are renewed by one rewrite of its
+    journal each third of a lease (``bucket_lease.delegate``), not one write per lock — before,
+    a CI under a load of 10 took the batch past 40 s and renewed its 150 locks once (471 requests,
+    1.57x), so this test had to set a lease of an hour."""
     import boto3
 
     bucket, proxy, listed = counted
@@ -120,12 +121,9 @@ def test_a_drop_only_reduce_costs_at_most_1_1x_the_requests_of_a_naive_delete(co
     upload(bucket, "logs", n, templates)
     url = bucket.url("logs")
     api.scan(url)
-    lease.configure(lease_seconds=3600)
-    try:
-        rep, counts, _ = _measure(proxy, listed, lambda: api.reduce_logdir(url, policy="archive", dry_run=False,
-                                                                           quiet_period=0))
-    finally:
-        lease.configure(lease_seconds=lease.DEFAULT_LEASE_S)
+    assert lease.lease_seconds() == lease.DEFAULT_LEASE_S
+    rep, counts, _ = _measure(proxy, listed, lambda: api.reduce_logdir(url, policy="archive", dry_run=False,
+                                                                       quiet_period=0))
     assert sorted(o.run for o in rep.outcomes if o.status == "verified") == sorted(run_name(i) for i in range(n))
     removed = sorted(p for o in rep.outcomes for p in o.removed_files)
     assert len(removed) == 3 * n and all(f"/{PROFILE}" in p for p in removed)
