@@ -41,3 +41,25 @@ def test_status_says_on_disk_when_the_vault_is_on_the_logdirs_disk(tmp_path):
     st = cli("status", logdir)
     assert st.returncode == 0 and "freed now" in st.stdout and OTHER_DISK not in st.stdout, st.stdout
     assert api.status(str(logdir))["vault_elsewhere"] is False
+
+
+def test_one_rule_tells_a_vault_on_another_disk_for_the_plan_and_status(tmp_path):
+    """``usage.on_another_disk``: the plan's words (``plan_notes.freed_estimate``) and status's
+    ``vault_elsewhere`` asked two rules before (status skipped any URL by ``"://"``, so a ``file://``
+    vault on another disk was said to share the logdir's disk). A bucket vault is on no disk."""
+    from tb_footprint_plugin.engine import usage
+
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    assert p.returncode == 0, f"cannot mount a tmpfs (tests run as root): {p.stderr}"
+    try:
+        logdir = tmp_path / "ld"
+        logdir.mkdir()
+        assert usage.on_another_disk(str(logdir), str(mnt / "v"))  # not made yet: its parent's disk
+        assert usage.on_another_disk(str(logdir), f"file://{mnt}/v")
+        assert not usage.on_another_disk(str(logdir), str(tmp_path / "v"))
+        assert not usage.on_another_disk(str(logdir), f"file://{tmp_path}/v")
+        assert not usage.on_another_disk(str(logdir), "s3://bucket/vault")
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)

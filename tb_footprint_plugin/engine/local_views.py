@@ -113,8 +113,7 @@ def disk_numbers_view(ctx: Context) -> dict:
 def vault_elsewhere(ctx: Context, vaults: List[str]) -> bool:
     """Whether a vault of the logdir is on another disk than the logdir: ``freed_now_bytes`` is
     then the logdir's disk's alone (``usage.freed_by_op`` counts blocks on the logdir's device)."""
-    here = usage.device_of(ctx.logdir)
-    return any(usage.device_of(v) != here for v in vaults if "://" not in v)
+    return any(usage.on_another_disk(ctx.logdir, v) for v in vaults)
 
 
 def _freed_now(ctx: Context, manifests: List[dict], vaults: List[str]) -> Tuple[int, List[str]]:

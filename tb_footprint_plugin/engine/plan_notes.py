@@ -315,7 +315,7 @@ def freed_estimate(logdir: str, backup_dir: Optional[str], p: Plan,
     cut = cut or linked_cut(logdir, p)
     removable = p.disk_removable_bytes  # twins left out (``linked_cut`` set them)
     vault = os.path.abspath(backup_dir) if backup_dir else state_dir(logdir)
-    same = usage.device_of(vault) == usage.device_of(logdir)
+    same = not usage.on_another_disk(logdir, vault)
     dd = plan_dups(logdir, vault, p, cut)
     if vault_format != "compressed":
         if not same:

@@ -30,7 +30,7 @@ from tb_footprint_plugin.engine import offload, remote_vault
 from tb_footprint_plugin.engine.bucket_objects import BucketState
 from tb_footprint_plugin.engine.vault import MIN_SAVING, ZST_SUFFIX, Vault
 from tb_footprint_plugin.scan.model import BLOCK, DiskTally
-from tb_footprint_plugin.storage import zst
+from tb_footprint_plugin.storage import remote, zst
 from tb_footprint_plugin.storage.files import CHUNK
 from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.storage.paths import is_sha256, is_state_name, is_within
@@ -192,6 +192,14 @@ def _walk(out: DiskUsage, tally: DiskTally, root: str, logdir: str, roots: Seque
                 count(est)
                 if stat.S_ISDIR(est.st_mode):
                     stack.append(entry.path)
+
+
+def on_another_disk(logdir: str, vault: str) -> bool:
+    """Whether the local vault ``vault`` is on another filesystem than ``logdir`` (or will be, once
+    made: ``device_of``): the one rule the plan's words and status's ``vault_elsewhere`` follow.
+    A remote vault (``remote.is_remote``) is on no disk: False; a ``file://`` URL is its path."""
+    scheme, path = remote.split_scheme(vault)
+    return scheme in (None, "file") and device_of(path) != device_of(logdir)
 
 
 def device_of(path: str) -> Optional[int]:
