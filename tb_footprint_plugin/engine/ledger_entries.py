@@ -46,6 +46,13 @@ def _finite(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def accepted_everywhere(e: dict, now: float) -> bool:
+    """Whether every host whose clock is within ``FUTURE_SKEW_SECONDS`` of this one (``now``)
+    accepts the mark ``e``: each of its times an allowed skew old or older (``check_entry``'s rule
+    seen from the slowest such host)."""
+    return all(float(e[k]) <= now - FUTURE_SKEW_SECONDS for k in ("updated_at", "of_mark") if k in e)
+
+
 def check_entry(run, e, file: str) -> dict:
     """One ledger entry read back from a store, checked field by field (untrusted input: a run name
     in it is only ever looked up in the plan, never joined onto a path). Returns the entry with

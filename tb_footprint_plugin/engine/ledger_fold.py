@@ -8,7 +8,12 @@ its start, or its own) are more than ``FOLD_AFTER``, ``fold``:
 1. takes the closed objects (never one a worker may still write, ``foldable``), smallest first,
    up to ``FOLD_BYTES`` in all;
 2. writes every run's newest mark of them (``ledger_reads.newest``, a settling's ``of_mark`` kept,
-   so a fold tells what its objects told) as one closed object of marks under a new key,
+   so a fold tells what its objects told) as one closed object of marks under a new key, and
+   beside it (``earlier``) the run's newest mark that every host within the allowed clock skew
+   accepts, when that is another (``ledger_entries.accepted_everywhere``: a folding host whose
+   clock runs over an hour ahead keeps its own mark, which a slower host refuses as future-dated;
+   the slower host then reads the run's earlier mark, as it did from the objects before the fold;
+   review R15 L2),
    create-only (``w-<new token>-0``: any reader of objects of marks reads it, and a later fold
    folds it like any closed object);
 3. reads it back, and only when its bytes are the ones written
@@ -38,9 +43,10 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from typing import List, Optional, Tuple
 
-from tb_footprint_plugin.engine.ledger_entries import IN_FLIGHT_STATES, LEDGER_VERSION, pid_gone
+from tb_footprint_plugin.engine.ledger_entries import IN_FLIGHT_STATES, LEDGER_VERSION, accepted_everywhere, pid_gone
 from tb_footprint_plugin.engine.ledger_reads import MAX_MARKS_BYTES, ObjectRead, marks_key, newest
 from tb_footprint_plugin.storage.store import Store
 
@@ -95,9 +101,18 @@ def fold(store: Store, folder: str, seen: List[ObjectRead]) -> Optional[Tuple[Ob
         total += o.size
     if len(take) < 2:
         return None
-    entries = newest([e for o in take for e in o.entries])
-    doc = {"version": LEDGER_VERSION, "kind": "marks", "closed": True, "folded": len(take),
-           "runs": {run: {"policy": pol, "entry": entry} for run, entry, _f, pol in entries}}
+    every = [e for o in take for e in o.entries]
+    entries = newest(every)
+    now = time.time()
+    earlier = {t[0]: t for t in newest([t for t in every if accepted_everywhere(t[1], now)])}
+    runs, kept = {}, []
+    for run, entry, _f, pol in entries:
+        runs[run] = {"policy": pol, "entry": entry}
+        if run in earlier and earlier[run][1] != entry:
+            runs[run]["earlier"] = earlier[run][1]
+            kept.append(earlier[run])  # as a reader of the fold reads it (``ledger_reads``)
+    entries += kept
+    doc = {"version": LEDGER_VERSION, "kind": "marks", "closed": True, "folded": len(take), "runs": runs}
     data = json.dumps(doc, sort_keys=True).encode()
     key = marks_key(folder, secrets.token_hex(16), 0)
     version = store.put(key, data, if_absent=True)

@@ -169,14 +169,17 @@ def _marks(doc, where: str, folder: str) -> Tuple[List[tuple], List[Untrusted]]:
         raise Untrusted(BAD_LEDGER, where, f"not a ledger object of marks of version {LEDGER_VERSION}")
     entries, refused = [], []
     for run, rec in doc["runs"].items():
-        try:
-            if not isinstance(rec, dict):
-                raise Untrusted(BAD_LEDGER_ENTRY, where, f"entry {str(run)[:200]!r}: not an object")
-            entry = check_entry(run, rec.get("entry"), where)
-        except Untrusted as u:
-            refused.append(u)
+        if not isinstance(rec, dict):
+            refused.append(Untrusted(BAD_LEDGER_ENTRY, where, f"entry {str(run)[:200]!r}: not an object"))
             continue
-        entries.append((run, entry, folder, rec["policy"] if isinstance(rec.get("policy"), str) else None))
+        pol = rec["policy"] if isinstance(rec.get("policy"), str) else None
+        # a fold's ``earlier`` mark (``ledger_fold``) is read as one more mark of the run: it tells when
+        # the newest is refused here (a folding host's clock ahead), ``newest`` ranks them otherwise
+        for k in ("entry", "earlier") if "earlier" in rec else ("entry",):
+            try:
+                entries.append((run, check_entry(run, rec.get(k), where), folder, pol))
+            except Untrusted as u:
+                refused.append(u)
     return entries, refused
 
 
