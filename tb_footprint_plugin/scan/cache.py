@@ -69,10 +69,14 @@ def _parse_head(line: str):
     return rel, key
 
 
+def _head(rel: str, key: Key) -> bytes:
+    """What an entry's line holds before its stats (``_line``)."""
+    return (json.dumps(rel) + ': {"key": ' + json.dumps([int(k) for k in key]) + ', "stats": ').encode("ascii")
+
+
 def _line(rel: str, key: Key, stats: dict) -> bytes:
     # ASCII only (json escapes the rest, a name's lone surrogates too), never a newline inside
-    return (json.dumps(rel) + ': {"key": ' + json.dumps([int(k) for k in key]) + ', "stats": '
-            + json.dumps(stats, separators=(",", ":")) + "}").encode("ascii")
+    return _head(rel, key) + json.dumps(stats, separators=(",", ":")).encode("ascii") + b"}"
 
 
 class ScanCache:
@@ -100,6 +104,8 @@ class ScanCache:
         self._count = 0  # entries written to it
         self._live: Optional[bool] = None  # retain asked: only the entries looked up are kept
         self._warning: Optional[str] = None
+        #: stats text -> (``EventFileStats`` or None, adds up): ``cached_stats``' parses this scan
+        self.parsed: Dict[bytes, tuple] = {}
         self._load()
 
     @property
@@ -156,6 +162,20 @@ class ScanCache:
 
     def get(self, rel: str, key: Key) -> Optional[dict]:
         """Cached stats for ``rel`` if its (size, mtime_ns, inode) still match."""
+        raw = self.get_raw(rel, key)
+        if raw is None:
+            return None
+        try:
+            stats = json.loads(raw)
+        except (ValueError, RecursionError):
+            return None
+        return stats if isinstance(stats, dict) else None
+
+    def get_raw(self, rel: str, key: Key) -> Optional[bytes]:
+        """The JSON text of the stats cached for ``rel`` if its (size, mtime_ns, inode) still match
+        (not parsed: ``cached_stats`` parses each distinct text once a scan). Only a line exactly
+        as ``_line`` writes it for ``rel`` and ``key`` is a hit: any other (a hash collision, a
+        line written otherwise) is a miss, which only costs a read of the file."""
         i = self._find(rel)
         if i < 0 or self._src is None:
             return None
@@ -165,11 +185,14 @@ class ScanCache:
             return None
         try:
             raw = os.pread(self._src, length, offset)
-            entry = json.loads(b"{" + raw.lstrip(b",").rstrip(b"\n") + b"}").get(rel)
-        except (OSError, ValueError, RecursionError):
+        except OSError:
             return None
-        stats = entry.get("stats") if isinstance(entry, dict) else None
-        return stats if isinstance(stats, dict) else None
+        raw = raw[1:] if raw[:1] == b"," else raw
+        raw = raw[:-1] if raw[-1:] == b"\n" else raw
+        head = _head(rel, key)
+        if not raw.startswith(head) or raw[-1:] != b"}":
+            return None
+        return raw[len(head):-1]
 
     def put(self, rel: str, key: Key, stats: dict) -> None:
         """Record fresh stats: streamed to the cache being written (dropped when not writing)."""
@@ -266,11 +289,30 @@ class ScanCache:
             self._src = None
 
 
+#: the parsed stats ``cached_stats`` remembers at most, by their JSON text (then forgotten, not
+#: grown: a logdir of files unlike each other must not hold a parse of each)
+PARSED_KEPT = 256
+
+
 def cached_stats(cache, f):
     """The ``EventFileStats`` ``cache`` (a ``ScanCache`` or ``RemoteScanCache``) holds for the
-    walk's file ``f`` if its key still matches, else None."""
+    walk's file ``f`` if its key still matches, else None. A local cache's text of stats met
+    before in this scan (a sweep's like runs: the same bytes per tag) is parsed and checked once,
+    and its one ``EventFileStats`` served to each (nothing changes one once parsed)."""
     from tb_footprint_plugin.scan.eventfile import EventFileStats
 
+    if isinstance(cache, ScanCache):
+        raw = cache.get_raw(f.rel, f.cache_key)
+        if raw is None:
+            return None
+        parsed = cache.parsed.get(raw)
+        if parsed is None:
+            if len(cache.parsed) >= PARSED_KEPT:
+                cache.parsed.clear()
+            parsed = cache.parsed[raw] = _parsed(raw)
+        stats, adds_up = parsed
+        # (its size is in its text: the key's size, which the walk's lstat matched, is checked too)
+        return stats if stats is not None and adds_up and stats.size == f.size else None
     cached = cache.get(f.rel, f.cache_key)
     if cached is not None:
         # the cache is read back from disk: an entry of another shape, or one whose sizes do
@@ -282,6 +324,20 @@ def cached_stats(cache, f):
         except (KeyError, TypeError, ValueError, AttributeError):
             pass
     return None
+
+
+def _parsed(raw: bytes) -> tuple:
+    """(``EventFileStats`` or None, whether its categories add up to its size) of one cached text."""
+    from tb_footprint_plugin.scan.eventfile import EventFileStats
+
+    try:
+        doc = json.loads(raw)
+        # the cache is read back from disk: an entry of another shape, or one whose sizes do not
+        # add up to the file's, is read again instead of believed
+        stats = EventFileStats.from_dict(doc) if isinstance(doc, dict) else None
+        return (stats, stats is not None and sum(stats.category_bytes().values()) == stats.size)
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError):
+        return (None, False)
 
 
 def _sweep(folder: str, older_than: float = 3600.0) -> None:

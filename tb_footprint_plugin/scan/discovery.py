@@ -26,12 +26,16 @@ from tb_footprint_plugin.codes import SetAside, StoreError
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.scan.model import COMPACT, DiskTally, UNATTRIBUTED
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.scan.set_aside import (display, holds_vault, is_state_folder, is_vault_root,
+from tb_footprint_plugin.scan.set_aside import (VAULT_SHAPES, display, holds_vault, is_state_folder, is_vault_root,
                                                 nested_state_words, set_aside_entry, vault_words)
 from tb_footprint_plugin.storage.paths import DEMO_MARKER, STATE_DIR_NAME, is_state_name, is_within, state_dirs_in
 from tb_footprint_plugin.storage.regular import kind_of
 
 #: a walk of 100,000 runs holds a few files per run until each run's footprint is made
+
+#: the records folders of a vault's root (``VAULT_SHAPES``): a folder holding none of them is no
+#: vault's root, asked without a call for each of the walk's folders
+_VAULT_RECORDS = frozenset(records for records, _beside in VAULT_SHAPES)
 
 
 @dataclass(**COMPACT)
@@ -235,7 +239,7 @@ def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = (),
                     files.append(e)
             except OSError:
                 files.append(e)
-        if parts and holds_vault(dirpath, subdirs):
+        if parts and not _VAULT_RECORDS.isdisjoint(subdirs) and holds_vault(dirpath, subdirs):
             # a vault made here for another logdir: its retired runs are no runs of this logdir to
             # reduce, retire or purge (their manifests would no longer match); counted apart, whole
             warnings.append(vault_words(_rel(parts)))
@@ -262,18 +266,21 @@ def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = (),
         rel_in_run = parts[owner_depth:] if owner is not None else ()
         if not entries and len(rel_in_run) == 3 and rel_in_run[:2] == ("plugins", "profile"):
             runs[owner].empty_sessions.append((_rel(parts), st.st_mtime))
+        # one tuple for the files of this folder (the same parts for each)
+        file_parts = rel_in_run if owner is not None else parts
         for e in files:
-            ff = _found_file(e, parts, logdir, owner_depth if owner is not None else 0, warnings, tally,
-                             euid=euid)
+            ff = _found_file(e, parts, logdir, file_parts, warnings, tally, euid=euid)
             if ff is None:
                 continue
-            bucket = runs.setdefault(
-                run_name, FoundRun(name=run_name, abspath=None if owner is None else dirpath)
-            )
+            bucket = runs.get(run_name)
+            if bucket is None:
+                bucket = runs[run_name] = FoundRun(name=run_name, abspath=None if owner is None else dirpath)
             bucket.files.append(ff)
+        base = dirpath if dirpath.endswith("/") else dirpath + "/"  # os.path.join's, for a bare name
         for d in sorted(subdirs, reverse=True):
-            sub = os.path.join(dirpath, d)
-            nested = bool(parts) and is_state_name(d) and is_state_folder(sub)
+            sub = base + d
+            # (every state name starts with the state folder's: the rule asked only of those)
+            nested = bool(parts) and d.startswith(STATE_DIR_NAME) and is_state_name(d) and is_state_folder(sub)
             if sub in excluded or nested:
                 if nested:
                     # a nested logdir's state (review R11 G7): its vault's backups are no run's files
@@ -345,7 +352,7 @@ def _rel(parts: Tuple[str, ...]) -> str:
     return "/".join(parts) if parts else "."
 
 
-def _found_file(entry, parts, logdir, owner_depth, warnings, tally: Optional[DiskTally] = None,
+def _found_file(entry, parts, logdir, run_rel_parts: Tuple[str, ...], warnings, tally: Optional[DiskTally] = None,
                 euid: Optional[int] = None) -> Optional[FoundFile]:
     rel = "/".join(parts + (entry.name,))
     try:
@@ -383,7 +390,7 @@ def _found_file(entry, parts, logdir, owner_depth, warnings, tally: Optional[Dis
         ino=st.st_ino,
         is_symlink=is_link,
         link_target=target,
-        run_rel_parts=tuple(parts[owner_depth:]),
+        run_rel_parts=run_rel_parts,
         nlink=st.st_nlink,
         allocated=sparse_allocated(st),
         uid=st.st_uid if euid is not None and st.st_uid != euid else None,

@@ -13,16 +13,15 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.scan.discovery import FoundFile, FoundRun, display, dir_size, walk_runs
+from tb_footprint_plugin.scan.fold import fold_run
 from tb_footprint_plugin.scan.model import (
     CategoryStat,
     DiskTally,
     FileEntry,
     FrozenList,
-    FrozenMap,
     LogdirFootprint,
     ProfileSession,
     RunFootprint,
-    SharedStat,
     UNATTRIBUTED,
 )
 from tb_footprint_plugin.storage.paths import (STATE_DIR_NAME, VAULT_HOLDINGS, cache_dir, is_within, recorded_vaults,
@@ -277,7 +276,8 @@ def _blob_folder_bytes(folder: str) -> int:
 
 
 def _is_summary_event(f: FoundFile) -> bool:
-    return not f.is_symlink and cat.is_summary_event_file_name(os.path.basename(f.rel))
+    # (the name after the last '/': os.path.basename's, asked ~3 times a file)
+    return not f.is_symlink and cat.is_summary_event_file_name(f.rel[f.rel.rfind("/") + 1:])
 
 
 def _event_stats(f: FoundFile, cache: ScanCache, counters: dict, opener: Optional[Callable] = None,
@@ -305,13 +305,14 @@ def _run_footprint(found: FoundRun, cache: ScanCache, counters: dict, tick,
                    opener: Optional[Callable] = None, names: Optional[Dict[str, str]] = None,
                    ready: Optional[Dict[str, tuple]] = None) -> RunFootprint:
     """One run's footprint. ``names``: the scan's own table of category and tag names, so a name
-    100,000 runs share is one string (each cache hit parses its own copies); ``ready``: its event
-    files' stats already at hand (``parse_ahead``: a file not in it was neither cached nor parsed)."""
+    100,000 runs share is one string (each cache hit parses its own copies), and of what like
+    runs share (``fold``); ``ready``: its event files' stats already at hand (``parse_ahead``: a
+    file not in it was neither cached nor parsed)."""
     names = {} if names is None else names  # also: a tuple of tags -> the one list of them
     run = RunFootprint(
         name=found.name, path=found.name, has_event_files=found.has_event_files, uid=found.uid
     )
-    tags: Dict[str, set] = {}  # category -> its tags in this run (sorted into the stat at the end)
+    others: List[Tuple[str, int]] = []  # (category, size) of each file not an event file
     event_stats = []  # (FoundFile, EventFileStats) in filename order, as TensorBoard reads
     for f in found.files:
         run.newest_mtime = max(run.newest_mtime, f.mtime)
@@ -321,133 +322,18 @@ def _run_footprint(found: FoundRun, cache: ScanCache, counters: dict, tick,
             tick()
             continue
         category = cat.SYMLINK if f.is_symlink else cat.classify_file(
-            f.run_rel_parts, os.path.basename(f.rel)
+            f.run_rel_parts, f.rel[f.rel.rfind("/") + 1:]
         )
         run.files.append(
             FileEntry(path=f.rel, size=f.size, mtime=f.mtime, kind="symlink" if f.is_symlink else "file",
                       categories={category: f.size}, links=f.nlink,
                       allocated=f.allocated, uid=f.uid)
         )
-        _add(run.categories, category, f.size, files=1)
-
-    bindings: Dict[str, str] = {}
-    for _, st in event_stats:
-        for tag, plugin in st.bindings.items():
-            bindings.setdefault(tag, plugin)
-    per_tag: Dict[Tuple[str, str], int] = {}  # (category, tag) -> records across the run's files
-    warnings: List[str] = []  # the run's own list only if it has any (else the shared empty one)
-    for f, st in event_stats:
-        # links from this walk's lstat, never from the cache (a snapshot made since changes no key)
-        entry = FileEntry(path=f.rel, size=f.size, mtime=f.mtime, kind="event", warning=st.warning, links=f.nlink,
-                          allocated=f.allocated, uid=f.uid)
-        if st.status == "unreadable":
-            entry.categories = {cat.OTHER: f.size}
-            _add(run.categories, cat.OTHER, f.size, files=1)
-        else:
-            entry.categories = {names.setdefault(k, k): v for k, v in st.category_bytes(bindings).items()}
-            _fold_event_stats(run.categories, st, bindings, per_tag, tags, names)
-        if st.warning:
-            warnings.append(st.warning)
-        run.files.append(entry)
-    for (name, _tag), n in per_tag.items():
-        c = run.categories[name]
-        c.max_tag_records = max(c.max_tag_records, n)
-    for name, known in tags.items():
-        # like runs (a sweep's) log the same tags: one list no one may change for each set of
-        # them (a list a category a run was ~160 bytes a run at 100,000 runs)
-        key = tuple(sorted(known))
-        shared = names.get(key)
-        if shared is None:
-            shared = names[key] = FrozenList(key)
-        run.categories[name].tags = shared
-    _share_stats(run, names)
-    if warnings:
-        run.warnings = warnings
+        others.append((category, f.size))
+    fold_run(run, others, event_stats, names)
     run.files = sorted(run.files, key=lambda e: e.path)  # as long as it is (appended to, it kept spare room)
     run.sessions = _sessions(found, names)
     return run
-
-
-#: ``names``' key of its table of shared category stats (``_share_stats``)
-_STATS = object()
-#: the shared stats remembered at most (then forgotten, not grown: runs unlike each other must not
-#: cost a table entry each on top of their own stats)
-_STATS_KEPT = 256
-
-
-def _shared(table: dict, key, value):
-    """The value ``table`` holds for ``key``, else ``value``, made the one to share."""
-    shared = table.get(key)
-    if shared is None:
-        if len(table) >= _STATS_KEPT:
-            table.clear()
-        shared = table[key] = value
-    return shared
-
-
-def _share_stats(run: RunFootprint, names: dict) -> None:
-    """Replace each of a finished run's stats by an equal one a like run already holds (one object
-    for all of them: ~120 bytes a category a run at 100,000 runs), else make it the one to share;
-    then the same for the run's whole map of them (~300 bytes) and its files' category splits."""
-    table = names.get(_STATS)
-    if table is None:
-        table = names[_STATS] = {}
-    cats = run.categories
-    for name, c in cats.items():
-        # the tags list is itself shared by like runs (one per set of tags): its identity is its value
-        key = (name, c.bytes, c.files, c.records, id(c.tags), c.min_step, c.max_step, c.max_tag_records)
-        shared = table.get(key)
-        if shared is None:
-            shared = _shared(table, key, SharedStat.share(c))
-        cats[name] = shared
-    # keys of three kinds in one table, never equal: a stat's (a name, then ints), a map's (ints
-    # only: its shared stats, which the map keeps alive), a file's split (name, int, name, ...)
-    if cats:  # (an empty key would be an empty split's too)
-        run.categories = _shared(table, tuple(id(c) for c in cats.values()), FrozenMap(cats))
-    for f in run.files:
-        if isinstance(f._cats, tuple) and f._cats:
-            f._cats = _shared(table, f._cats, f._cats)
-
-
-def _add(cats: Dict[str, CategoryStat], name: str, nbytes: int, *, files: int = 0,
-         records: int = 0, steps=(None, None)) -> CategoryStat:
-    """Fold bytes into the run's stat of ``name`` (made on first use): no stat per addition and
-    no tag index per run, which ``CategoryStat.add`` keeps for the logdir's totals."""
-    c = cats.get(name)
-    if c is None:
-        c = cats[name] = CategoryStat(name=name)
-    c.bytes += nbytes
-    c.files += files
-    c.records += records
-    for s in steps:
-        if s is None:
-            continue
-        c.min_step = s if c.min_step is None else min(c.min_step, s)
-        c.max_step = s if c.max_step is None else max(c.max_step, s)
-    return c
-
-
-def _fold_event_stats(cats: Dict[str, CategoryStat], st, bindings: Dict[str, str],
-                      per_tag: Dict[Tuple[str, str], int], tags: Dict[str, set],
-                      names: Dict[str, str]) -> None:
-    """Add one event file's per-category stats; a file counts once per category it touches."""
-    touched = set()
-    for name, fs in st.fixed.items():
-        name = names.setdefault(name, name)
-        _add(cats, name, fs.bytes, records=fs.records, steps=(fs.min_step, fs.max_step))
-        touched.add(name)
-    for plugin, by_tag in st.tags.items():
-        for tag, ts in by_tag.items():
-            name = plugin or bindings.get(tag) or cat.EVENTS_OTHER
-            name = names.setdefault(name, name)
-            _add(cats, name, ts.bytes, records=ts.records, steps=(ts.min_step, ts.max_step))
-            if tag:
-                tag = names.setdefault(tag, tag)
-                tags.setdefault(name, set()).add(tag)
-            per_tag[name, tag] = per_tag.get((name, tag), 0) + ts.records
-            touched.add(name)
-    for name in touched:
-        cats[name].files += 1
 
 
 def _sessions(found: FoundRun, names: Optional[Dict[str, str]] = None) -> List[ProfileSession]:
@@ -459,7 +345,7 @@ def _sessions(found: FoundRun, names: Optional[Dict[str, str]] = None) -> List[P
     out: List[ProfileSession] = []
     for f in found.files:
         parts = f.run_rel_parts
-        name = os.path.basename(f.rel)
+        name = f.rel[f.rel.rfind("/") + 1:]
         if len(parts) >= 3 and parts[0] == "plugins" and parts[1] == "profile":
             s = sessions.get(parts[2])
             if s is None:
