@@ -28,7 +28,7 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
     ``blob``, ``holds``, ``late_records`` and ``late_records_file`` when its records are back in
     the run, ``bring_back``: the command that copies it out, ``code``). ``disk_in_use_bytes``,
     ``freed_now_bytes`` and ``freed_after_purge_bytes``: the tab's ``disk_numbers``, counted once
-    by the same rule (a bucket's ``freed_now_bytes`` is None, as there). Changes nothing."""
+    by the same rule (a bucket's in what the store holds, as there). Changes nothing."""
     return open_engine(logdir, backup_dir).status()
 
 
@@ -46,8 +46,9 @@ def disk_numbers(logdir: str, backup_dir: Optional[str] = None) -> dict:
     ``disk_in_use_bytes`` (logdir + vaults now, ``engine.usage``), ``freed_now_bytes`` (what the
     verified reductions not restored freed on disk as things stand, ``usage.freed_by_op``: ~0 while
     hard-linked backups are kept) and ``freed_after_purge_bytes`` (what purging every kept backup
-    frees on top). A bucket's ``freed_now_bytes`` is None (its backups are copies in the store,
-    not measured per operation). Walks the logdir and its vaults; changes nothing."""
+    frees on top). A bucket's ``freed_now_bytes`` is counted in what the store holds: what its
+    logdir lost beyond the copies its vault keeps until purge (``usage.bucket_freed_by_op``). Walks
+    the logdir and its vaults; changes nothing."""
     return open_engine(logdir, backup_dir).disk_numbers()
 
 

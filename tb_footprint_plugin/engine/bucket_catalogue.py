@@ -24,7 +24,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     vault_url,
 )
 from tb_footprint_plugin.engine.bucket_steps import copy_matches, in_place, staged_match
-from tb_footprint_plugin.engine.catalogue_rules import (backup_kept, is_rolled_back_keeping, left_in_vault, left_row,
+from tb_footprint_plugin.engine.catalogue_rules import (backup_kept, copies_bytes, is_rolled_back_keeping, left_in_vault, left_row,
                                                         removed_bytes)
 from tb_footprint_plugin.engine.retire_rules import KIND, retire_line, unretire_line
 from tb_footprint_plugin.engine.checks import unchecked
@@ -188,9 +188,11 @@ def entries_of(m: dict) -> List[dict]:
                     "of_op": m["op_id"], "before": m.get("bytes_after"), "after": m.get("bytes_before"),
                     "verified": True, "outcome": Outcome.RESTORED, "backup_kept": not m["backup_purged"],
                     "policy": m.get("policy"), **(m.get("restored_with") or {})})
-    if m["backup_purged"]:
+    # a retirement's restore that moved its objects back marks it purged by that restore: no purge
+    # line (a disk's history has none); a purge's line says what it freed, as its row did
+    if m["backup_purged"] and not m.get("backup_released_by_restore"):
         out.append({"time": m["purged_at"], "op_id": m["op_id"], "kind": "purge", "run": m["run"],
-                    "outcome": "purged", "backup_kept": False})
+                    "outcome": "purged", "backup_kept": False, "freed": copies_bytes(m)})
     return out
 
 
@@ -208,7 +210,9 @@ def status(ostore: ObjectStore, vault: BucketVault) -> dict:
         size = sum(int(f.get("size") or 0) for f in m.get("files", []))
         if not m["backup_purged"]:
             vault_bytes += size
-        if m["kind"] == "reduce":  # per operation as ``history`` counts it (``usage.bucket_freed_by_op``)
+        if m["kind"] == "reduce" and not m["restored_at"]:
+            # per operation as ``history`` counts it (``usage.bucket_freed_by_op``); a restored one's
+            # bytes are back in the logdir: nothing of it is freed, as a disk's status counts it
             freed_now += usage.bucket_freed_by_op(m, removed_bytes(m))[0]
         ops.append({**{k: m[k] for k in (manifest.OP_ID, manifest.KIND, manifest.RUN, manifest.OUTCOME,
                                          manifest.REASON, manifest.BYTES_BEFORE, manifest.BYTES_AFTER,

@@ -21,7 +21,7 @@ from tb_footprint_plugin.engine.context import CancelToken
 from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_by_restore, kept_row, originals_lost
 from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry, named_digests
 from tb_footprint_plugin.engine.bucket_identity import dropped_claims
-from tb_footprint_plugin.engine.catalogue_rules import entry_released, is_rolled_back_keeping
+from tb_footprint_plugin.engine.catalogue_rules import copies_bytes, is_rolled_back_keeping
 from tb_footprint_plugin.engine.bucket_manifests import manifests, own_manifests
 from tb_footprint_plugin.engine.bucket_moved import MOVED_FROM, NOTHING, STANDS, moved_unclaimed, standing
 from tb_footprint_plugin.engine.bucket_state import (
@@ -146,15 +146,15 @@ class BucketCopies(purge_run.PurgeLayout):
         # operation's own; a blob of a local blob vault stays while an operation not purged names it
         stays = {f.get("sha256") for m in every if not m["backup_purged"] and m not in chosen
                  for f in m["files"] if is_blob_entry(f) and f.get("sha256")}
-        ops = [{"op_id": m["op_id"], "run": m["run"], "bytes": _size(m),
+        ops = [{"op_id": m["op_id"], "run": m["run"], "bytes": copies_bytes(m),
                 "restored": bool(m["restored_by"]), "kind": m["kind"],
                 "originals": originals_lost(m, lambda f: not is_blob_entry(f) or f.get("sha256") not in stays)}
                for m in chosen]
         # what is passed over, in a disk's rows (``purge_rules.kept_row``): bytes, what stays in the vault
-        rows = [kept_row(m, _size(m), Finding.NOT_RESTORED, kept_by_restore(m)) for m in kept]
-        rows += [kept_row(m, _size(m), Skip.LOCKED, "the operation is still under way or awaits recovery (its "
+        rows = [kept_row(m, copies_bytes(m), Finding.NOT_RESTORED, kept_by_restore(m)) for m in kept]
+        rows += [kept_row(m, copies_bytes(m), Skip.LOCKED, "the operation is still under way or awaits recovery (its "
                                                     "journal is there); purge it once it has settled") for m in busy]
-        rows += [kept_row(m, _size(m), Finding.MOVED_UNCLAIMED,
+        rows += [kept_row(m, copies_bytes(m), Finding.MOVED_UNCLAIMED,
                           f"made at {str(m[MOVED_FROM])[:300]} and recorded in this logdir's state: this logdir was "
                           "moved from there, or is a copy of one made before it moved, and which cannot be told: "
                           "its copies are never freed from here (the other may rely on them); restore works; move "
@@ -291,12 +291,6 @@ def _not_standing_row(ostore: ObjectStore, m: dict, here: str, why: Optional[str
             "detail": f"cannot tell whether a logdir stands at {ostore.url} ({why}): nothing purged. Its operations "
                       "may be a logdir's moved away, their backups its only copies; purge again once that URL can "
                       "be listed. Never acted on, left in place"}
-
-
-def _size(m: dict) -> int:
-    """What an operation's backups take in a bucket's vault: its files' sizes (whole copies), but
-    those its restore released (``entry_released``: gone already)."""
-    return sum(f["size"] for f in m["files"] if not entry_released(m, f))
 
 
 def retention_report(ostore: ObjectStore, vault: BucketVault, removable: int) -> dict:

@@ -152,6 +152,13 @@ def entry_released(m: dict, f: object) -> bool:
     return is_op_id(by) and isinstance(f, dict) and f.get(RELEASED_BY) == by
 
 
+def copies_bytes(m: dict) -> int:
+    """What an operation's backups take in a bucket's vault as its purge counts them (and says it
+    freed, in its row and in ``history``): its files' sizes (whole copies), but those its restore
+    released (``entry_released``: gone already)."""
+    return sum(f["size"] for f in m["files"] if not entry_released(m, f))
+
+
 def vault_keeps(m: dict) -> int:
     """The bytes the vault keeps for operation ``m`` as its manifest says, on every store: what a
     purge of it would count and free (``purge_rules.kept_by_restore`` keeps a restored one with an
@@ -206,5 +213,5 @@ def left_row(m: dict, path: str, size: Optional[int], sha256: Optional[str], blo
             "bring_back": bring_back}
 
 
-__all__ = ["RELEASED_BY", "backup_kept", "entry_released", "is_kept", "is_rolled_back_keeping", "rolled_back_keeping", "is_verified_reduction", "operation_summary", "removed_bytes",
+__all__ = ["RELEASED_BY", "backup_kept", "copies_bytes", "entry_released", "is_kept", "is_rolled_back_keeping", "rolled_back_keeping", "is_verified_reduction", "operation_summary", "removed_bytes",
            "summarize_operations", "left_in_vault", "left_row", "vault_keeps"]
