@@ -132,7 +132,7 @@ class Place:
         if self.store == "posix":
             every = {k: v for k, v in tree_hashes(Path(self.url)).items() if v != "dir"}
         else:
-            every = self.bucket.hashes(self.prefix)
+            every = self.bucket.hashes(self.prefix, skip=(STATE,))
         return {k: v for k, v in every.items() if not k.startswith(STATE)}
 
     def close(self):
