@@ -16,7 +16,7 @@ from tb_footprint_plugin.fmt import human_bytes, plural
 from tb_footprint_plugin.scan.model import LogdirFootprint, NO_ITEMS, NO_KEYS, RunFootprint, UNATTRIBUTED
 from tb_footprint_plugin.plan.content import Line, fit, plan_content
 from tb_footprint_plugin.plan.left_alone import leave_unread_alone, unread_folders
-from tb_footprint_plugin.plan.model import Action, Plan, RunPlan, SharedTexts
+from tb_footprint_plugin.plan.model import Action, DirRemoval, Plan, RunPlan, SharedTexts
 from tb_footprint_plugin.plan import owners, select
 from tb_footprint_plugin.plan.policies import COMPRESS, DELETE, Policy, get_policy
 
@@ -286,14 +286,14 @@ def plan_run(run: RunFootprint, policy: Policy, rewrite=None, trace_after=None) 
     emptied = [s for s in xprof if s.path not in linked and (
                (s.files and deleted_per_session.get(s.path, 0) == s.files)
                or (not s.files and (removes_sessions or s.path in drop_sessions)))]
+    # (a ``DirRemoval`` each: a third of an ``Action``'s memory, ~3 a run)
     for s in emptied:
-        rp.actions.append(Action("remove_dir", s.path, cat.PROFILE_XPLANE, 0, 0, "emptied profile session"))
+        rp.actions.append(DirRemoval(s.path, cat.PROFILE_XPLANE, "emptied profile session"))
     if xprof and len(emptied) == len(xprof):
         profile_dir = os.path.dirname(xprof[0].path)
-        rp.actions.append(Action("remove_dir", profile_dir, cat.PROFILE_XPLANE, 0, 0,
-                                 "no sessions left (xprof would list an empty run)"))
-        rp.actions.append(Action("remove_dir", os.path.dirname(profile_dir), cat.PLUGIN_ASSETS, 0, 0,
-                                 "only if empty"))
+        rp.actions.append(DirRemoval(profile_dir, cat.PROFILE_XPLANE,
+                                     "no sessions left (xprof would list an empty run)"))
+        rp.actions.append(DirRemoval(os.path.dirname(profile_dir), cat.PLUGIN_ASSETS, "only if empty"))
     rp.expected_after_bytes = run.total_bytes - sum(a.bytes_before - a.bytes_after for a in rp.actions)
     _mark_links(run, rp)
     if kept_tool_outputs:
