@@ -7,7 +7,7 @@ import os
 import shlex
 from typing import List, Optional
 
-from tb_footprint_plugin.codes import Failure, Finding, Outcome
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import manifest, usage
 from tb_footprint_plugin.engine.health import history_findings
 from tb_footprint_plugin.engine.bucket_blobs import check_entry, is_blob_entry, names_our_backup, put_back
@@ -58,18 +58,24 @@ def recheck(ostore: ObjectStore, vault: BucketVault, *, run: Optional[str] = Non
         if stopped():
             out.append(unchecked({"op_id": m["op_id"], "run": m["run"]}))
             continue
-        bad, absent, back = [], 0, []
+        bad, unreadable, absent, back = [], [], 0, []
         listing = run_listing(ostore, vault, m["run"])
         cut = False  # cancelled before every backup was looked at
         for f in m.get("files", []):
             if stopped():
                 cut = True
                 break
-            if is_blob_entry(f):
-                if not check_entry(vault, f):  # read back whole from the blob vault and hashed
-                    bad.append(f["path"])
-            elif not _copy_ok(BucketState.of(ostore).head(f["backup"]), f):
-                bad.append(f["path"])  # missing, resized, changed, or no checksum to vouch for it
+            try:
+                if is_blob_entry(f):
+                    if not check_entry(vault, f):  # read back whole from the blob vault and hashed
+                        bad.append(f["path"])
+                elif not _copy_ok(BucketState.of(ostore).head(f["backup"]), f):
+                    bad.append(f["path"])  # missing, resized, changed, or no checksum to vouch for it
+            except StoreFailure as e:
+                if e.code != StoreError.PERMISSION:
+                    raise
+                # a backup this user may not read is no damaged one: said apart, as a disk says it
+                unreadable.append(f"{f['path']} ({e})")
             if in_place(f):
                 if staged_match(listing.get(f["path"]), f):
                     absent += 1  # holds the reduced bytes this operation put there
@@ -86,8 +92,13 @@ def recheck(ostore: ObjectStore, vault: BucketVault, *, run: Optional[str] = Non
              "reduction left them"
              + (f"; {len(back)} exist again (written since), e.g. {back[0]}" if back else "")},
         ]
-        res = {"op_id": m["op_id"], "run": m["run"], "backups_ok": not bad, "damaged_backups": bad,
-               "verification": {"ok": not bad, "checks": checks}, "ok": not bad}
+        if unreadable:
+            checks[0] = {"name": "backups", "ok": False, "detail": f"{len(unreadable)} backup(s) this user may not "
+                         f"read, e.g. {unreadable[0]}; " + checks[0]["detail"]}
+        ok = not bad and not unreadable
+        res = {"op_id": m["op_id"], "run": m["run"], "backups_ok": ok, "damaged_backups": bad,
+               "unreadable_backups": unreadable, "verification": {"ok": ok, "checks": checks}, "ok": ok,
+               **({"code": StoreError.PERMISSION} if unreadable else {})}
         # cancelled among its backups: what it found is kept, the rest was not looked at
         out.append(unchecked(dict(res, backups_ok=False, verification={})) if cut else res)
     # a manifest naming a backup outside the vault: a failed check naming it, the others checked
@@ -95,11 +106,11 @@ def recheck(ostore: ObjectStore, vault: BucketVault, *, run: Optional[str] = Non
     for p in refused:
         if (op is None or p["op_id"] == op) and (run is None or p["run"] == run):
             out.append({"op_id": p["op_id"], "run": p["run"], "ok": False, "backups_ok": False,
-                        "damaged_backups": [], "code": p["code"], "verification": {"ok": False, "checks": [
+                        "damaged_backups": [], "unreadable_backups": [], "code": p["code"], "verification": {"ok": False, "checks": [
                             {"name": str(p["code"]), "ok": False, "detail": p["detail"]}]}})
     for p in damaged if op is None else []:
         out.append({"op_id": "-", "run": "(vault)", "ok": False, "backups_ok": False, "damaged_backups": [],
-                    "code": p["code"], "verification": {"ok": False, "checks": [
+                    "unreadable_backups": [], "code": p["code"], "verification": {"ok": False, "checks": [
                         {"name": str(p["code"]), "ok": False, "detail": p["detail"]}]}})
     return out
 

@@ -80,7 +80,7 @@ def unchecked(result: dict, detail: str = NOT_CHECKED) -> dict:
     code is what happened: the code of a finding it had made (``StoreError.PERMISSION``: a backup
     it may not read stays unreadable whatever the cut), else ``Failure.INTERRUPTED``."""
     ver = result.get("verification") or {}
-    return {"damaged_backups": [], "backups_ok": False, **result, "ok": False, "checked": False,
+    return {"damaged_backups": [], "unreadable_backups": [], "backups_ok": False, **result, "ok": False, "checked": False,
             "code": result.get("code") or Failure.INTERRUPTED,
             "verification": {**ver, "ok": False, "checks": list(ver.get("checks") or []) + [
                 {"name": "interrupted", "ok": False, "detail": detail}]}}
