@@ -5,6 +5,7 @@ says, compares equal to and hands the engine is what full ``Action``s said: the 
 the same folders."""
 import copy
 import dataclasses
+import gc
 import json
 import os
 import sys
@@ -54,6 +55,27 @@ def test_a_folder_removal_says_what_an_action_says(planned):
     assert other != dataclasses.replace(_removals(plain)[0], reason="another")
     with pytest.raises(AttributeError):
         other.bytes_before = 5  # a folder's removal removes no bytes of its own
+
+
+def test_the_folders_above_a_session_are_said_as_before_without_strings_of_their_own(planned):
+    """plugins/profile and plugins: os.path.dirname of the session's path, once and twice, as the
+    plan said them, held as that path (the one string its session's removal holds)."""
+    _root, p = planned
+    for rp in p.runs:
+        session, profile, plugins = [a for a in rp.actions if a.kind == "remove_dir"]
+        assert (profile.path, plugins.path) == (os.path.dirname(session.path),
+                                                os.path.dirname(os.path.dirname(session.path)))
+        assert profile.path == rp.run + "/plugins/profile" and plugins.path == rp.run + "/plugins"
+        assert [(a.category, a.reason) for a in (session, profile, plugins)] == [
+            ("profile_xplane", "emptied profile session"),
+            ("profile_xplane", "no sessions left (xprof would list an empty run)"),
+            ("plugin_assets", "only if empty")]
+        held = [s for a in (session, profile, plugins) for s in gc.get_referents(a) if isinstance(s, str)]
+        # before: two strings of their own for the two folders
+        assert not [s for s in held if s in (profile.path, plugins.path)]
+    moved = _removals(p)[1]
+    moved.path = "elsewhere"  # a path set is the path said
+    assert moved.path == "elsewhere" and dataclasses.asdict(moved)["path"] == "elsewhere"
 
 
 def test_the_reduce_removes_the_folders_the_plan_says(planned):

@@ -1,6 +1,7 @@
 """The plan as data: actions on paths, per-run plans and their totals (what a dry run shows)."""
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional
 
@@ -58,14 +59,16 @@ class Action:
 
 
 class DirRemoval:
-    """A ``remove_dir`` action in a third of an ``Action``'s memory: its path, category and
-    reason held, every other field its one value for all of them (a plan of 100,000 runs held
-    ~3 a run: an emptied session, its ``plugins/profile`` and ``plugins`` folders; ~128 bytes
-    each as an ``Action``). Read, compared, shown and serialized as the ``Action`` it stands for
-    (``dataclasses.fields``/``asdict`` see an ``Action``'s fields); only its path, category and
-    reason can be changed (nothing changes the others of a folder's removal)."""
+    """A ``remove_dir`` action in half an ``Action``'s memory: its path, category and reason
+    held, every other field its one value for all of them (a plan of 100,000 runs held ~3 a run:
+    an emptied session, its ``plugins/profile`` and ``plugins`` folders; ~128 bytes each as an
+    ``Action``, and ~78 a string for the two folders' paths). Its path may be held as a folder
+    ``up`` levels below it (the session's path: no string of its own). Read, compared, shown and
+    serialized as the ``Action`` it stands for (``dataclasses.fields``/``asdict`` see an
+    ``Action``'s fields); only its path, category and reason can be changed (nothing changes the
+    others of a folder's removal)."""
 
-    __slots__ = ("path", "category", "reason")
+    __slots__ = ("_below", "_up", "category", "reason")
     __dataclass_fields__ = Action.__dataclass_fields__  # type: ignore[attr-defined]
     __hash__ = None  # type: ignore[assignment]  # as an Action's: equal by value, changeable
 
@@ -80,10 +83,23 @@ class DirRemoval:
     allocated = None
     disk_before = 0
 
-    def __init__(self, path: str, category: str, reason: str) -> None:
-        self.path = path
+    def __init__(self, path: str, category: str, reason: str, up: int = 0) -> None:
+        """``path``: the folder, or with ``up``, a folder that many levels below it."""
+        self._below, self._up = path, up
         self.category = category
         self.reason = reason
+
+    @property
+    def path(self) -> str:
+        """The folder removed (relative to the logdir)."""
+        p = self._below
+        for _ in range(self._up):
+            p = os.path.dirname(p)
+        return p
+
+    @path.setter
+    def path(self, value: str) -> None:
+        self._below, self._up = value, 0
 
     def _values(self) -> tuple:
         return tuple(getattr(self, name) for name in ACTION_FIELDS)

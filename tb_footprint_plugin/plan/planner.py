@@ -286,14 +286,15 @@ def plan_run(run: RunFootprint, policy: Policy, rewrite=None, trace_after=None) 
     emptied = [s for s in xprof if s.path not in linked and (
                (s.files and deleted_per_session.get(s.path, 0) == s.files)
                or (not s.files and (removes_sessions or s.path in drop_sessions)))]
-    # (a ``DirRemoval`` each: a third of an ``Action``'s memory, ~3 a run)
+    # (a ``DirRemoval`` each, ~3 a run: half an ``Action``'s memory, the folders above a session
+    # held as its path and how far up, no string each)
     for s in emptied:
         rp.actions.append(DirRemoval(s.path, cat.PROFILE_XPLANE, "emptied profile session"))
     if xprof and len(emptied) == len(xprof):
-        profile_dir = os.path.dirname(xprof[0].path)
-        rp.actions.append(DirRemoval(profile_dir, cat.PROFILE_XPLANE,
-                                     "no sessions left (xprof would list an empty run)"))
-        rp.actions.append(DirRemoval(os.path.dirname(profile_dir), cat.PLUGIN_ASSETS, "only if empty"))
+        # plugins/profile, then plugins: os.path.dirname of the session's path, once and twice
+        rp.actions.append(DirRemoval(xprof[0].path, cat.PROFILE_XPLANE,
+                                     "no sessions left (xprof would list an empty run)", up=1))
+        rp.actions.append(DirRemoval(xprof[0].path, cat.PLUGIN_ASSETS, "only if empty", up=2))
     rp.expected_after_bytes = run.total_bytes - sum(a.bytes_before - a.bytes_after for a in rp.actions)
     _mark_links(run, rp)
     if kept_tool_outputs:
