@@ -17,13 +17,29 @@ VENV=.venv-test
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
-"$VENV"/bin/python -m pip install -q --disable-pip-version-check -c scripts/test-constraints.txt -e ".[test]"
+# The suite's packages and TensorFlow install side by side (two pip processes, each mostly
+# unpacking wheels on one core): they write to different folders and neither upgrades pip.
+"$VENV"/bin/python -m pip install -q --disable-pip-version-check -c scripts/test-constraints.txt -e ".[test]" &
+deps_pid=$!
 # Keras' TensorBoard callback (and its profile_batch) writes through TensorFlow. It goes into a
 # folder of its own that only the Keras integration test puts on its job's path, so TensorBoard
 # in every other test keeps its TensorFlow-free readers (TensorFlow would be imported by each).
+# Installed under another name and renamed when complete: an install cut short is never taken
+# for a finished one by the next run.
+tf_pid=""
 if [ ! -d "$VENV/tensorflow/tensorflow" ]; then
   case "$(uname -m)" in x86_64) TF_REQ="tensorflow-cpu==2.21.0" ;; *) TF_REQ="tensorflow==2.21.0" ;; esac
-  "$VENV"/bin/python -m pip install -q --disable-pip-version-check --target "$VENV/tensorflow" "$TF_REQ"
+  rm -rf "$VENV/tensorflow.partial"
+  { "$VENV"/bin/python -m pip install -q --disable-pip-version-check --target "$VENV/tensorflow.partial" "$TF_REQ" \
+      && rm -rf "$VENV/tensorflow" && mv "$VENV/tensorflow.partial" "$VENV/tensorflow"; } &
+  tf_pid=$!
+fi
+install_rc=0
+wait "$deps_pid" || install_rc=$?
+if [ -n "$tf_pid" ]; then wait "$tf_pid" || install_rc=$?; fi
+if [ "$install_rc" != 0 ]; then
+  echo "installing the test environment failed (exit status $install_rc)" >&2
+  exit "$install_rc"
 fi
 export TB_FOOTPRINT_TEST_TENSORFLOW="$PWD/$VENV/tensorflow"
 # The tab's browser tests drive Debian's Chromium (never a browser download); the archive
