@@ -44,17 +44,6 @@ def _event_file(root: str, run: str) -> str:
     return os.path.join(folder, next(n for n in sorted(os.listdir(folder)) if "tfevents" in n))
 
 
-def _counting(monkeypatch, cls, name):
-    calls = []
-    real = getattr(cls, name)
-
-    def counted(*a, **k):
-        calls.append(1)
-        return real(*a, **k)
-    monkeypatch.setattr(cls, name, counted if not isinstance(real, classmethod) else classmethod(counted))
-    return calls
-
-
 def test_a_warm_scan_parses_each_distinct_cached_text_once(logdir, monkeypatch):
     scan(logdir)  # the cache
     calls = []
