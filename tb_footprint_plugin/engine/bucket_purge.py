@@ -26,7 +26,6 @@ from tb_footprint_plugin.engine.bucket_manifests import manifests, own_manifests
 from tb_footprint_plugin.engine.bucket_moved import MOVED_FROM, NOTHING, STANDS, moved_unclaimed, standing
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
-    journal_path,
     BucketState,
     BucketTxnError,
     BucketVault,
@@ -37,6 +36,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     STORE_FAILURES,
 )
 from tb_footprint_plugin.engine.context import new_op_id
+from tb_footprint_plugin.engine.journal_object import journal_entries, journal_unreadable, pending_objects
 from tb_footprint_plugin.storage.blobstore import BlobFailure
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
@@ -131,10 +131,12 @@ class BucketCopies(purge_run.PurgeLayout):
         # listing says why
         kept = [m for m in chosen if kept_by_restore(m)]
         chosen = [m for m in chosen if m not in kept]
-        # an operation whose journal is still there is under way (a retire writes its manifest before
-        # its commit record and may still roll back onto these copies) or awaits recovery: its
-        # copies may be the only ones, so it is left for a purge after it settled (one HEAD each)
-        busy = [m for m in chosen if BucketState.of(ostore).head(journal_path(ostore, m["op_id"])) is not None]
+        # an operation a journal still names is under way (a retire writes its manifest before its
+        # commit record and may still roll back onto these copies; a batch reduction writes its
+        # manifest before the swap, its journal named by the batch: review R21 PD16) or awaits
+        # recovery: its copies may be the only ones, so it is left for a purge after it settled
+        journaled = journaled_ops(ostore)
+        busy = [m for m in chosen if m["op_id"] in journaled]
         chosen = [m for m in chosen if m not in busy]
         # moved here by its records alone: a copy of the logdir made before the move holds the same
         # records, and its copies may be that one's only ones (review R14 G5): never freed from here
@@ -291,6 +293,25 @@ def _not_standing_row(ostore: ObjectStore, m: dict, here: str, why: Optional[str
             "detail": f"cannot tell whether a logdir stands at {ostore.url} ({why}): nothing purged. Its operations "
                       "may be a logdir's moved away, their backups its only copies; purge again once that URL can "
                       "be listed. Never acted on, left in place"}
+
+
+def journaled_ops(ostore: ObjectStore) -> Set[str]:
+    """The operations the journals left in the bucket name: each journal's own name (an operation's
+    op id, or a batch's id) and every op id its entries name (a batch's runs, a purge's operations,
+    an earlier version's one run): one listing of the journals, one read each (none usually stand).
+    A journal that cannot be read names its own name only (``recover`` and ``status`` name it)."""
+    st = BucketState.of(ostore)
+    ops: Set[str] = set()
+    for key, info in pending_objects(st):
+        name = key.rsplit("/", 1)[-1]
+        ops.add(name[: -len(".json")] if name.endswith(".json") else name)
+        try:
+            doc, _ = st.read(ostore.path(key), info)
+        except ValueError:  # not a plain key: never read (``damaged_journals`` names it)
+            continue
+        if isinstance(doc, dict) and not journal_unreadable(doc):
+            ops.update(en["op"] for en in journal_entries(doc) if isinstance(en, dict) and isinstance(en.get("op"), str))
+    return ops
 
 
 def retention_report(ostore: ObjectStore, vault: BucketVault, removable: int) -> dict:
