@@ -17,9 +17,11 @@ from tb_footprint_plugin.scan.model import CategoryStat, FileEntry, FrozenList, 
 #: the shared stats (and folds) remembered at most (then forgotten, not grown: runs unlike each
 #: other must not cost a table entry each on top of their own stats)
 STATS_KEPT = 256
-#: ``names``' keys of its table of shared category stats and of its ``FoldMemo``
-STATS_TABLE = ("stats table",)
-FOLD_TABLE = ("fold memo",)
+#: ``names``' keys of its table of shared category stats and of its ``FoldMemo``: objects no
+#: tag set can equal (the same dict interns each category's tags under ``tuple(sorted(tags))``,
+#: so a key made of strings collides with a scalar named "stats table": review R21 F1 on 4e67c98)
+STATS_TABLE = object()
+FOLD_TABLE = object()
 
 
 def shared(table: dict, key, value):
