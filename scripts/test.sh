@@ -100,6 +100,13 @@ run_bench() {
 }
 bench_start=$SECONDS
 for b in "${BENCHES[@]}"; do [ "$b" = "$SOLO" ] && run_bench "$b"; done
+# A non-interactive shell starts its background jobs with SIGINT ignored, so a bench in a lane
+# would outlive a Ctrl-C of this command: with job control each lane's bench runs in a process
+# group of its own that keeps SIGINT, and an interrupt (or TERM) of this command is passed on to
+# every bench still running, which stops and cleans up as it does when run by hand.
+set -m
+bench_pids=()
+trap 'for p in "${bench_pids[@]}"; do kill -INT -- "-$p" 2>/dev/null || true; done; wait; rm -rf "$BENCH_OUT"; exit 130' INT TERM
 running=0
 for b in "${ORDER[@]}"; do
   if [ "$running" -ge 2 ]; then
@@ -107,9 +114,12 @@ for b in "${ORDER[@]}"; do
     running=$((running - 1))
   fi
   run_bench "$b" &
+  bench_pids+=("$!")
   running=$((running + 1))
 done
 wait || true
+trap - INT TERM
+set +m
 failed=()
 for b in "${BENCHES[@]}"; do
   log="$(bench_log "$b")"
