@@ -1430,6 +1430,10 @@ def cmd_recover(args) -> int:
             # what it found besides its code (``RecoveryOutcome.findings``) under it, as an outcome's
             print(f"{mark} {o.op_id or '-'} ({shown(o.run or 'vault')}): {o.action} [{o.code}] — {o.detail}"
                   + _findings_said(o))
+            # a bucket batch's journal is named by the batch: each run's own op id, the one status,
+            # history and restore name, said under it (review R21 PD14)
+            for line in _settled_runs_said(o):
+                print(f"    {line}")
             if o.action == Recovery.BACKUPS_KEPT:
                 if kept_rows is None:
                     kept_rows = api.kept_blobs(args.logdir, args.backup_dir)
@@ -1445,6 +1449,16 @@ def cmd_recover(args) -> int:
             print(f"still: [{p['code']}] {p['detail']}")
     # a journal refused is left exactly as it is for the user to look at: not settled, so not 0
     return EXIT_FAILED if any(o.action in (Recovery.FAILED, Recovery.REFUSED) for o in outs) else EXIT_OK
+
+
+def _settled_runs_said(o, most: int = 20) -> List[str]:
+    """The runs a recovery settled under an id of its own (a bucket batch's journal), each with its
+    operation's op id; nothing when every run's op id is the outcome's."""
+    runs = [r for r in (o.runs or []) if isinstance(r, dict) and r.get("op_id") and r.get("op_id") != o.op_id]
+    lines = [f"{shown(r.get('run'))}: op {r['op_id']}" for r in runs[:most]]
+    if len(runs) > most:
+        lines.append(f"and {len(runs) - most} more run(s): `recover --json` lists them (runs[].op_id)")
+    return lines
 
 
 def _kept_by_recovery(args, o, kept_rows: List[dict]) -> List[str]:
