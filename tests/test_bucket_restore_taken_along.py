@@ -1,6 +1,9 @@
 """A bucket logdir: a restore of a run restored already says "already restored", as on a disk, and so
 does a run its parent's restored retirement took along (``restore exp/eval`` after ``exp``); before,
 both were "nothing to restore", a usage error at the CLI (review R20's parity note on ae83518)."""
+import getpass
+import socket
+
 import pytest
 
 from conftest import copy_real
@@ -56,6 +59,10 @@ def test_a_bucket_operation_asked_for_again_by_its_op_id_is_said_already_restore
         (again,) = api.restore(url, op=op, on_outcome=seen.append)
         assert (again.run, str(again.status), str(again.code), again.op_id) == (run, "skipped", "already_restored", op)
         assert seen == [again]
+        # a bucket's restore of a reduction has no op id: it is named by when and by whom it ran (review
+        # R21 PD4); a retirement's restore has one, named
+        named = f"by {getpass.getuser()}@{socket.gethostname()}"
+        assert op == ret.op_id or ("by a restore" not in again.reason and named in again.reason), again.reason
     assert _logdir_files(s3_bucket, "byop") == before
     with pytest.raises(api.TransactionError):
         api.restore(url, op="20990101T000000-nosuchop")

@@ -8,6 +8,7 @@ one shape, dicts of one shape); where the two differ today, the implementation's
 """
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from typing import Callable, Collection, List, Optional, Sequence, Tuple
 
@@ -17,6 +18,7 @@ from tb_footprint_plugin.engine.history import HistoryPage
 from tb_footprint_plugin.engine.purge import PurgeReport
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.scan.model import LogdirFootprint
+from tb_footprint_plugin.storage.paths import is_op_id
 
 DEFAULT_BACKENDS = ("python", "rust")
 
@@ -323,8 +325,19 @@ def already_restored(m: dict, run: Optional[str] = None) -> RunOutcome:
     """A restore asked for again: its originals are back already, nothing is done (said so).
     ``run``: the run asked for, when ``m`` is its parent's retirement that took it along."""
     along = f" (it retired {run} along with {m['run']})" if run not in (None, m["run"]) else ""
+    by = f"by {m['restored_by']}"
+    if not is_op_id(m.get("restored_by")):
+        # a bucket's restore has no op id of its own: said by when and by whom it ran, as recorded
+        # (untrusted: only a number and strings are said)
+        at, with_ = m.get("restored_at"), m.get("restored_with")
+        said = []
+        if isinstance(at, (int, float)) and not isinstance(at, bool) and 0 < at < 1e11:
+            said.append(f"on {time.strftime('%Y-%m-%d %H:%M', time.localtime(at))}")
+        if isinstance(with_, dict) and isinstance(with_.get("user"), str) and isinstance(with_.get("host"), str):
+            said.append(f"by {with_['user'][:64]}@{with_['host'][:255]}")
+        by = " ".join(said) or "by a restore"
     return RunOutcome(run=run or m["run"], status=Outcome.SKIPPED, code=Skip.ALREADY_RESTORED, op_id=m["op_id"],
-                      reason=f"already restored: operation {m['op_id']}{along} was restored by {m['restored_by']}",
+                      reason=f"already restored: operation {m['op_id']}{along} was restored {by}",
                       bytes_before=m.get("bytes_before", 0), bytes_after=m.get("bytes_before", 0))
 
 
