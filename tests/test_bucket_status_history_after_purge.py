@@ -4,7 +4,11 @@ PD1, PD2, PD8):
   in the logdir): the header said more than the batch line's "saved";
 - a purge line in history had no ``freed`` (the CLI printed "freed 0 B"), where a disk's has it;
 - a restored retirement got a purge line nobody ran (the restore moved its objects back and marked
-  the manifest purged-by-restore), where a disk's history has none."""
+  the manifest purged-by-restore), where a disk's history has none;
+- a purge line did not say who purged (PD18)."""
+import getpass
+import socket
+
 import pytest
 
 from conftest import copy_real
@@ -40,3 +44,5 @@ def test_a_buckets_status_and_history_after_restores_and_a_purge(tmp_path, s3_bu
     assert sorted(e["op_id"] for e in purges) == sorted([by_run["a"].op_id, by_run["b"].op_id]), purges
     for e in purges:
         assert e["freed"] == freed[e["op_id"]]["bytes"] > 0, (e, freed[e["op_id"]])
+        # who purged, as a disk's purge line says it (review R21 PD18)
+        assert (e["user"], e["host"]) == (getpass.getuser(), socket.gethostname()), e

@@ -202,8 +202,10 @@ def entries_of(m: dict) -> List[dict]:
     # a retirement's restore that moved its objects back marks it purged by that restore: no purge
     # line (a disk's history has none); a purge's line says what it freed, as its row did
     if m["backup_purged"] and not m.get("backup_released_by_restore"):
+        by = m.get("purged_with") if isinstance(m.get("purged_with"), dict) else {}
         out.append({"time": m["purged_at"], "op_id": m["op_id"], "kind": "purge", "run": m["run"],
-                    "outcome": "purged", "backup_kept": False, "freed": copies_bytes(m)})
+                    "outcome": "purged", "backup_kept": False, "freed": copies_bytes(m),
+                    **{k: by[k] if isinstance(by.get(k), str) else None for k in ("user", "host")}})
     return out
 
 

@@ -37,6 +37,7 @@ from tb_footprint_plugin.engine.bucket_state import (
 )
 from tb_footprint_plugin.engine.context import new_op_id
 from tb_footprint_plugin.engine.journal_object import journal_entries, journal_unreadable, pending_objects
+from tb_footprint_plugin.engine.vault_base import who
 from tb_footprint_plugin.storage.blobstore import BlobFailure
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
@@ -182,7 +183,9 @@ class BucketCopies(purge_run.PurgeLayout):
         """``m``'s manifest marked purged, conditionally on the version the choice read; False
         (and the refusal kept in ``group.done``) when the store refused it."""
         try:
-            self.st.update(m["_path"], manifest.bucket_form(dict(m, backup_purged=True, purged_at=self.now)),
+            # who purged, as a disk's purge line says it (review R21 PD18): a shared bucket's change log
+            self.st.update(m["_path"], manifest.bucket_form(dict(m, backup_purged=True, purged_at=self.now,
+                                                                 purged_with=who())),
                            m["_version"])
         except (BucketTxnError, *STORE_FAILURES) as e:
             group.done = e
