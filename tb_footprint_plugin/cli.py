@@ -1057,9 +1057,10 @@ def _restorable_rows(api, args) -> List[dict]:
     """What a restore could put back: kept reductions and retired runs, as the plan it shows."""
     rows = [{"run": o["run"], "op_id": o["op_id"], "what": "reduction", "bytes": o.get("bytes_before")}
             for o in api.restorable(args.logdir, backup_dir=args.backup_dir)]
-    if "://" not in args.logdir:
-        rows += [{"run": r["run"], "op_id": r["op_id"], "what": "retired run", "bytes": r["bytes"]}
-                 for r in api.retired(args.logdir, backup_dir=args.backup_dir)]
+    # every store: a bucket's retired runs are in the plan and in the hint of what can come back too
+    # (review R21 PD9, PD21: they were left out, so a bucket's unretire printed no plan)
+    rows += [{"run": r["run"], "op_id": r["op_id"], "what": "retired run", "bytes": r["bytes"]}
+             for r in api.retired(args.logdir, backup_dir=args.backup_dir)]
     return rows
 
 
