@@ -34,8 +34,10 @@ def test_a_bucket_run_restored_already_or_taken_along_is_said_already_restored(t
         assert again.op_id == o.op_id and seen == [again], (again, seen)
     assert _logdir_files(s3_bucket, "along") == before
     # a name nothing recorded is still nothing to restore
-    with pytest.raises(api.TransactionError):
+    with pytest.raises(api.TransactionError) as e:
         api.restore(url, run="exp/evl")
+    # a disk's words, and why (review R21 PD5)
+    assert "nothing to restore for run 'exp/evl'" in str(e.value) and "no retirement" in str(e.value), str(e.value)
 
 
 def test_a_bucket_operation_asked_for_again_by_its_op_id_is_said_already_restored(tmp_path, s3_bucket):
@@ -64,5 +66,6 @@ def test_a_bucket_operation_asked_for_again_by_its_op_id_is_said_already_restore
         named = f"by {getpass.getuser()}@{socket.gethostname()}"
         assert op == ret.op_id or ("by a restore" not in again.reason and named in again.reason), again.reason
     assert _logdir_files(s3_bucket, "byop") == before
-    with pytest.raises(api.TransactionError):
+    with pytest.raises(api.TransactionError) as e:
         api.restore(url, op="20990101T000000-nosuchop")
+    assert "no operation '20990101T000000-nosuchop' in the vault" in str(e.value)  # a disk's words (R21 PD10)

@@ -309,8 +309,13 @@ class BucketEngine(Engine):
                 return [said]
         if (op or run) and not todo and not unsure:
             # damage that may hide its backup is a refusal programs can tell (a code), as on a disk
-            raise TransactionError(f"nothing to restore for {op or run!r} in {self.logdir}"
-                                   + "".join(f"; {w}" for w in damage), Failure.RESTORE_BLOCKED if damage else Failure.NOT_FOUND)
+            # the words a disk says (``LocalEngine.restore``, ``find_manifest``), and why
+            said = (f"no operation {op!r} in the vault of {self.logdir}" if op is not None and
+                    not any(op_view(m).get("op_id") == op for m in found)
+                    else f"nothing to restore for {'operation' if op is not None else 'run'} {op or run!r} in "
+                    f"{self.logdir} (no kept backup of a verified reduction, no retirement)")
+            raise TransactionError(said + "".join(f"; {w}" for w in damage),
+                                   Failure.RESTORE_BLOCKED if damage else Failure.NOT_FOUND)
         from tb_footprint_plugin.engine.bucket_putback import forgets_at_end, release_note
 
         outcomes = []
