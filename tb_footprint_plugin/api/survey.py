@@ -24,6 +24,7 @@ from tb_footprint_plugin.scan.discovery import walk_runs
 from tb_footprint_plugin.scan.scanner import scan
 from tb_footprint_plugin.storage.paths import is_within, safe_rel, state_dirs_in, UnsafePath
 from tb_footprint_plugin.storage.remote import is_remote
+from tb_footprint_plugin.storage.store_object import ObjectStore
 from tb_footprint_plugin.api.common import logdir_keys, partition_name, split_backup_dir
 from tb_footprint_plugin.api.records import history
 
@@ -154,7 +155,16 @@ def check_logdir(logdir: str, backup_dir: Optional[str] = None,
     file, a profile session, a PyTorch trace: a run as the scan counts them) or a state folder
     (a logdir whose every run was retired is still one). Reads only; writes nothing.
     ``footprint``: the caller's scan of it, so the folder is not walked twice."""
-    if is_remote(logdir):  # URL syntax: a bucket URL names no folder to look into here
+    if is_remote(logdir):
+        # a prefix nothing is stored under (a mistyped logdir) is refused as a missing folder is, not
+        # read as an empty logdir (review R21 PD22): the caller's scan listed it, else one look
+        if footprint is not None and footprint.listed_bytes is not None:
+            empty = footprint.listed_bytes == 0 and not any(r.name != UNATTRIBUTED for r in footprint.runs)
+        else:
+            empty = not ObjectStore(logdir).rfs.exists()  # one request: an object under it, at most one listed
+        if empty:
+            raise NotALogdir(f"logdir {logdir}: nothing is stored under this prefix (give the URL you pass to "
+                             "`tensorboard --logdir`)")
         return
     if not os.path.isdir(logdir):
         raise NotALogdir(f"logdir {logdir} is not a directory")
