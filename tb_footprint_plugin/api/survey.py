@@ -161,7 +161,7 @@ def check_logdir(logdir: str, backup_dir: Optional[str] = None,
         if footprint is not None and footprint.listed_bytes is not None:
             empty = footprint.listed_bytes == 0 and not any(r.name != UNATTRIBUTED for r in footprint.runs)
         else:
-            empty = not ObjectStore(logdir).rfs.exists()  # one request: an object under it, at most one listed
+            empty = not ObjectStore(logdir).holds_anything()
         if empty:
             raise NotALogdir(f"logdir {logdir}: nothing is stored under this prefix (give the URL you pass to "
                              "`tensorboard --logdir`)")

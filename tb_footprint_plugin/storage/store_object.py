@@ -189,6 +189,11 @@ class ObjectStore(Store):
         ``NOT_SUPPORTED`` for a URL of another store (``sibling`` makes a client for one)."""
         return ObjectStore.on_client(self.rfs, url)
 
+    def holds_anything(self) -> bool:
+        """Whether any object is stored under this store's prefix (or it is a bucket's root): one
+        request, a listing of at most one key (a whole listing pages through every run)."""
+        return self.rfs.exists()
+
     # --- names (no request): how the engine names objects in its journals and manifests -----------
     @property
     def url(self) -> str:
