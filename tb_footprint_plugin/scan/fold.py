@@ -115,8 +115,7 @@ def fold_run(run: RunFootprint, others: List[Tuple[str, int]], events: list, nam
     if made is not None and all(a is b for a, b in zip(made[0], (st for _f, st in events))):
         _, run.categories, splits, warnings = made
         for (f, st), split in zip(events, splits):
-            entry = FileEntry(path=f.rel, size=f.size, mtime=f.mtime, kind="event", warning=st.warning,
-                              links=f.nlink, allocated=f.allocated, uid=f.uid)
+            entry = _event_entry(f, st)
             entry._cats = split
             run.files.append(entry)
         if warnings:
@@ -128,6 +127,14 @@ def fold_run(run: RunFootprint, others: List[Tuple[str, int]], events: list, nam
         memo.clear()
     memo[key] = (tuple(st for _f, st in events), run.categories,
                  tuple(e._cats for e in run.files[first:]), tuple(run.warnings))
+
+
+def _event_entry(f, st) -> FileEntry:
+    """The entry of event file ``f`` (the walk's ``FoundFile``) with stats ``st``: its size, time,
+    links, allocation and owner from this walk's lstat, never from the cache (a snapshot made since
+    changes no key), whether its fold is made or reused."""
+    return FileEntry(path=f.rel, size=f.size, mtime=f.mtime, kind="event", warning=st.warning, links=f.nlink,
+                     allocated=f.allocated, uid=f.uid)
 
 
 def _fold(run: RunFootprint, others: List[Tuple[str, int]], events: list, names: dict) -> None:
@@ -142,9 +149,7 @@ def _fold(run: RunFootprint, others: List[Tuple[str, int]], events: list, names:
     tags: Dict[str, set] = {}  # category -> its tags in this run (sorted into the stat at the end)
     warnings: List[str] = []  # the run's own list only if it has any (else the shared empty one)
     for f, st in events:
-        # links from this walk's lstat, never from the cache (a snapshot made since changes no key)
-        entry = FileEntry(path=f.rel, size=f.size, mtime=f.mtime, kind="event", warning=st.warning, links=f.nlink,
-                          allocated=f.allocated, uid=f.uid)
+        entry = _event_entry(f, st)
         if st.status == "unreadable":
             entry.categories = {cat.OTHER: f.size}
             add_bytes(run.categories, cat.OTHER, f.size, files=1)
