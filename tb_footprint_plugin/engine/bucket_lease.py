@@ -269,24 +269,12 @@ def renew_all(now: Optional[float] = None) -> None:
             except StoreFailure as e:
                 # a put that landed with its answer lost: the client's retry fails its precondition
                 # against our own new version, or every try times out; read back, adopted when it is ours
-                landed = _landed(h, doc) if e.code != StoreError.NOT_FOUND else None
+                landed = jsondoc.landed_version(h.read, doc) if h.read and e.code != StoreError.NOT_FOUND else None
                 if landed is not None:
                     h.version, h.doc = landed, doc
                 elif e.code in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND):
                     h.lost = True  # taken over (or removed) by another worker: never written back
                 # any other store error: tried again at the next wake-up, the lease still runs
-
-
-def _landed(h: _Held, doc: dict) -> Optional[str]:
-    """The lock's version when it holds ``doc`` as this process put it, else None (another's
-    document, gone, unreadable, or the read failed: not landed)."""
-    if h.read is None:
-        return None
-    try:
-        held, version = h.read()
-    except StoreFailure:
-        return None
-    return version if version and jsondoc.is_as_put(held, doc) else None
 
 
 def _loop() -> None:

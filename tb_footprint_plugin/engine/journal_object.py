@@ -195,11 +195,7 @@ class ObjectJournal(OpJournal):
         """The version of the journal object when it holds ``doc`` as this writer put it (same
         fields and values, ``renewed`` included, after the JSON round trip), else None (another
         document, gone, unreadable, or the read failed: the put is taken as not landed)."""
-        try:
-            held, version = self.st.read(self.path)
-        except StoreFailure:
-            return None
-        return version if jsondoc.is_as_put(held, doc) else None
+        return jsondoc.landed_version(lambda: self.st.read(self.path), doc)
 
     def step(self, name: str, *, at: Optional[float] = None, **fields) -> None:
         """``append(step_record(name, at, **fields))``."""

@@ -10,7 +10,7 @@ damaged document applies.
 from __future__ import annotations
 
 import json
-from typing import IO, Any, Union
+from typing import IO, Any, Callable, Optional, Tuple, Union
 
 
 def loads(data: Union[bytes, bytearray, str]) -> Any:
@@ -22,10 +22,17 @@ def loads(data: Union[bytes, bytearray, str]) -> Any:
         raise ValueError("JSON nested too deeply") from None
 
 
-def is_as_put(held: Any, doc: Any) -> bool:
-    """Whether ``held``, a document read back, is ``doc`` as a writer put it (same fields and values
-    after the JSON round trip): how a conditional put whose answer was lost is told to have landed."""
-    return held is not None and held == json.loads(json.dumps(doc))
+def landed_version(read: Callable[[], Tuple[Any, Optional[str]]], doc: Any) -> Optional[str]:
+    """After a conditional put of ``doc`` whose answer was lost (the client's retry failed its
+    precondition against the put's own new version, or every try timed out): the version ``read()``
+    (the object read back, with its version) gives when the object holds ``doc`` as the writer put
+    it (same fields and values after the JSON round trip), else None (another's document, gone,
+    unreadable, or the read failed: taken as not landed)."""
+    try:
+        held, version = read()
+    except OSError:  # a store's failure (``StoreFailure`` is one)
+        return None
+    return version if version and held is not None and held == json.loads(json.dumps(doc)) else None
 
 
 def load(f: IO) -> Any:
