@@ -279,8 +279,7 @@ def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = (),
         base = dirpath if dirpath.endswith("/") else dirpath + "/"  # os.path.join's, for a bare name
         for d in sorted(subdirs, reverse=True):
             sub = base + d
-            # (every state name starts with the state folder's: the rule asked only of those)
-            nested = bool(parts) and d.startswith(STATE_DIR_NAME) and is_state_name(d) and is_state_folder(sub)
+            nested = bool(parts) and is_state_name(d) and is_state_folder(sub)
             if sub in excluded or nested:
                 if nested:
                     # a nested logdir's state (review R11 G7): its vault's backups are no run's files
