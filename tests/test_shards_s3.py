@@ -37,23 +37,25 @@ def test_overlapping_workers_on_a_bucket_and_a_killed_one_reduce_every_run_exact
     pol.write_text(json.dumps(DROP_PROFILES))
     # five workers at once: 0/2 and 1/2 cover everything, 0/3 and 1/3 overlap them, and 2/3 is
     # SIGKILLed in the middle of its first transaction, its backups made and its manifest written.
-    # Started together, the others now and then reduce every run of 2/3 before it locks one; then
-    # nothing was killed and the scenario is set up again on a fresh prefix (never more than 3 times).
-    for attempt in range(3):
-        prefix = f"logs{attempt}"
-        url = s3_bucket.upload(make_logdir(tmp_path / prefix, 12), prefix)
-        before = s3_bucket.hashes(prefix)
-        runs = sorted(r.name for r in api.scan(url).runs)
-        assert len(runs) == 12
-        plan = {s: api.shard_plan([url], tuple(map(int, s.split("/"))))[url] for s in ("0/2", "1/2", "2/3")}
-        assert sorted(plan["0/2"] + plan["1/2"]) == runs and plan["2/3"]
-        procs = [_worker(url, s, pol) for s in ("0/2", "1/2", "0/3", "1/3")]
-        killed = _worker(url, "2/3", pol, TB_FOOTPRINT_FAILPOINTS="reduce.backup=kill")
-        outs = [p.communicate(timeout=600) for p in procs]
-        killed.communicate(timeout=600)
-        if killed.returncode == -signal.SIGKILL:
-            break
-    assert killed.returncode == -signal.SIGKILL, "the 2/3 worker never reached its failpoint in 3 attempts"
+    # 2/3 starts first and the others once its batch's journal stands: started together, the others
+    # now and then reduced every run of 2/3 before it locked one (a loaded CI, 3 attempts in a row),
+    # and nothing was killed. They still overlap its transaction and each other.
+    prefix = "logs"
+    url = s3_bucket.upload(make_logdir(tmp_path / prefix, 12), prefix)
+    before = s3_bucket.hashes(prefix)
+    runs = sorted(r.name for r in api.scan(url).runs)
+    assert len(runs) == 12
+    plan = {s: api.shard_plan([url], tuple(map(int, s.split("/"))))[url] for s in ("0/2", "1/2", "2/3")}
+    assert sorted(plan["0/2"] + plan["1/2"]) == runs and plan["2/3"]
+    killed = _worker(url, "2/3", pol, TB_FOOTPRINT_FAILPOINTS="reduce.backup=kill")
+    deadline = time.monotonic() + 300
+    while not _state_keys(url, ".tb-footprint/journal/") and killed.poll() is None:
+        assert time.monotonic() < deadline, "the 2/3 worker wrote no journal in 300 s"
+        time.sleep(0.05)
+    procs = [_worker(url, s, pol) for s in ("0/2", "1/2", "0/3", "1/3")]
+    outs = [p.communicate(timeout=600) for p in procs]
+    killed.communicate(timeout=600)
+    assert killed.returncode == -signal.SIGKILL, "the 2/3 worker did not reach its failpoint"
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, [(o["run"], o["status"], o["reason"]) for o in json.loads(out)["outcomes"]] \
             if out.startswith("{") else err
