@@ -13,67 +13,106 @@ shards) → ``reduce`` (one driver for every store) → ``backups`` (verify, res
 ``from tb_footprint_plugin import api; api.X`` keeps working for the front ends; a test that
 replaces a name the API calls patches the verb group's module that looks it up.
 
+The re-exports are lazy (PEP 562): ``_WHERE`` maps each name to the module that defines it, and
+the first ``api.X`` (or ``from tb_footprint_plugin.api import X``) imports that module only. A CLI
+process runs one verb, so it pays for that verb's chain, not for every engine, the planner and
+numpy (``import tb_footprint_plugin.api`` was 0.3–0.8 s of CPU in every CLI process;
+``tests/test_startup_imports.py`` keeps the light verbs light).
+
 Each verb opens the logdir's engine with ``engine.front.open_engine`` (local or bucket, chosen
 there once) and calls it; no verb group picks an engine by the logdir's URL itself.
 """
-# The names below are this package's public surface (the front ends use ``api.<name>``), so
-# each import is a re-export, not a use.
-from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery, Refusal, Skip
-from tb_footprint_plugin.fmt import human_bytes
-from tb_footprint_plugin.engine.catalogue import (find_manifest, hiding_damage, is_kept, journal_blobs,
-                                                  known_vaults, operation_summary, own_manifests, remember_vault,
-                                                  restorable_ops, summarize_operations, vault_problems)
-from tb_footprint_plugin.engine import health, lease, trust, usage
-from tb_footprint_plugin.engine.faults import check_env as check_failpoints
-from tb_footprint_plugin.engine.checks import recheck
-from tb_footprint_plugin.engine.context import (CancelToken, Context, is_no_space, NoSpace, RunOutcome,
-                                                TransactionError, writing)
-from tb_footprint_plugin.engine.history import configure_writer, history_csv, read_history
-from tb_footprint_plugin.engine.journal import pending_journals, RunLock, RunLocked
-from tb_footprint_plugin.engine.ledger import (Ledger, ledger_path, ledger_paths, mark_recovered, merged,
-                                               with_restores)
-from tb_footprint_plugin.engine.purge import freeable_bytes, purge_backups, PurgeReport
-from tb_footprint_plugin.engine.recovery import RecoveryOutcome
-from tb_footprint_plugin.engine.upkeep import recover_all
-from tb_footprint_plugin.engine.restore import restore_op
-from tb_footprint_plugin.engine.retire import is_restorable_retirement, retire_run, retirements, unretire
-from tb_footprint_plugin.engine.transaction import reduce_run
-from tb_footprint_plugin.engine.vault import (compact_operation, DEFAULT_VAULT_FORMAT, note_compaction,
-                                              refuse_unless_ours, Vault, VAULT_FORMATS)
-from tb_footprint_plugin.plan.model import Plan
-from tb_footprint_plugin.plan.left_alone import apply_open_writers, leave_alone
-from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, LOCAL_VAULT_NOTE, make_plan, SelectionError
-from tb_footprint_plugin.plan.retire import plan_retire, read_keep_list, RetirePlan, RetireRule
-from tb_footprint_plugin.plan import select as selecting, shard as sharding
-from tb_footprint_plugin.plan.cost import format_cost
-from tb_footprint_plugin.plan.policies import BUILTIN, custom_policy, get_policy, list_policies, PolicyError
-from tb_footprint_plugin.plan.shard import parse_shard, shard_from_env, ShardError
-from tb_footprint_plugin.plan.summary import (category_changes, dashboards_note, dashboards_summary, labels_for,
-                                              overview, plan_run_view)
-from tb_footprint_plugin.scan import categories, passes
-from tb_footprint_plugin.scan.model import LogdirFootprint, UNATTRIBUTED
-from tb_footprint_plugin.scan.discovery import discover
-from tb_footprint_plugin.scan.scanner import scan
-from tb_footprint_plugin.storage import scratch, throttle
-from tb_footprint_plugin.storage.openfiles import find_writers
-from tb_footprint_plugin.storage.files import is_regular, matches as file_matches
-from tb_footprint_plugin.storage.paths import (contained, is_within, real_within, state_dir, state_dirs_in,
-                                               UnsafePath)
-from tb_footprint_plugin.storage.remote import is_bucket_url, is_remote, RemoteError
+from __future__ import annotations
 
-from tb_footprint_plugin.api.common import DEFAULT_BACKENDS, RunProgress
-from tb_footprint_plugin.api.settle import (adopt_moved_state, Interrupted, interrupted_state, pending_operations,
-                                            recover_logdir, settle_interrupted, unfinished)
-from tb_footprint_plugin.api.reports import reduce_summary, ReduceReport, restore_summary
-from tb_footprint_plugin.api.records import (bring_back, disk_numbers, history, history_page, kept_blobs, operation,
-                                              operations, status)
-from tb_footprint_plugin.api.survey import (check_logdir, confirmed_digests, hold_to_confirmed, ledger_skips,
-                                            NotALogdir, plan, plan_digest, select_runs, selection_by_logdir,
-                                            shard_plan, shard_sizes)
-from tb_footprint_plugin.api.reduce import reduce_logdir, reduce_logdirs
-from tb_footprint_plugin.api.backups import (NotRestorable, purge, restorable, restore, restore_target, sample,
-                                             SampleUnavailable, vault_lifecycle, verify)
-from tb_footprint_plugin.api.retirement import retire, retire_plan, retire_rule, retired, RetireReport
+#: module (below the package) -> the public names it defines; ``alias=name`` where the API
+#: exposes a name under another one
+_NAMES: dict[str, str] = {
+    "codes": "Failure Finding Outcome Recovery Refusal Skip",
+    "fmt": "human_bytes",
+    "engine.catalogue": ("find_manifest hiding_damage is_kept journal_blobs known_vaults operation_summary "
+                         "own_manifests remember_vault restorable_ops summarize_operations vault_problems"),
+    "engine.faults": "check_failpoints=check_env",
+    "engine.checks": "recheck",
+    "engine.context": "CancelToken Context is_no_space NoSpace RunOutcome TransactionError writing",
+    "engine.history": "configure_writer history_csv read_history",
+    "engine.journal": "pending_journals RunLock RunLocked",
+    "engine.ledger": "Ledger ledger_path ledger_paths mark_recovered merged with_restores",
+    "engine.purge": "freeable_bytes purge_backups PurgeReport",
+    "engine.recovery": "RecoveryOutcome",
+    "engine.upkeep": "recover_all",
+    "engine.restore": "restore_op",
+    "engine.retire": "is_restorable_retirement retire_run retirements unretire",
+    "engine.transaction": "reduce_run",
+    "engine.vault": ("compact_operation DEFAULT_VAULT_FORMAT note_compaction refuse_unless_ours Vault "
+                     "VAULT_FORMATS"),
+    "plan.model": "Plan",
+    "plan.left_alone": "apply_open_writers leave_alone",
+    "plan.planner": "DEFAULT_QUIET_PERIOD LOCAL_VAULT_NOTE make_plan SelectionError",
+    "plan.retire": "plan_retire read_keep_list RetirePlan RetireRule",
+    "plan.cost": "format_cost",
+    "plan.policies": "BUILTIN custom_policy get_policy list_policies PolicyError",
+    "plan.shard": "parse_shard shard_from_env ShardError",
+    "plan.summary": "category_changes dashboards_note dashboards_summary labels_for overview plan_run_view",
+    "scan.model": "LogdirFootprint UNATTRIBUTED",
+    "scan.discovery": "discover",
+    "scan.scanner": "scan",
+    "storage.openfiles": "find_writers",
+    "storage.files": "is_regular file_matches=matches",
+    "storage.paths": "contained is_within real_within state_dir state_dirs_in UnsafePath",
+    "storage.remote": "is_bucket_url is_remote RemoteError",
+    "api.common": "DEFAULT_BACKENDS RunProgress",
+    "api.settle": ("adopt_moved_state Interrupted interrupted_state pending_operations recover_logdir "
+                   "settle_interrupted unfinished"),
+    "api.reports": "reduce_summary ReduceReport restore_summary",
+    "api.records": "bring_back disk_numbers history history_page kept_blobs operation operations status",
+    "api.survey": ("check_logdir confirmed_digests hold_to_confirmed ledger_skips NotALogdir plan plan_digest "
+                   "select_runs selection_by_logdir shard_plan shard_sizes"),
+    "api.reduce": "reduce_logdir reduce_logdirs",
+    "api.backups": ("NotRestorable purge restorable restore restore_target sample SampleUnavailable "
+                    "vault_lifecycle verify"),
+    "api.retirement": "retire retire_plan retire_rule retired RetireReport",
+}
+#: names that are modules themselves: the verb groups, and the few modules front ends use whole
+_MODULES: dict[str, str] = {
+    "common": "api.common", "settle": "api.settle", "reports": "api.reports", "records": "api.records",
+    "survey": "api.survey", "reduce": "api.reduce", "backups": "api.backups", "retirement": "api.retirement",
+    "health": "engine.health", "lease": "engine.lease", "trust": "engine.trust", "usage": "engine.usage",
+    "selecting": "plan.select", "sharding": "plan.shard",
+    "categories": "scan.categories", "passes": "scan.passes",
+    "scratch": "storage.scratch", "throttle": "storage.throttle",
+}
+
+
+def _table() -> dict[str, tuple[str, str | None]]:
+    out: dict[str, tuple[str, str | None]] = {name: ("tb_footprint_plugin." + m, None)
+                                                 for name, m in _MODULES.items()}
+    for module, names in _NAMES.items():
+        for entry in names.split():
+            alias, _, name = entry.partition("=")
+            out[alias] = ("tb_footprint_plugin." + module, name or alias)
+    return out
+
+
+#: public name -> (module, its name there; None when the name is the module itself)
+_WHERE = _table()
+
+
+def __getattr__(name: str) -> object:
+    """The public name ``name``, its module imported on first use (and the answer kept)."""
+    import importlib
+
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(where[0])
+    value = module if where[1] is None else getattr(module, where[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))
+
 
 __all__ = [
     "scan", "plan", "reduce_logdir", "reduce_logdirs", "selection_by_logdir", "shard_plan", "shard_sizes",

@@ -18,11 +18,20 @@ from tb_footprint_plugin.engine.vault import Vault, VaultError
 from tb_footprint_plugin.engine.vault_reads import blob_unreadable
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.scan.categories import is_event_file_name
-from tb_footprint_plugin.verify import Expectations, Stopped, verify_reduction
+from tb_footprint_plugin.verify.stop import Stopped
 
 #: event file name -> (path of the original bytes or None if it is new (salvaged late writes),
 #: path of the reduced file or None if removed)
 ViewPairs = Dict[str, Tuple[Optional[str], Optional[str]]]
+
+
+def verify_reduction(*args, **kwargs):
+    """``verify.compare.verify_reduction``, imported on the first verification: the readers and
+    numpy it brings are not paid by the verbs that import this module and verify nothing
+    (status, history); the name stays here, where ``compare_views`` looks it up."""
+    from tb_footprint_plugin.verify.compare import verify_reduction as verify
+
+    return verify(*args, **kwargs)
 
 
 def compare_views(views_dir: str, pairs: ViewPairs, modes: Optional[Dict[str, str]],
@@ -36,6 +45,8 @@ def compare_views(views_dir: str, pairs: ViewPairs, modes: Optional[Dict[str, st
     ``handover``: what this reduce already read of the original (``verify.original``).
     ``should_stop``: the verification ends at once when it says yes (``verify.Stopped``).
     """
+    from tb_footprint_plugin.verify.compare import Expectations  # with the comparison (see above)
+
     orig_view, red_view = os.path.join(views_dir, "original"), os.path.join(views_dir, "reduced")
     os.makedirs(orig_view, exist_ok=True)
     os.makedirs(red_view, exist_ok=True)

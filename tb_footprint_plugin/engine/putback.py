@@ -51,7 +51,6 @@ from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, StoreErro
 from tb_footprint_plugin.engine import retire_rules
 from tb_footprint_plugin.engine.catalogue_rules import is_kept
 from tb_footprint_plugin.engine.context import RunOutcome
-from tb_footprint_plugin.scan.tfrecord import RecordReader
 from tb_footprint_plugin.storage.files import CHUNK
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256
 from tb_footprint_plugin.storage.remote import same_content
@@ -157,6 +156,9 @@ def copy_late_records(src: BinaryIO, start: int, size: int, sink, name: str) -> 
     corrupt}``. A trailing partial record (a writer in the middle of one) and anything after a
     damaged one are not copied: ``partial_bytes`` counts them. ``name``: how the reader names
     the bytes in its errors."""
+    # here, not at the top: the reader brings numpy, which a status or history never needs
+    from tb_footprint_plugin.scan.tfrecord import RecordReader
+
     src.seek(start)
     reader = RecordReader(Limited(src, size - start), raw=True, display_name=name)
     h = hashlib.sha256()

@@ -68,7 +68,6 @@ from tb_footprint_plugin.storage.access import access_refusal, is_permission_err
 from tb_footprint_plugin.storage.paths import is_sha256, is_within, real_within
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.openfiles import describe_holders
-from tb_footprint_plugin.verify.records import check_file
 from tb_footprint_plugin.version import __version__
 
 
@@ -1000,6 +999,10 @@ def _undone_outputs(ctx: Context, ms: List[dict]) -> set:
 
 def _check_reads(ctx: Context, paths: List[str]) -> None:
     """Restored event files frame cleanly (CRC) — TensorBoard's loaders would hide it otherwise."""
+    # here, not at the top: the record check brings numpy and the verifier, which only a
+    # restore needs (not every verb that imports the restore chain)
+    from tb_footprint_plugin.verify.records import check_file
+
     bad = [c for c in (check_file(ctx.abs(p)) for p in paths
                        if is_summary_event_file_name(os.path.basename(p))) if not c.ok]
     if bad:

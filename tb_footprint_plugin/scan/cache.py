@@ -299,7 +299,7 @@ def cached_stats(cache, f):
     walk's file ``f`` if its key still matches, else None. A local cache's text of stats met
     before in this scan (a sweep's like runs: the same bytes per tag) is parsed and checked once,
     and its one ``EventFileStats`` served to each (nothing changes one once parsed)."""
-    from tb_footprint_plugin.scan.eventfile import EventFileStats
+    from tb_footprint_plugin.scan.filestats import EventFileStats
 
     if isinstance(cache, ScanCache):
         raw = cache.get_raw(f.rel, f.cache_key)
@@ -328,7 +328,7 @@ def cached_stats(cache, f):
 
 def _parsed(raw: bytes) -> tuple:
     """(``EventFileStats`` or None, whether its categories add up to its size) of one cached text."""
-    from tb_footprint_plugin.scan.eventfile import EventFileStats
+    from tb_footprint_plugin.scan.filestats import EventFileStats
 
     try:
         doc = json.loads(raw)

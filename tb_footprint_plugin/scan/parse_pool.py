@@ -329,8 +329,6 @@ def parse_ahead(found: Iterator[FoundRun], pool: ParsePool, cached: Callable[[Fo
     have room) and what this process parsed meanwhile (the files they had no room for, and any
     they had not answered when its run's turn came). At most ``RUNS_AHEAD`` runs are held. A file
     a reduce keeps its pass of (``passes.wanted``) is left to the caller."""
-    from tb_footprint_plugin.scan.eventfile import event_file_stats
-
     window: Deque[Tuple[FoundRun, Dict[str, tuple], List[str]]] = deque()
 
     def finished(run: FoundRun, ready: Dict[str, tuple], asked: List[str]):
@@ -352,6 +350,9 @@ def parse_ahead(found: Iterator[FoundRun], pool: ParsePool, cached: Callable[[Fo
             elif pool.ask(f.abspath, display(f.rel), f.size):
                 asked.append(f.rel)
             else:
+                # imported only to parse here: the parser brings numpy, a cached run needs none
+                from tb_footprint_plugin.scan.eventfile import event_file_stats
+
                 ready[f.rel] = (event_file_stats(f.abspath, display_name=display(f.rel), size=f.size), False)
         window.append((run, ready, asked))
         # the oldest runs whose files are answered (their workers then have room again)

@@ -29,9 +29,10 @@ import contextlib
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported by the functions that compute: the scan's walk needs none
+    import numpy as np
 
 #: smaller event files are re-read by the selection (a pass costs less than keeping it)
 MIN_BYTES = 8 << 20
@@ -80,6 +81,8 @@ class EventPass:
 def small_offsets(sizes: np.ndarray, small_upto: int) -> np.ndarray:
     """int64 offset in a pass's ``small`` bytes of each record kept there, -1 for the others
     (records from ``small_upto`` on, and those bigger than ``SMALL_FRAME``)."""
+    import numpy as np
+
     kept = np.zeros(len(sizes), dtype=bool)
     kept[:small_upto] = sizes[:small_upto] <= SMALL_FRAME
     ends = np.cumsum(np.where(kept, sizes, 0), dtype=np.int64)
@@ -88,6 +91,8 @@ def small_offsets(sizes: np.ndarray, small_upto: int) -> np.ndarray:
 
 def gather_small(buf, starts: np.ndarray, sizes: np.ndarray) -> bytes:
     """The framed bytes of a batch's records of at most ``SMALL_FRAME`` bytes, in order."""
+    import numpy as np
+
     small = sizes <= SMALL_FRAME
     if not small.any():
         return b""
@@ -138,6 +143,8 @@ class SmallBytes:
 
 def offsets_of(start: int, sizes: np.ndarray) -> np.ndarray:
     """int64 file offset of each of back-to-back records of ``sizes`` from ``start``."""
+    import numpy as np
+
     out = np.empty(len(sizes), dtype=np.int64)
     if len(out):
         out[0] = start

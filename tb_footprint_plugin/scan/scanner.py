@@ -282,8 +282,6 @@ def _is_summary_event(f: FoundFile) -> bool:
 
 def _event_stats(f: FoundFile, cache: ScanCache, counters: dict, opener: Optional[Callable] = None,
                  ready: Optional[Dict[str, tuple]] = None):
-    from tb_footprint_plugin.scan.eventfile import event_file_stats
-
     if ready is None:
         stats, from_cache = cached_stats(cache, f), True
     else:  # the cache was asked already
@@ -292,6 +290,9 @@ def _event_stats(f: FoundFile, cache: ScanCache, counters: dict, opener: Optiona
         counters["cached"] += 1
         return stats
     if stats is None:
+        # imported only to read a file: the parser brings numpy, a scan served from its cache none
+        from tb_footprint_plugin.scan.eventfile import event_file_stats
+
         source = opener(f) if opener else f.abspath
         stats = event_file_stats(source, display_name=display(f.rel), size=f.size)
     counters["read"] += 1

@@ -4,26 +4,36 @@
 * ``read_view`` (from ``formats.views``): what the Python multiplexer or the Rust data server shows.
 * ``compare`` — ``verify_reduction``: original vs reduced under an ``Expectations`` contract.
 """
-from tb_footprint_plugin.formats.views import (
-    RunView,
-    TagView,
-    TensorPayload,
-    data_server_binary,
-    read_view,
-)
-from tb_footprint_plugin.verify.compare import (
-    MODES,
-    Check,
-    Expectations,
-    VerificationResult,
-    verify_reduction,
-)
-from tb_footprint_plugin.verify.records import (
-    RecordCheck,
-    check_event_files,
-    records_subsequence,
-)
-from tb_footprint_plugin.verify.stop import ShouldStop, Stopped
+# The names below are re-exported lazily (PEP 562): ``engine`` modules that only need
+# ``Stopped`` import the verification's light parts, and a status or history never pays for the
+# readers, the comparison and numpy. ``from tb_footprint_plugin.verify import X`` works as before.
+#: public name -> the module below ``verify`` (or ``formats``) that defines it
+_WHERE = {
+    "RunView": "formats.views", "TagView": "formats.views", "TensorPayload": "formats.views",
+    "data_server_binary": "formats.views", "read_view": "formats.views",
+    "MODES": "verify.compare", "Check": "verify.compare", "Expectations": "verify.compare",
+    "VerificationResult": "verify.compare", "verify_reduction": "verify.compare",
+    "RecordCheck": "verify.records", "check_event_files": "verify.records",
+    "records_subsequence": "verify.records",
+    "ShouldStop": "verify.stop", "Stopped": "verify.stop",
+}
+
+
+def __getattr__(name: str) -> object:
+    """The public name ``name``, its module imported on first use (and the answer kept)."""
+    import importlib
+
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module("tb_footprint_plugin." + where), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_WHERE))
+
 
 __all__ = [
     "MODES",

@@ -39,10 +39,10 @@ import atexit
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Optional
+from typing import TYPE_CHECKING, Callable, Dict, Optional
 
-import numpy as np
-
+if TYPE_CHECKING:  # imported where arrays are built: the engine imports this module for warm_up
+    import numpy as np
 
 from tb_footprint_plugin.storage.files import stat_sig  # re-exported for the engine
 
@@ -86,6 +86,8 @@ class FileFacts:
               small_upto: int = 0) -> "FileFacts":
         """From the per-batch arrays of a pass (``starts``: file offsets of each batch's records;
         ``small``, ``small_upto``: its ``scan.passes.SmallBytes``)."""
+        import numpy as np
+
         sz = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
         first = int(starts[0][0]) if starts and len(starts[0]) else 0
         if len(sz) and int(sz.max()) < 1 << 32:
