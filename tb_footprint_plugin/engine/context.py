@@ -16,10 +16,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, Iterable, Iterator, List, Optional
 
-from tb_footprint_plugin.codes import Code, Failure, Outcome
+from tb_footprint_plugin.codes import Code, Failure, Outcome, StoreError
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.engine.vault import Vault
-from tb_footprint_plugin.storage.paths import check_no_symlink, contained, state_dir
+from tb_footprint_plugin.storage.paths import check_no_symlink, contained, LinkOnTheWay, state_dir
 from tb_footprint_plugin.storage.store_posix import PosixStore
 
 
@@ -241,7 +241,12 @@ def check_space(path: str, need: int) -> None:
 
 
 def no_symlink(ctx: Context, rel: str) -> None:
+    """Refuse (``TransactionError``) a path of the logdir with a link on its way, coded
+    ``StoreError.SYMLINK`` (review R22 F1: uncoded, a restore took it for an interruption the next
+    start would finish, though every start meets the link until someone removes it)."""
     try:
         check_no_symlink(ctx.logdir, rel)
+    except LinkOnTheWay as e:
+        raise TransactionError(str(e), StoreError.SYMLINK) from None
     except ValueError as e:
         raise TransactionError(str(e)) from None

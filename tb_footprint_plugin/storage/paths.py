@@ -172,10 +172,20 @@ def real_within(path: str, root: str) -> bool:
     return is_within(os.path.realpath(path), os.path.realpath(root))
 
 
+class LinkOnTheWay(ValueError):
+    """A folder on the way to a path is a symlink (``check_no_symlink``): ``link`` names it, as a
+    path relative to the root, so a caller can say which link to remove."""
+
+    def __init__(self, message: str, link: str):
+        super().__init__(message)
+        self.link = link
+
+
 def check_no_symlink(root: str, rel: str) -> None:
-    """Refuse (``ValueError`` naming it) when a directory on the way from ``root`` to ``rel``
-    is a symlink: every writer calls this right before it acts, so a folder swapped for a link
-    after the scan cannot lead a write or a delete out of the logdir."""
+    """Refuse when a directory on the way from ``root`` to ``rel`` is a symlink
+    (``LinkOnTheWay`` naming it) or ``rel`` leads out (``ValueError``): every writer calls this
+    right before it acts, so a folder swapped for a link after the scan cannot lead a write or a
+    delete out of the logdir."""
     cur = os.path.abspath(root)
     parts = [p for p in rel.replace(os.sep, "/").split("/") if p not in ("", ".")]
     for part in parts[:-1]:
@@ -183,7 +193,8 @@ def check_no_symlink(root: str, rel: str) -> None:
             raise ValueError(f"{rel}: leads out of {root}")
         cur = os.path.join(cur, part)
         if os.path.islink(cur):
-            raise ValueError(f"{rel}: {os.path.relpath(cur, root)} is a symlink; refusing to follow it")
+            link = os.path.relpath(cur, root)
+            raise LinkOnTheWay(f"{rel}: {link} is a symlink; refusing to follow it", link)
 
 
 # ---------------------------------------------------------------------------------------
