@@ -29,6 +29,7 @@ from tb_footprint_plugin.engine.bucket_state import (BucketState, BucketTxnError
                                                      must_delete, must_delete_versioned, now_s, run_prefix, vault_url)
 from tb_footprint_plugin.engine.catalogue_rules import is_rolled_back_keeping, rolled_back_keeping
 from tb_footprint_plugin.engine.context import Finds, RunOutcome
+from tb_footprint_plugin.engine.journal import Rec
 from tb_footprint_plugin.engine.journal_object import ObjectJournal, live_entries, pending_objects
 from tb_footprint_plugin.engine.manifest import renamed  # noqa: F401  (re-exported: the bucket modules' name)
 from tb_footprint_plugin.engine.recovery_rules import rollback_incomplete_reason
@@ -255,10 +256,13 @@ def _put_new(ostore: ObjectStore, tmp: str, path: str, f: dict) -> None:
 
 
 def uncommitted_ops(ostore: ObjectStore) -> set:
-    """The operation ids whose manifests are no reduction (yet): every run a reduce's journal left
-    in the bucket names before its commit record, and those it took out (``dropped``) before it.
-    Their manifests are written before that record, dated with its time; the rollback, or the next
-    start's recovery, removes them (review R6 F2). One listing of the journals, each one read
+    """The operation ids whose manifests are no settled reduction (yet): every run a reduce's
+    journal in the bucket still names, before its commit record (its manifest is written before
+    that record, dated with its time; the rollback, or the next start's recovery, removes it:
+    review R6 F2) and after it until the journal goes (its swap or rollback unfinished: a disk's
+    history says nothing of such a reduction until recovery settles it, review R21 PD14), and
+    those it took out (``dropped``). A batch's journal left at ``done`` (only a run taken out
+    still to clean up) names its other runs settled. One listing of the journals, each one read
     (usually none). Untrusted: a journal that does not read as a reduce's names nothing."""
     st = BucketState(ostore)
     out: set = set()
@@ -266,11 +270,11 @@ def uncommitted_ops(ostore: ObjectStore) -> set:
         j = ObjectJournal.read(st, ostore.path(key), info)
         if j is None or j.doc.get("corrupt") or "kind" in j.doc:  # gone, damaged, a restore's, a retirement's
             continue
-        committed = j.committed()
-        if not committed and isinstance(j.doc.get("op"), str):
+        settled = j.step_name == Rec.DONE  # its live runs verified, their swap finished
+        if not j.committed() and isinstance(j.doc.get("op"), str):
             out.add(j.doc["op"])
         out.update(en["op"] for en in j.entries() if isinstance(en, dict) and isinstance(en.get("op"), str)
-                   and (not committed or en.get("dropped")))
+                   and (not settled or en.get("dropped")))
     return out
 
 

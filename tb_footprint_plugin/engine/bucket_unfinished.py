@@ -4,8 +4,8 @@
 
 Each journal object left in ``.tb-footprint/journal`` is an unfinished operation, one row per run
 it still holds (a batch journal holds several): ``{op_id, run, kind, bytes_before,
-recover_will}`` as ``engine.health.unfinished_ops`` gives them on a disk (``bytes_before`` None: a
-bucket's journal does not record its plan's size), judged by recovery's own rules
+recover_will}`` as ``engine.health.unfinished_ops`` gives them on a disk (``bytes_before``: the
+run's size its journal entry records from the plan, None where it holds no such number), judged by recovery's own rules
 (``bucket_recover.trust_refusal``: a journal recover leaves alone is a problem naming it, with its code;
 ``bucket_recover.reduce_will``: what it will do with a reduce it acts on). A journal that does not read as one, or a key no store call can
 address, is a problem named by its URL with its code, as ``status`` names it, never an operation;
@@ -68,8 +68,13 @@ def journal_rows(ostore: ObjectStore, vault: BucketVault) -> tuple:
         for en in j.live_entries() or [{}]:
             ops.append({"op_id": en.get("op") if is_op_id(en.get("op")) else op,
                         "run": en.get("run") if isinstance(en.get("run"), str) else None,
-                        "kind": kind, "bytes_before": None, "recover_will": will})
+                        "kind": kind, "bytes_before": _size(en.get("bytes_before")), "recover_will": will})
     return ops, problems
+
+
+def _size(v) -> Optional[int]:
+    """A journal's number of bytes (untrusted) when it is a non-negative integer, else None."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
 def unfinished(ostore: ObjectStore, vault: BucketVault, logdir: str, backup_dir: Optional[str]) -> dict:
