@@ -199,11 +199,16 @@ def test_a_restore_stopped_after_putting_the_original_back_records_the_late_reco
     assert s3_bucket.fs.cat_file(kb["blob"].split("://", 1)[1]) == grown
 
 
-def test_an_original_a_restore_could_not_put_back_is_never_purged(bucket, rewrite_logdir):
-    """A restore that finds a file written again at a deleted original's name leaves that file
-    as it is, so the original exists only in the vault: the restore says so, and `purge --yes`
-    keeps that operation's backups (listed with `not_restored`) instead of deleting the only
-    copy."""
+def test_an_original_a_restore_could_not_put_back_is_never_purged(bucket, rewrite_logdir, monkeypatch):
+    """A restore that finds a file written again at a deleted original's name keeps it in the
+    vault and puts the original over it only while it is that file (issue #26, review R21 PD12:
+    a disk's rule); a file written there once more before the put is left as it is, so the
+    original exists only in the vault: the restore says so, and `purge --yes` keeps that
+    operation's backups (listed with `not_restored`) instead of deleting the only copy.
+    (It tested the bucket's old way, a file written again left there whatever it held; the
+    original goes back over it now, ``test_bucket_restore_written_again``.)"""
+    from tb_footprint_plugin.engine import bucket_restore
+
     url = bucket.upload(rewrite_logdir, "logs")
     before = _hashes(bucket, "logs")
     rep = api.reduce_logdir(url, policy="lossless", dry_run=False, quiet_period=0, runs=["torch/resnet"])
@@ -212,12 +217,23 @@ def test_an_original_a_restore_could_not_put_back_is_never_purged(bucket, rewrit
     gone = sorted(set(before) - set(_hashes(bucket, "logs")))
     assert gone, "the reduce removed no original"
     bucket.fs.pipe_file(bucket.key("logs/" + gone[0]), b"written again by someone")
+    real = bucket_restore.keep_standing
+
+    def kept_then_written_once_more(*a, **kw):
+        kept = real(*a, **kw)
+        bucket.fs.pipe_file(bucket.key("logs/" + gone[0]), b"and once more, before the original's put")
+        return kept
+
+    monkeypatch.setattr(bucket_restore, "keep_standing", kept_then_written_once_more)
     (r,) = api.restore(url)
+    monkeypatch.undo()
     assert r.status == Outcome.RESTORED, r.reason
     assert gone[0] in r.reason, r.reason  # named; that its original stays is purge's code below
     # coded as every store codes an original left in the vault (a disk's unretire, a bucket's):
     # the CLI's restore exits 1 for it, since what was asked for is not all back
     assert r.code == Finding.NOT_RESTORED, (r.code, r.reason)
+    bucket.fs.invalidate_cache()
+    assert bucket.fs.cat_file(bucket.key("logs/" + gone[0])) == b"and once more, before the original's put"
     backups = {k for k in RemoteFS(url).list_tree(".tb-footprint") if k.startswith(".tb-footprint/blobs/")}
     assert backups
     p = api.purge(url, yes=True)

@@ -30,6 +30,7 @@ from tb_footprint_plugin.engine.retire_rules import KIND, retire_line, unretire_
 from tb_footprint_plugin.engine.checks import unchecked
 from tb_footprint_plugin.engine.context import CancelToken
 from tb_footprint_plugin.engine.journal_object import pending_objects
+from tb_footprint_plugin.engine.putback import restore_code
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME, is_sha256
 from tb_footprint_plugin.storage.remote import content_checksums, same_content
@@ -195,10 +196,14 @@ def entries_of(m: dict) -> List[dict]:
                                       **{k: by[k] if isinstance(by.get(k), str) else None for k in ("user", "host")}),
                         time=m["restored_at"]))
     elif m["restored_at"]:
+        # what it found in the originals' places, coded as a disk's restore line (untrusted lists)
+        shown = [d for d in m.get("displaced") or [] if isinstance(d, dict)] if isinstance(m.get("displaced"), list) else []
+        left = [p for p in m.get("not_restored") or [] if isinstance(p, str)] if isinstance(m.get("not_restored"), list) else []
         out.append({"time": m["restored_at"], "op_id": m["op_id"], "kind": "restore", "run": m["run"],
                     "of_op": m["op_id"], "before": m.get("bytes_after"), "after": m.get("bytes_before"),
                     "verified": True, "outcome": Outcome.RESTORED, "backup_kept": not m["backup_purged"],
-                    "policy": m.get("policy"), **(m.get("restored_with") or {})})
+                    "policy": m.get("policy"), **(m.get("restored_with") or {}),
+                    **({"code": restore_code(shown, left_in_vault=left)} if shown or left else {})})
     # a retirement's restore that moved its objects back marks it purged by that restore: no purge
     # line (a disk's history has none); a purge's line says what it freed, as its row did
     if m["backup_purged"] and not m.get("backup_released_by_restore"):
@@ -271,7 +276,8 @@ _COPY_COMMAND = {"s3": "aws s3 cp", "gs": "gcloud storage cp", "gcs": "gcloud st
 
 def kept_objects(ostore: ObjectStore, vault: BucketVault, found: Optional[List[dict]] = None) -> List[dict]:
     """Every object a restore kept in the vault in a file's place (the reduced object with records
-    written after the reduction), as ``status`` lists them for a local logdir: what it holds,
+    written after the reduction, an object written again at a removed original's key), as
+    ``status`` lists them for a local logdir: what it holds,
     where its records went back into the run, whether it is still there and how to bring it back.
     Manifests are untrusted: an entry naming a key outside the vault's ``kept/`` is not listed.
     The originals a restore left in the vault (``not_restored``) are listed too (``_left_in_vault``)."""
@@ -288,10 +294,10 @@ def kept_objects(ostore: ObjectStore, vault: BucketVault, found: Optional[List[d
             if late.get("file"):
                 holds += (f": the reduced file with {late.get('records', 0)} record(s) written after the reduction, "
                           f"which are back in the run as {late['file']}")
-            # an event file's copy under a name TensorBoard does not read: its records would show
-            # twice next to the restored original
+            # beside the original, as a disk's: an event file's copy under a name TensorBoard does
+            # not read (its records would show twice next to the restored original), else <path>.kept
             try:
-                dest = ostore.url_of(kept_key(d["path"], m["op_id"]))
+                dest = ostore.url_of(_left_dest(ostore, d["path"], m["op_id"]))
             except ValueError:  # a path that is not a plain key of the logdir: never shown as one
                 continue
             out.append({"op_id": m["op_id"], "kind": "restore", "of_op": m["op_id"], "run": m["run"],

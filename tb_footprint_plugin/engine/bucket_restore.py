@@ -16,22 +16,22 @@ transaction shares: a cancel is honoured before the first original goes back, ne
 """
 from __future__ import annotations
 
-import base64
-import hashlib
-import io
 from typing import Callable, Dict, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import faults, putback, txn
 from tb_footprint_plugin.engine.bucket_blobs import blobs_of, check_entry, is_blob_entry, names_our_backup, put_back
 from tb_footprint_plugin.engine.bucket_moved import MOVED_FROM, marked_afresh, not_ours_refusal, outside_words, restore_doc
-from tb_footprint_plugin.engine.bucket_putback import ObjectPutBack, beside_at_free_name
+from tb_footprint_plugin.engine.bucket_kept import (grown_key, journaled_standing, keep_grown, keep_standing, late_from_kept,
+                                                    standing_record)
+from tb_footprint_plugin.engine.bucket_putback import ObjectPutBack
 from tb_footprint_plugin.engine.bucket_state import (STORE_FAILURES, BucketState, BucketTxnError, BucketVault, journal_path,
                                                      lock_runs, must_delete, must_delete_versioned, new_journal, now_s,
                                                      run_listing, run_prefix, vault_url)
 from tb_footprint_plugin.engine.bucket_steps import copy_matches, in_place, renamed, staged_match
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome
-from tb_footprint_plugin.engine.journal import OpJournal
+from tb_footprint_plugin.engine.journal import OpJournal, Rec
+from tb_footprint_plugin.engine.journal_object import ObjectJournal
 from tb_footprint_plugin.engine.manifest import A_RESTORE, bucket_form, op_id_of
 from tb_footprint_plugin.engine.putback import kept_said, late_records_said, left_said, restore_code, restored_said
 from tb_footprint_plugin.engine.retire_rules import new_run_refusal
@@ -123,7 +123,7 @@ class ObjectRestore(ObjectPutBack):
       point: a cancel is honoured up to here, when nothing is back yet);
     - **swap**: one listing of the run, then each original put back (``_put_back``: a server-side
       copy create-only, or over the reduced object at its version), a grown reduced object kept
-      in the vault with its late records salvaged into the run (``_keep_grown``), a compressed
+      in the vault with its late records salvaged into the run (``bucket_kept.keep_grown``), a compressed
       copy this operation made removed; ``restore.file`` after each original put back;
     - **commit**: the manifest marked restored (``not_restored``, ``displaced``), the journal
       removed, the outcome.
@@ -145,6 +145,8 @@ class ObjectRestore(ObjectPutBack):
         self.conflicts: List[str] = []
         self.displaced: List[dict] = []
         self.left: List[str] = []  # what the reduction made, changed since: left in place
+        self.standing: List[dict] = []  # objects written at removed keys since, as the journal records them
+        self.jnl: Optional[ObjectJournal] = None
 
     def failpoint(self, step: str) -> Optional[str]:
         return None  # ``restore.file`` is the swap's own, hit after each original put back
@@ -168,8 +170,12 @@ class ObjectRestore(ObjectPutBack):
             if refusal:
                 out.reason = refusal
                 raise txn.NotStarted()
-            start_journal(self.st, restore_journal(ostore, vault, m, RESTORE_KIND, self.run))
+            self.jnl = start_journal(self.st, restore_journal(ostore, vault, m, RESTORE_KIND, self.run))
         self.jpath = journal_path(ostore, self.op_id)
+        if self.resume:  # what it kept before it stopped, as its journal recorded it
+            self.jnl = ObjectJournal.read(self.st, self.jpath)
+            if self.jnl is not None:
+                self.standing = journaled_standing(self.jnl.doc, vault, self.op_id, [f["path"] for f in m["files"]])
 
     def _check_keys(self) -> None:
         """Every key checked before the journal and the first put-back: each names a backup of this
@@ -227,17 +233,17 @@ class ObjectRestore(ObjectPutBack):
                 if cur is not None and holds_original(ostore, cur, f):
                     # the original bytes are there already; a grown object kept by a restore of
                     # this operation that stopped before its record is recorded now
-                    kept_info = BucketState.of(ostore).head(f"{vault.root}/{_kept_key(op_id, f)}")
+                    kept_info = BucketState.of(ostore).head(f"{vault.root}/{grown_key(op_id, f)}")
                     if kept_info is not None and isinstance(f.get("new_size"), int):
-                        displaced.append(_late_from_kept(ostore, vault, f, _kept_key(op_id, f), kept_info, present))
+                        displaced.append(late_from_kept(ostore, vault, f, grown_key(op_id, f), kept_info, present))
                     continue
                 kept = None
                 if cur is not None and not staged_match(cur, f):
                     # a writer that resumed "appended" by writing the reduced bytes plus new records:
                     # the grown object goes to the vault, its records back into the run, and then
-                    # the original over it (anything else written there is left as it is)
-                    kept = _keep_grown(ostore, vault, op_id, f, cur, present)
-                    if kept is None:
+                    # the original over it; anything else written there is kept whole, as a disk's
+                    kept = keep_grown(ostore, vault, op_id, f, cur, present)
+                    if kept is None and self._keep_standing(f, cur) is None:
                         conflicts.append(f["path"])
                         continue
                 try:
@@ -274,14 +280,20 @@ class ObjectRestore(ObjectPutBack):
             else:
                 res = None
                 cur = present.get(f["path"])
+                over = None  # the version of an object written there since, kept, the original goes over
                 if cur is not None and not holds_original(ostore, cur, f):
-                    conflicts.append(f["path"])
-                    continue
-                if cur is None:
+                    over = self._keep_standing(f, cur)
+                    if over is None:
+                        conflicts.append(f["path"])
+                        continue
+                if cur is None or over is not None:
                     try:
-                        res = _put_back(ostore, vault, f, orig, moved_from=self.m.get(MOVED_FROM))
+                        res = _put_back(ostore, vault, f, orig, if_version=over, moved_from=self.m.get(MOVED_FROM))
                     except StoreFailure as e:
-                        if e.code == StoreError.ALREADY_EXISTS:
+                        # taken since the look, or written once more since it was kept: left as it
+                        # is, its original kept in the vault (a kept copy stays listed)
+                        if e.code == StoreError.ALREADY_EXISTS or \
+                                (over is not None and e.code == StoreError.PRECONDITION_FAILED):
                             conflicts.append(f["path"])
                             continue
                         raise
@@ -304,9 +316,26 @@ class ObjectRestore(ObjectPutBack):
                 elif cur is not None:
                     self.left.append(f["final"])  # written again since: left, and said
 
+    def _keep_standing(self, f: dict, cur: ObjectInfo) -> Optional[str]:
+        """An object written at an original's key since the reduce (``cur``, as listed or read) kept
+        in the vault before the original goes over it, as a disk's restore keeps what stood at the
+        path: its ``displaced`` record written to the journal first, then the checked copy
+        (``bucket_kept.keep_standing``). Returns the version the original goes over, or None when
+        it is left as it is (no journal to record it in, changed since it was listed: its original
+        stays in the vault, ``not_restored``)."""
+        if self.jnl is None or not cur.version_token:
+            return None
+        entry = standing_record(self.vault, self.op_id, f, cur)
+        if not any(d["kept"] == entry["kept"] for d in self.standing):
+            self.standing.append(entry)
+            self.jnl.step(self.jnl.step_name or Rec.RESTORING, displaced=self.standing)
+        return cur.version_token if keep_standing(self.ostore, self.vault, entry, cur) else None
+
     def commit(self, report: txn.Report) -> None:
         """The manifest marked restored, the journal removed, the outcome."""
-        ostore, vault, out, conflicts, displaced, op_id = self.ostore, self.vault, self.out, self.conflicts, self.displaced, self.op_id
+        ostore, vault, out, conflicts, op_id = self.ostore, self.vault, self.out, self.conflicts, self.op_id
+        # what was kept in the vault of what its journal recorded (a copy refused is not there)
+        displaced = self.displaced + [d for d in self.standing if BucketState.of(ostore).head(d["kept"]) is not None]
         manifest_version = self.m.get("_version")
         marks = {"restored_by": A_RESTORE}  # a bucket restore has no op id of its own
         if conflicts:
@@ -331,7 +360,7 @@ class ObjectRestore(ObjectPutBack):
         out.reason = (restored_said(len(out.created_files), "checksums") + "; the object store keeps no file "
                       "modification times or modes: restored objects are dated now")
         out.reason += late_records_said(displaced)
-        out.reason += kept_said(len(displaced), "object", "`tb-footprint status` shows where")
+        out.reason += kept_said(len(displaced), "object", "`tb-footprint status` shows how to bring them back")
         out.reason += left_said(self.left)
         # a disk's restore lets its now redundant backup go; a bucket's copies stay, billed, until a
         # purge: said, not left for the reader to guess (review R17 F9)
@@ -426,73 +455,3 @@ def holds_original(ostore: ObjectStore, cur: ObjectInfo, f: dict) -> bool:
     original's bytes: ``putback.holds_original``, the one rule of every store (size and the
     store's checksums): put back by this operation's restore, or written again byte for byte."""
     return putback.holds_original(ostore, f["path"], f, cur.size, content_checksums(cur))
-
-
-def _keep_grown(ostore: ObjectStore, vault: BucketVault, op_id: str, f: dict, cur: Optional[ObjectInfo],
-                present: Dict[str, ObjectInfo]) -> Optional[dict]:
-    """When the object at a rewritten file's key is the reduced object this operation made with
-    bytes written after it (``cur``), keep it whole in the vault (a server-side copy conditional
-    on its version, outside ``blobs/``: no purge of this operation removes it) and put its complete
-    records after the reduced bytes back into the run as the next free ``<file>.salvaged-NNN``
-    (framing and CRCs checked by ``scan.tfrecord``; a trailing partial record stays only in the
-    kept copy). Returns the ``displaced`` record for the manifest, or None when ``cur`` is
-    anything else (then it is left as it is)."""
-    new_size, new_sha = f.get("new_size"), f.get("new_sha256")
-    if cur is None or not isinstance(new_size, int) or not isinstance(new_sha, str) or cur.size <= new_size:
-        return None
-    kept_key = _kept_key(op_id, f)
-    kept = f"{vault.root}/{kept_key}"
-    try:
-        res = BucketState.of(ostore).copy(ostore.path(f["path"]), kept, if_source_version=cur.version_token, size=cur.size)
-    except StoreFailure as e:
-        if e.code in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND):
-            return None  # changed again since it was looked at: left as it is
-        raise
-    if same_content(res.checksums, content_checksums(cur)) is False:
-        raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: the copy kept in the vault does not match it")
-    # read from the kept copy, which no writer changes: it must begin with the reduced bytes
-    # (the rule a disk's grown file is judged by: ranged reads of a MiB, no head first)
-    if not putback.begins_with(*BucketState.of(ostore).where(kept), new_size, new_sha):
-        BucketState.of(ostore).delete([kept])  # a copy of an object left in the run as it is: not needed
-        return None  # not an append to the reduced object
-    return _late_from_kept(ostore, vault, f, kept_key, cur, present)
-
-
-def _kept_key(op_id: str, f: dict) -> str:
-    """Where a restore keeps the grown object at ``f``'s key (relative to the vault root): named
-    by operation and path, so a restore finished after a crash finds what it kept."""
-    return f"kept/{op_id}/{hashlib.sha256(f['path'].encode('utf-8', 'surrogateescape')).hexdigest()[:32]}"
-
-
-def _late_from_kept(ostore: ObjectStore, vault: BucketVault, f: dict, kept_key: str, info: ObjectInfo,
-                    present: Dict[str, ObjectInfo]) -> dict:
-    """The ``displaced`` record of a grown object kept in the vault at ``kept_key`` (``info``: its
-    metadata), its complete records after the reduced bytes salvaged into the run (idempotent)."""
-    src = BucketState.of(ostore).open_read(f"{vault.root}/{kept_key}", info.size)
-    buf = io.BytesIO()
-    got = putback.copy_late_records(src, int(f["new_size"]), info.size, buf, f"late records of {f['path']}")
-    entry = {"path": f["path"], "kept": f"{vault.root}/{kept_key}", "size": info.size,
-             "checksums": content_checksums(info), "late_records": None}
-    if got["records"]:
-        data = buf.getvalue()
-        name = _salvage_object(ostore, f["path"], data, present)
-        entry["late_records"] = {"file": name, "records": got["records"], "bytes": len(data),
-                                 "partial_bytes": got["partial_bytes"], "corrupt": got["corrupt"]}
-    return entry
-
-
-def _salvage_object(ostore: ObjectStore, path: str, data: bytes, present: Dict[str, ObjectInfo]) -> str:
-    """Write ``data`` (whole records) as the next free ``<path>.salvaged-NNN`` (create-only); one
-    an earlier, interrupted restore wrote with exactly these bytes is reused."""
-    md5 = base64.b64encode(hashlib.md5(data).digest()).decode("ascii")
-    state = BucketState.of(ostore)
-
-    def write(name: str) -> None:
-        state.put(ostore.path(name), data, if_absent=True)
-
-    def holds(name: str, info: ObjectInfo) -> bool:
-        return info.size == len(data) and same_content(content_checksums(info), {"md5": md5}) and \
-            state.read_bytes(ostore.path(name), limit=len(data)) == data
-
-    # the walk every store shares, over the run's listing (``bucket_putback.beside_at_free_name``)
-    return beside_at_free_name(ostore, path, present, write, holds)[0]

@@ -2,7 +2,7 @@
 (``putback.at_free_name``, r22 task C2): walk k = 1, 2, …; a create-only write at a name that
 looks free; a taken name reused only where it holds exactly these bytes, else the walk goes on;
 a thing made at a name after its look is never replaced. A disk's ``placement.place_at_free_name``
-and a bucket's restore (``bucket_restore._salvage_object``) walk by it. Run on a folder, moto S3,
+and a bucket's restore (``bucket_kept.salvage_object``) walk by it. Run on a folder, moto S3,
 the GCS emulator and Azurite."""
 import hashlib
 
@@ -10,7 +10,7 @@ import pytest
 
 from contract_stores import buckets, store  # noqa: F401 - the store fixtures
 from tb_footprint_plugin.codes import StoreError
-from tb_footprint_plugin.engine import bucket_restore, putback
+from tb_footprint_plugin.engine import bucket_kept, putback
 from tb_footprint_plugin.engine.bucket_objects import BucketState
 from tb_footprint_plugin.engine.salvage import salvage_name
 from tb_footprint_plugin.storage.store import StoreFailure
@@ -81,8 +81,8 @@ def test_a_buckets_restore_keeps_a_thing_made_between_its_head_and_its_put(store
         return got
 
     monkeypatch.setattr(BucketState, "head", head)
-    assert bucket_restore._salvage_object(store, PATH, OURS, {}) == salvage_name(PATH, 2)
+    assert bucket_kept.salvage_object(store, PATH, OURS, {}) == salvage_name(PATH, 2)
     assert _read(store, first) == THEIRS and _read(store, salvage_name(PATH, 2)) == OURS
     # an earlier, interrupted restore's object with exactly these bytes is reused, nothing written
-    assert bucket_restore._salvage_object(store, PATH, OURS, {}) == salvage_name(PATH, 2)
+    assert bucket_kept.salvage_object(store, PATH, OURS, {}) == salvage_name(PATH, 2)
     assert store.stat(salvage_name(PATH, 3)) is None

@@ -30,11 +30,15 @@ def test_an_object_put_between_the_look_and_the_put_back_is_kept(kind, tmp_path,
     op = next(o.op_id for o in rep.outcomes if o.run == "exp")
     assert store.stat(PROFILE) is None, "the policy removes the profile"
     real = bucket_restore.run_listing
-    made = []
+    made, looks = [], []
 
     def look(*a, **kw):
         got = real(*a, **kw)
-        if not made:
+        looks.append(1)
+        # the put-back's look is the second listing (the first, before the journal, checks for a
+        # new run of the name); an object found there at the look is kept in the vault and the
+        # original put over it (test_bucket_restore_written_again): this one comes after it
+        if len(looks) == 2 and not made:
             made.append(PROFILE)
             store.put(PROFILE, THEIRS)  # right after the look found the key absent
         return got
