@@ -17,6 +17,7 @@ from tb_footprint_plugin.storage.remote import is_bucket_url
 from tb_footprint_plugin.api.common import DEFAULT_BACKENDS
 from tb_footprint_plugin.api.records import operations
 from tb_footprint_plugin.api.survey import select_among
+from tb_footprint_plugin.plan.select import select
 
 
 class NotRestorable(ValueError):
@@ -152,20 +153,38 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
     recovered = eng.recover()
     if op is not None:
         eng.operation(op)  # a mistyped id raises (Failure.NOT_FOUND) rather than purge nothing, exit 0
-    chosen = _purge_selection(logdir, eng.backup_runs, names, run_glob)
+    chosen = _purge_selection(logdir, eng.backup_runs, names, run_glob, eng.operations)
     return eng.purge(older_than=older_than, yes=yes, op=op, runs=chosen, op_ids=op_ids, recovered=recovered,
                      cancel=cancel, progress=progress)
 
 
 def _purge_selection(logdir: str, known: Callable[[], Sequence], names: Optional[List[str]],
-                     run_glob: Optional[str]) -> Optional[List[str]]:
+                     run_glob: Optional[str], ops: Callable[[], List[dict]]) -> Optional[List[str]]:
     """The runs a purge's selectors name, among the runs the vault has operations of (a run
     reduced to nothing, or retired, is no longer in a scan); None without a selection (a blank
-    name or glob selects nothing: read as "no selector" it would purge every run's backups)."""
+    name or glob selects nothing: read as "no selector" it would purge every run's backups).
+    A selector that matches none raises ``SelectionError`` naming the runs whose backups the
+    vault still keeps (``with_kept_backups`` of ``ops()``, the manifests: read only then), not a
+    run whose every backup was purged (review R21 PD21)."""
     if names is None and run_glob is None:
         return None
     every = sorted({r for r in known() if isinstance(r, str)})
-    return select_among(logdir, every, names, run_glob, "runs with backups")
+    chosen, missing = select(every, names, run_glob)
+    if missing:
+        kept = with_kept_backups(ops())
+        # each missing selector matches none of these either (they are among ``every``): this raises
+        select_among(logdir, kept, [n for n in names or [] if n in missing],
+                     run_glob if run_glob in missing else None, "runs with backups")
+        select_among(logdir, every, names, run_glob, "runs with backups")
+    return chosen
+
+
+def with_kept_backups(manifests: List[dict]) -> List[str]:
+    """The runs (sorted) of ``manifests`` whose backups the vault still keeps, those a purge can
+    take: a verified reduction or retirement, restored or not, whose backup was not purged (nor
+    released by a restore, which marks it so); the same rule on a disk and on a bucket."""
+    return sorted({m["run"] for m in manifests if isinstance(m.get("run"), str)
+                   and m.get("outcome") == Outcome.VERIFIED and not m.get("backup_purged")})
 
 
 def sample(logdir: str, op_id: str, side: str, plugin: str, tag: str, step: int, index: int = 0,
