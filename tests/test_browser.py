@@ -468,6 +468,21 @@ def test_bucket_logdir_in_the_browser(browser, s3_bucket, tmp_path):
 
         ops = t.json(PREFIX + "/operations")["operations"]
         assert [o["run"] for o in ops] == [name] and ops[0]["restorable"]
+        # what the reduce verified, as a disk's operation says it (review R21 PD15): its checks and
+        # the plan's lines, in the check page; no reader ran, and the page does not say one did
+        assert ops[0]["verified"] is True and ops[0]["fidelity"], ops[0]
+        f.locator('.nav-item[data-view="operations"]').click()
+        expect(f.locator("table.operations tbody tr")).to_have_count(1)
+        f.locator("table.operations a.check-link").first.click()
+        expect(f.locator(".check-verdict")).to_contain_text("backed up (the store's checksum)")
+        expect(f.locator(".check-verdict")).not_to_contain_text("readers")
+        expect(f.locator("table.verification")).to_contain_text("server-side copy (the store's checksum verified)")
+        expect(f.locator(".scalars-not-read")).to_be_visible()
+        assert f.locator("table.verification td.bad").count() == 0
+        expect(f.locator(".check-page, .check-view, body").first).to_contain_text(ops[0]["fidelity"][0])
+        tab.page.set_viewport_size({"width": 1400, "height": 1500})
+        tab.shot("b04c-bucket-check.png")
+        tab.page.set_viewport_size({"width": 1400, "height": 1100})
         f.locator('.nav-item[data-view="operations"]').click()
         expect(f.locator("table.operations tbody tr")).to_have_count(1)
         f.locator("a.restore-link").first.click()

@@ -29,6 +29,7 @@ from tb_footprint_plugin.engine.bucket_lease import delegate
 from tb_footprint_plugin.engine.bucket_blobs import adding, backup_entries, is_blob_entry
 from tb_footprint_plugin.engine.bucket_history import note_shard_batch
 from tb_footprint_plugin.engine.bucket_op_records import create_manifest
+from tb_footprint_plugin.engine.bucket_verified import drop_verification, unverified
 from tb_footprint_plugin.engine.history import append_rolled_back, rolled_back_line
 from tb_footprint_plugin.engine.bucket_state import (ACTIVE_OPS, BucketState, BucketTxnError, BucketVault, failure_code,
                                                      listing_of_runs, must_close, must_delete, new_journal, now_s,
@@ -215,12 +216,14 @@ class ObjectBatchReduce(txn.Txn):
         self._told(list(self.live), (("verify", 0.65),))
         write_waiting()  # their ledger marks, one write a worker (#28); refused, the batch rolls back
         self.committed_at = now_s()
+        folder = self.vault.blobs.folder if self.vault.blobs is not None else None
         for en in list(self.live):
             rp = self.plans[en["run"]]
             bytes_after = rp.bytes_before - sum(f["size"] for f in en["files"])
             try:
                 doc = manifest_doc(self.ostore, en, rp, self.policy, bytes_after, self.vault, self.jnl.doc,
-                                   committed_at=self.committed_at)
+                                   committed_at=self.committed_at,
+                                   verification=drop_verification(rp, en["files"], folder))
                 self.noted.append((en["op"], create_manifest(self.ostore, self.vault, en["op"], doc), doc))
             except (BucketTxnError, *STORE_FAILURES) as e:
                 self._drop(en, e)
@@ -299,6 +302,8 @@ class ObjectBatchReduce(txn.Txn):
             if bad:
                 o.reason, o.code = bad, unverified
             o.bytes_after = o.bytes_before - sum(f["size"] for f in en["files"])
+        self._unverified({en["op"]: outs[en["run"]].reason for en in live
+                          if outs[en["run"]].status == Outcome.FAILED})
         if not rollback_unfinished(self.entries, outs):
             ours, versions = unlock_all([self.held[en["run"]] for en in self.entries])
             self._write_lines()
@@ -307,6 +312,20 @@ class ObjectBatchReduce(txn.Txn):
             self.jnl.step(Rec.DONE, runs=self.entries)
         ops = {en["op"] for en in live}  # a shard worker's next partition reads none of these (#28)
         note_shard_batch(self.ostore, self.vault, [n for n in self.noted if n[0] in ops])
+
+    def _unverified(self, why: Dict[str, str]) -> None:
+        """The manifest of each run whose listing after the swap found it not as planned (``why``:
+        op id -> the failure) rewritten to say so (``bucket_verified.unverified``), under the
+        version this batch wrote: the failure path's request alone. One the store refuses, or
+        changed since, stays as written (the run's outcome says the failure)."""
+        for i, (op, version, doc) in enumerate(self.noted):
+            if op not in why:
+                continue
+            new = unverified(doc, str(why[op] or "the listing after the swap found the run not as planned"))
+            try:
+                self.noted[i] = (op, self.st.update(self.vault.manifest(op), new, version), new)
+            except STORE_FAILURES:
+                continue
 
     def journaled(self) -> bool:
         return self.jnl is not None

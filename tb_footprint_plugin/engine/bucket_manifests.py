@@ -33,6 +33,31 @@ def _entries_damage(doc: dict) -> Optional[str]:
     return None
 
 
+def _strings(v) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _verification_ok(v) -> bool:
+    """Whether a manifest's ``verification`` (``bucket_verified``) is of the shape the operations
+    list reads: an object whose ``ok``, when there, is true or false, whose ``checks`` are
+    ``{name, ok, detail}`` and ``failed`` strings (other keys are the writer's own)."""
+    if not isinstance(v, dict) or not isinstance(v.get("ok", False), bool) or not _strings(v.get("failed", [])):
+        return False
+    checks = v.get("checks", [])
+    return isinstance(checks, list) and all(isinstance(c, dict) and isinstance(c.get("name"), str)
+                                            and isinstance(c.get("ok"), bool) and isinstance(c.get("detail"), str)
+                                            for c in checks)
+
+
+def _plan_ok(v) -> bool:
+    """Whether a manifest's ``plan`` (``bucket_verified.plan_record``) holds fidelity lines as strings."""
+    return isinstance(v, dict) and _strings(v.get("fidelity", [])) and _strings(v.get("fidelity_details", []))
+
+
+#: a bucket manifest's descriptive fields and the shape each must have to be read (untrusted)
+DESCRIBED = {"verification": _verification_ok, "plan": _plan_ok}
+
+
 def manifests(ostore: ObjectStore, vault: BucketVault, problems: Optional[List[dict]] = None,
               others: Optional[List[dict]] = None, unsure: Optional[List[dict]] = None) -> List[dict]:
     """Every usable manifest of this logdir in the vault (``bucket_moved.whose``; another logdir's,
@@ -123,6 +148,8 @@ def usable_manifest(ostore: ObjectStore, p: str, doc: dict, version: Optional[st
     # the reader's own private keys are set here only, never taken from the object (a planted
     # ``_moved_from`` would let a restore copy another place's blobs: review R11 G10)
     m = {k: v for k, v in m.items() if not k.startswith("_")}
+    for k in [k for k in DESCRIBED if k in m and not DESCRIBED[k](m[k])]:
+        del m[k]  # descriptive only (what the tab shows): one of another shape is none, as before it was written
     m["_version"] = version
     m["_path"] = p
     return map_moved(ostore, p, m, seen)

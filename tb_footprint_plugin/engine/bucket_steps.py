@@ -25,6 +25,7 @@ from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Skip, Sto
 from tb_footprint_plugin.engine import faults, lease, manifest
 from tb_footprint_plugin.engine.bucket_op_records import create_manifest, forget_record
 from tb_footprint_plugin.engine.bucket_blobs import KEPT_IN, is_blob_entry, missing_blobs, put_back
+from tb_footprint_plugin.engine.bucket_verified import plan_record
 from tb_footprint_plugin.engine.bucket_state import (BucketState, BucketTxnError, BucketVault, delete_all, listing_of_runs,
                                                      must_delete, must_delete_versioned, now_s, run_prefix, vault_url)
 from tb_footprint_plugin.engine.catalogue_rules import is_rolled_back_keeping, rolled_back_keeping
@@ -150,7 +151,7 @@ def journal_started(doc: dict) -> Optional[float]:
 
 def manifest_doc(ostore: ObjectStore, entry: dict, rp, policy: Optional[str], bytes_after: int,
                  vault: Optional[BucketVault] = None, journal: Optional[dict] = None,
-                 committed_at: Optional[float] = None) -> dict:
+                 committed_at: Optional[float] = None, verification: Optional[dict] = None) -> dict:
     """The manifest of one verified run of an operation (what a restore puts back); with a local
     vault of blobs, its folder (with ``host``: where a restore must run, said when it cannot).
     ``started_at`` is when the run's transaction began (the creation of ``journal``, its journal
@@ -158,7 +159,9 @@ def manifest_doc(ostore: ObjectStore, entry: dict, rp, policy: Optional[str], by
     (``swapping``) then carries, as a disk's manifest is dated at its commit. The manifests are
     written once every backup of the operation is made (a rewrite's new objects staged and read
     back), before the last look and that record: dating both with one time costs no request (a
-    manifest whose commit record never follows is removed by the rollback). Now when not given."""
+    manifest whose commit record never follows is removed by the rollback). Now when not given.
+    With the plan's ``fidelity`` lines (``bucket_verified.plan_record``) and ``verification``
+    when given: what was checked before it is written (``bucket_verified``), as a disk's says."""
     folder = {"blob_folder": vault.blobs.folder} if vault is not None and vault.blobs is not None else {}
     now = now_s() if committed_at is None else committed_at
     started = journal_started(journal) if journal is not None else None
@@ -167,7 +170,8 @@ def manifest_doc(ostore: ObjectStore, entry: dict, rp, policy: Optional[str], by
         op_id=entry["op"], kind="reduce", run=entry["run"], logdir=ostore.url,
         started_at=min(started, now) if started is not None else now, finished_at=now,
         outcome=Outcome.VERIFIED, files=entry["files"], bytes_before=rp.bytes_before, bytes_after=bytes_after,
-        policy=policy, shard=lease.shard_label(), **folder, **who()))
+        policy=policy, shard=lease.shard_label(), **folder, **who(), **plan_record(rp),
+        **({"verification": verification} if verification is not None else {})))
 
 
 def rolled_back(out: RunOutcome, code: Code) -> None:
