@@ -150,6 +150,7 @@ class Finding(Code):
     DAMAGED_FILE = "damaged_state_file"  # a state file (journal, vaults.json, ...) does not parse: never acted on
     IDENTITY_DAMAGED = "identity_damaged"  # identity.json unreadable: the manifests bind themselves; `recover` rebuilds it
     IDENTITY_REBUILT = "identity_rebuilt"  # identity.json rebuilt from the ids the own manifests carry
+    PACK_INDEX_REBUILT = "pack_index_rebuilt"  # packed backups a damaged pack index object hid, found again in the packs (hashed) and listed anew
     UNTRUSTED_SET_ASIDE = "untrusted_set_aside"  # a symlink or stranger's entry in a state folder, renamed aside
     LATE_RECORDS_RESTORED = "late_records_restored"  # records written to a reduced file kept in the run by restore
     DISPLACED_KEPT = "displaced_kept"  # bytes a restore or rollback found in a file's place: kept in the vault

@@ -47,6 +47,7 @@ from tb_footprint_plugin.engine import lease
 from tb_footprint_plugin.engine.lease import holder_alive
 from tb_footprint_plugin.engine.ledger import ledger_paths, settle_stale_files
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome, recover
+from tb_footprint_plugin.engine.remote_vault import packs_root
 from tb_footprint_plugin.engine.restore import release_restored_backup
 from tb_footprint_plugin.engine.retire_purge import finish_retired_purges
 from tb_footprint_plugin.engine.trust import Untrusted
@@ -114,6 +115,7 @@ def recover_all(ctx: Context, vault_roots: List[str], manifests_of: Manifests,
         _clear_settled_pins(ctx, vault)
         outcomes += _finish_purges(ctx, vault)
         outcomes += _finish_compactions(ctx, vault)
+        outcomes += _rebuild_pack_index(vault)
         if offload.remote_url(vault) is not None:
             manifests = manifests_of(ctx)
             _note_leftover_offloads(vault, manifests)
@@ -129,6 +131,28 @@ def recover_all(ctx: Context, vault_roots: List[str], manifests_of: Manifests,
     # under its new digest, which the next start finds here); one changed in place is named here
     outcomes += repair_shared_backups(ctx, vault_roots, manifests)
     return outcomes
+
+
+def _rebuild_pack_index(vault: Vault) -> List[RecoveryOutcome]:
+    """Only while an index object of the vault's packs is damaged: the backups it hid found again
+    in the packs and listed anew (``Vault.rebuild_pack_index``); the damaged object is kept."""
+    try:
+        got = vault.rebuild_pack_index()
+    except Exception as e:  # noqa: BLE001 - nothing was written: the next start looks again
+        return [RecoveryOutcome("", "", Recovery.FAILED, f"cannot look in the packs of {vault.root} for the backups a "
+                                f"damaged pack index hides: {reason_of(e)}", Finding.RECOVERY_FAILED)]
+    out: List[RecoveryOutcome] = []
+    if got is not None and got.found:
+        names = ", ".join(os.path.join(packs_root(vault.root), k) for k in got.index)
+        out.append(RecoveryOutcome("", "", Recovery.REBUILT, f"{len(got.found)} packed backup(s) a damaged index "
+                                   f"object hid were found again in the packs (each hashed) and listed in {names}; "
+                                   "the damaged object is kept: remove it once you no longer need it",
+                                   Finding.PACK_INDEX_REBUILT))
+    if got is not None and got.missing:
+        out.append(RecoveryOutcome("", "", Recovery.FAILED, f"{len(got.missing)} backup(s) no valid pack index lists "
+                                   f"were found in no pack of {vault.root} (sha256 "
+                                   f"{', '.join(s[:12] + '…' for s in got.missing[:3])})", Finding.BACKUP_DAMAGED))
+    return out
 
 
 def repair_shared_backups(ctx: Context, vault_roots: List[str], manifests: List[dict]) -> List[RecoveryOutcome]:

@@ -18,6 +18,7 @@ from tb_footprint_plugin.codes import BlobError
 from tb_footprint_plugin.engine import faults, remote_vault
 from tb_footprint_plugin.engine.vault_base import KEPT_BUSY, KEPT_DAMAGED, PACKED, same_file
 from tb_footprint_plugin.storage import throttle as fsops
+from tb_footprint_plugin.storage.blob_salvage import Salvage, salvage
 from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobSource
 from tb_footprint_plugin.storage.files import sha256_file
 from tb_footprint_plugin.storage.lock import Locked, held as lock_held, release, try_exclusive
@@ -184,10 +185,14 @@ class VaultPacks:
         except (BlobFailure, StoreFailure, OSError) as e:
             return [{"code": BlobError.STORE.value, "file": root, "message": f"the vault's packs do not list ({e}); "
                      "their backups cannot be read now"}]
+        hidden = self._hidden_packed(bs, referenced) if damaged else []
+        what = (f"{len(hidden)} backup(s) the operations need are listed by no other index object and read as "
+                "missing: `tb-footprint recover` finds them again in the packs (each hashed) and lists them anew"
+                if hidden else "every backup the operations need is listed by another index object (none is hidden "
+                "by it; `recover` lists anew any it hid): you may remove this file")
         out = [{"code": BlobError.DAMAGED_INDEX.value, "file": os.path.join(root, d["key"]),
-                "message": f"the vault's pack index does not read ({d['message']}); "
-                           "no packed backup is deleted while it is damaged, and those only it lists read as "
-                           "missing"} for d in damaged]
+                "message": f"the vault's pack index does not read ({d['message']}); {what}; no packed backup is "
+                           "deleted while it stands"} for d in damaged]
         for key, end in sorted(ends.items()):
             f = os.path.join(root, key)
             if key not in sizes:
@@ -198,6 +203,44 @@ class VaultPacks:
                             "message": f"a pack of backups is shorter ({sizes[key]} bytes) than its index "
                                        f"says ({end}); the backups in it are damaged"})
         return out + self.pack_index_gaps(referenced)
+
+    def _held_outside_packs(self, sha: str) -> bool:
+        """Whether the vault holds ``sha`` plain or compressed (no pack row needed for it)."""
+        for p in (self.blob_path(sha), self.zst_path(sha)):
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG(os.lstat(p).st_mode):
+                    return True
+        return False
+
+    def _hidden_packed(self, bs, referenced: Optional[Iterable[str]]) -> List[str]:
+        """The backups ``referenced`` (default: ``referenced_blobs()``) that no valid index object
+        lists and the vault holds neither plain nor compressed: what a damaged index may hide."""
+        refs = self.referenced_blobs() if referenced is None else referenced
+        return sorted(s for s in set(refs) if is_sha256(s) and not bs.has(s) and not self._held_outside_packs(s))
+
+    def rebuild_pack_index(self, manifests: Optional[List[dict]] = None) -> Optional[Salvage]:
+        """While an index object of the vault's packs is damaged (only then: the rare path), the
+        backups the vault's manifests name (``manifests``: what ``manifests()`` returned a moment
+        ago, else read now) that no valid index object lists, found again in the packs and
+        listed in a new index object (``storage.blob_salvage``: every slice hashed and matched
+        to a manifest's sha256 and size; nothing deleted, the damaged object kept). None when no
+        index object is damaged or the vault has no packs. Under the pack lock, shared (an add
+        is one too; a forget, which takes it alone, deletes nothing while one is damaged).
+        ``BlobFailure``/``StoreFailure``/``OSError`` as the store fails."""
+        bs = remote_vault.pack_store(self.root)
+        if bs is None or not bs.damaged_index():
+            return None
+        wanted: Dict[str, int] = {}
+        for m in (self.manifests() if manifests is None else manifests):
+            for key in ("files", "displaced", "restore_displaced"):
+                entries = m.get(key)
+                for f in entries if isinstance(entries, list) else ():
+                    if isinstance(f, dict) and is_sha256(f.get("sha256")) and type(f.get("size")) is int:
+                        wanted.setdefault(f["sha256"], f["size"])
+        with self.pack_lock(exclusive=False):
+            bs.reload()
+            hidden = set(self._hidden_packed(bs, wanted))
+            return salvage(bs, {s: n for s, n in wanted.items() if s in hidden})
 
     def pack_index_gaps(self, referenced: Optional[Iterable[str]] = None) -> List[dict]:
         """Why the packs' index cannot be trusted to list every packed backup, as ``pack_problems``

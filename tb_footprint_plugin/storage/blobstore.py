@@ -32,6 +32,9 @@ Why it is safe (invariant 1: the caller deletes an original only after ``add`` r
   (``stats()["damaged_index"]``), an entry whose key is not a data object name of this layout or
   whose offsets are impossible is ignored, never followed. A sha listed at several places (two
   adds that raced, a planted entry) keeps every candidate: ``open`` takes the first that verifies.
+  The blobs a damaged object hid are found again by ``storage.blob_salvage`` (each slice of a
+  pack hashed against the sha256 and size a caller needs) and listed anew by ``index_found``
+  (each read back and hashed first); the damaged object stays, and so does the rule above.
 
 Blobs are shared by content: two vaults offloading into one prefix store a common original once.
 Each index row names the owners that added it (``BlobStore(owner=)``, e.g. a vault's identity),
@@ -1006,6 +1009,11 @@ class BlobStore:
             return e
         return None
 
+    def check_ref(self, ref: BlobRef) -> Optional[BlobFailure]:
+        """Read the blob at ``ref`` (listed or not) from the store and hash it: None when its
+        bytes are exactly the blob's, else the failure."""
+        return self._verify(ref)
+
     def check(self, sha: str) -> Optional[BlobFailure]:
         """Read ``sha`` whole from the store and hash it: None when good, else the failure."""
         cands = self.candidates(sha)
@@ -1296,11 +1304,38 @@ class BlobStore:
             return e
         return None
 
-    def _write_index(self, rows: List[Tuple[BlobRef, FrozenSet[str]]]) -> List[Tuple[str, _Rows]]:
+    def index_found(self, refs: Iterable[BlobRef]) -> List[str]:
+        """List ``refs`` — blobs found in this store's data objects that no valid index object
+        lists (``storage.blob_salvage``: a damaged index object hid them) — in new index objects
+        of this store's owner; their keys. Each ref must be one this layout can write and is read
+        back from the store and hashed first (else ``BlobFailure``, nothing written); each index
+        object is written if absent and read back before the cached index takes it. Nothing is
+        changed or deleted: a damaged index object stays, and keeps every ``forget`` from
+        deleting anything while it stands (it may list blobs no caller named)."""
+        mine = frozenset([self.owner])
+        rows: Dict[str, BlobRef] = {}
+        for ref in refs:
+            got = _valid_ref(_row(ref, mine))
+            if got is None or got[0] != ref:
+                raise BlobFailure(BlobError.CORRUPT, "not a place this layout stores a blob at", sha=ref.sha, key=ref.key)
+            bad = self._verify(ref)
+            if bad is not None:
+                raise bad
+            rows.setdefault(ref.sha, ref)
+        if not rows:
+            return []
+        ordered = sorted(rows.values(), key=lambda r: (r.key, r.offset))
+        written = self._write_index([(r, mine) for r in ordered], read_back=True)
+        self.reload()
+        return [key for key, _ in written]
+
+    def _write_index(self, rows: List[Tuple[BlobRef, FrozenSet[str]]],
+                     read_back: bool = False) -> List[Tuple[str, _Rows]]:
         """Index objects of ``rows`` ((ref, owners) each; none for no rows), ``INDEX_ROWS`` at most
         each (every one stays readable within ``INDEX_READ_LIMIT``), a pack's rows in one object
         where they fit, written if absent and durable on return: (key, its rows) each. Each is
-        remembered as written, so that no reload of this process reads it back."""
+        remembered as written, so that no reload of this process reads it back; ``read_back``:
+        each is read back first and must list exactly its rows (``BlobFailure(CORRUPT)``)."""
         out = []
         loc = self._loc()
         for chunk in _chunks(rows):
@@ -1309,8 +1344,14 @@ class BlobStore:
             data = json.dumps(doc, separators=(",", ":")).encode()
             try:
                 version = self.store.put(key, data, if_absent=True, mode=PRIVATE)
+                back = _read_index(self.store, key, len(data)) if read_back else (chunk, 0)
             except StoreFailure as e:
                 raise _fail("", key, e) from None
+            except (ValueError, UnicodeDecodeError) as e:
+                raise BlobFailure(BlobError.CORRUPT, f"the index object written does not read back ({e})",
+                                  key=key) from None
+            if back != (chunk, 0):
+                raise BlobFailure(BlobError.CORRUPT, "the index object written reads back other rows", key=key)
             _remember_index(loc, key, version if isinstance(version, str) else "", len(data), (chunk, 0))
             out.append((key, chunk))
         return out
