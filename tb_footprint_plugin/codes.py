@@ -66,6 +66,7 @@ class Failure(Code):
     INTERRUPTED = "interrupted"  # stopped by Ctrl-C/SIGTERM or its batch's cancel: a reduce run rolled back, a restore finished on the next start
     NO_SPACE = "no_space"  # not enough free space to do it safely; nothing was changed
     BACKUP_DAMAGED = "backup_damaged"  # a backup is missing or does not match its sha256
+    BACKUP_INDEX_DAMAGED = "backup_index_damaged"  # a packed backup no readable pack index lists while one does not read: `recover` looks for it in the packs
     STATE_NOT_OURS = "state_not_ours"  # the vault or state folder is a symlink, another user's, or writable by others
     CHANGED_SINCE_BACKUP = "changed_since_backup"  # a file was written after its backup: its new bytes have no backup, left as they are
     STORE_ERROR = "store_error"  # the object store failed or refused a request (the reason names it); nothing is left half-done

@@ -16,6 +16,7 @@ from test_restore_exact import assert_exact, snapshot
 from tb_footprint_plugin import api, codes, demo
 from tb_footprint_plugin.codes import BlobError, Finding
 from tb_footprint_plugin.engine import remote_vault
+from tb_footprint_plugin.engine import vault_reads
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.storage.blob_salvage import frame_length, salvage
 from tb_footprint_plugin.storage.blobstore import PACK_MAGIC, BlobSource, BlobStore
@@ -149,3 +150,22 @@ def test_frame_length_reads_the_frame_it_is_given_and_refuses_a_cut_one():
     assert frame_length(data, 2) == len(frame)
     assert frame_length(data[:len(frame)], 2) is None
     assert frame_length(b"not a frame", 0) is None
+
+
+def test_a_backup_hidden_only_by_a_damaged_index_is_said_so_naming_the_index(reduced_demo):
+    """Before the rebuild (no start ran since the damage), a packed backup no readable index lists is said to
+    be hidden by the damaged object, which is named, and recover is the advice; once rebuilt,
+    nothing is hidden; a backup the vault holds elsewhere is never said hidden."""
+    root, _ = reduced_demo
+    vault = Vault(state_dir(str(root)))
+    packed = [f["sha256"] for m in api.operations(str(root)) for f in m["files"]
+              if vault.blob_form(f["sha256"]) == "packed"]
+    other = [f["sha256"] for m in api.operations(str(root)) for f in m["files"]
+             if vault.blob_form(f["sha256"]) != "packed"]
+    assert packed and other
+    index = _damage_index(root)
+    said = vault_reads.hidden_by_index(vault, packed[0])
+    assert said and index in said and "recover" in said, said
+    assert vault_reads.hidden_by_index(vault, other[0]) is None
+    assert vault.rebuild_pack_index() is not None
+    assert vault_reads.hidden_by_index(vault, packed[0]) is None

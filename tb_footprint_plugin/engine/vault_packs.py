@@ -204,7 +204,7 @@ class VaultPacks:
                                        f"says ({end}); the backups in it are damaged"})
         return out + self.pack_index_gaps(referenced)
 
-    def _held_outside_packs(self, sha: str) -> bool:
+    def held_outside_packs(self, sha: str) -> bool:
         """Whether the vault holds ``sha`` plain or compressed (no pack row needed for it)."""
         for p in (self.blob_path(sha), self.zst_path(sha)):
             with contextlib.suppress(OSError):
@@ -216,7 +216,25 @@ class VaultPacks:
         """The backups ``referenced`` (default: ``referenced_blobs()``) that no valid index object
         lists and the vault holds neither plain nor compressed: what a damaged index may hide."""
         refs = self.referenced_blobs() if referenced is None else referenced
-        return sorted(s for s in set(refs) if is_sha256(s) and not bs.has(s) and not self._held_outside_packs(s))
+        return sorted(s for s in set(refs) if is_sha256(s) and not bs.has(s) and not self.held_outside_packs(s))
+
+    def hidden_by_damaged_index(self, sha: str) -> List[str]:
+        """The damaged index objects of the vault's packs (their paths) when the backup ``sha``
+        reads as missing only while they are damaged: no valid index object lists it, and the
+        vault holds it neither plain, compressed nor offloaded (a ``.remote`` record); else []."""
+        bs = remote_vault.pack_store(self.root)
+        if bs is None:
+            return []
+        try:
+            damaged = bs.damaged_index()
+            if not damaged or bs.has(sha) or self.held_outside_packs(sha):
+                return []
+        except (BlobFailure, StoreFailure, OSError):
+            return []  # the packs do not list: pack_problems names that
+        if remote_vault.read_record(self.root, sha) is not None:
+            return []
+        root = remote_vault.packs_root(self.root)
+        return [os.path.join(root, d["key"]) for d in damaged]
 
     def rebuild_pack_index(self, manifests: Optional[List[dict]] = None) -> Optional[Salvage]:
         """While an index object of the vault's packs is damaged (only then: the rare path), the

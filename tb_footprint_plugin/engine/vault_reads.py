@@ -134,5 +134,17 @@ def blob_unreadable(vault: Vault, sha: str) -> Optional[str]:
         return None
 
 
-__all__ = ["HEAVY", "StateUnreadable", "VaultRead", "blob_unreadable", "manifest_file", "read_roots",
+def hidden_by_index(vault: Vault, sha: str) -> Optional[str]:
+    """Why the backup of ``sha`` reads as missing when only a damaged index object of the vault's
+    packs may list it (``Vault.hidden_by_damaged_index``): the words naming those objects and
+    saying that ``recover`` looks for it in the packs; None otherwise (missing or damaged as
+    ``Vault.check_blob`` says). A restore or verify says it with ``Failure.BACKUP_INDEX_DAMAGED``."""
+    names = vault.hidden_by_damaged_index(sha)
+    if not names:
+        return None
+    return (f"listed by no index object of the vault's packs that reads; {', '.join(names)} does not read and may "
+            "list it: `tb-footprint recover` looks for it in the packs (each slice hashed) and lists it anew")
+
+
+__all__ = ["HEAVY", "StateUnreadable", "VaultRead", "blob_unreadable", "hidden_by_index", "manifest_file", "read_roots",
            "refuse_unreadable", "slim", "unreadable_file"]
