@@ -86,3 +86,30 @@ def test_a_listing_after_the_swap_that_fails_rewrites_the_manifest_as_not_verifi
         "name": "store listing", "ok": False, "detail": "exp0/run000/x: changed during the reduction"}
     (row,) = api.restorable(url)
     assert row["verified"] is False and row["failed"] == ["exp0/run000/x: changed during the reduction"], row
+
+
+def test_a_bucket_rewrite_read_by_tensorboard_s_readers_lists_their_checks_as_a_disk_s(s3_bucket, tmp_path):
+    """A bucket rewrite of an event file (archive keeps a sample of its histograms and images) is
+    verified by TensorBoard's readers over the staged run before its manifest is written: the
+    manifest now says so (it said nothing: the tab showed ``verified: null``), with the disk's
+    check names for the readers' comparison, the removed files and the plan's lines."""
+    from test_objstore import _write_rewrite_logdir
+
+    src = _write_rewrite_logdir(tmp_path / "logs")
+    shutil.rmtree(src / "torch")
+    disk = str(tmp_path / "disk")
+    shutil.copytree(src, disk)
+    url = s3_bucket.upload(src, "logs")
+    _, d = _reduced(disk, "archive")
+    _, b = _reduced(url, "archive")
+    assert d["verified"] is True and b["verified"] is True, (d, b)
+    assert b["fidelity"] == d["fidelity"] and b["fidelity"], (d["fidelity"], b["fidelity"])
+    assert all(c["ok"] for c in b["checks"]) and b["failed"] == []
+    # the readers' comparison (records, tag index, routes, ...): the very checks a disk's
+    # verification names for the same run
+    names_b, names_d = {c["name"] for c in b["checks"]}, {c["name"] for c in d["checks"]}
+    assert names_b == names_d and {"records", "tag index", "routes", "run present"} <= names_b, (names_d, names_b)
+    assert [c["detail"] for c in b["checks"] if c["name"] == "plan"] == b["fidelity"]
+    (m,) = api.operations(url)
+    assert m["verification"]["ok"] is True and "mode" not in m["verification"], m["verification"]
+    assert m["verification"]["backends"] and "TensorBoard readers" in m["verification"]["backends"][0]

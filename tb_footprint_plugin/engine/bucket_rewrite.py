@@ -92,6 +92,7 @@ from tb_footprint_plugin.engine.bucket_steps import (
     rolled_back,
     verify_batch,
 )
+from tb_footprint_plugin.engine.bucket_verified import removed_files_check, rewrite_verification
 from tb_footprint_plugin.engine.checks import compare_views
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError, new_op_id, reason_of
 from tb_footprint_plugin.engine.recovery_rules import CANCELLED_REASON, kept_words
@@ -331,7 +332,7 @@ class ObjectReduce(txn.Txn):
         self.committed_at = now_s()
         create_manifest(self.ostore, self.vault, self.op_id, manifest_doc(
             self.ostore, self.en, rp, self.policy, self.bytes_after, self.vault, self.jnl.doc,
-            committed_at=self.committed_at))
+            committed_at=self.committed_at, verification=rewrite_verification(self.local)))
         self._adding.close()
 
     def last_look(self) -> None:
@@ -537,11 +538,7 @@ def _stage_run(ostore: ObjectStore, rp, files: List[dict], listing: Dict[str, Ob
             notes += [n for n in s.get("notes") or () if n not in notes]
         checks += [{"name": "rewrite", "ok": True, "detail": n} for n in notes]
         dels = [f for f in files if f["action"] == "delete"]
-        if dels:
-            how = (f"into the blob vault {vault.blobs.folder} (read back and hashed)" if kept
-                   else "by server-side copy (the store's checksum verified)")
-            checks.append({"name": "removed files", "ok": True, "detail": f"{len(dels)} file(s) backed up {how} "
-                           "and removed"})
+        checks += removed_files_check(files, vault.blobs.folder if kept else None)
         for line in rp.fidelity:
             checks.append({"name": "plan", "ok": True, "detail": line})
         return res

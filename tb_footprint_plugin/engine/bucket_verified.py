@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-__all__ = ["MODE", "drop_verification", "plan_record", "removed_files_check", "unverified"]
+__all__ = ["MODE", "drop_verification", "plan_record", "removed_files_check", "rewrite_verification", "unverified"]
 
 #: ``verification.mode`` of a bucket drop-only reduction: checked by the store (checksums, listing)
 MODE = "listing"
@@ -44,6 +44,23 @@ def drop_verification(rp, files: List[dict], blob_folder: Optional[str]) -> dict
     checks = profile_route_lines(rp) + removed_files_check(files, blob_folder)
     checks += [{"name": "plan", "ok": True, "detail": line} for line in rp.fidelity]
     return {"ok": True, "mode": MODE, "checks": checks, "failed": [], "backends": []}
+
+
+def rewrite_verification(staged_run: dict) -> Optional[dict]:
+    """The ``verification`` of a rewrite's manifest when TensorBoard's readers compared its staged
+    run with the original (``staged_run``: what ``bucket_rewrite`` staged — its ``checks``, the
+    readers' first, and ``backends``), as a disk's rewrite says it; None for a rewrite that only
+    compressed profile files (no reader read it: its verdict would be neither the readers' nor a
+    drop-only listing's, so it says nothing rather than the wrong one). The listing after the
+    swap comes later, as for a drop-only run (``unverified`` on the failure path)."""
+    backends = list(staged_run.get("backends") or [])
+    if not backends:
+        return None
+    out = {"ok": True, "checks": list(staged_run.get("checks") or []), "failed": [], "backends": backends}
+    for k in ("expectations", "record_substitutes"):
+        if staged_run.get(k):
+            out[k] = staged_run[k]
+    return out
 
 
 def plan_record(rp) -> dict:
