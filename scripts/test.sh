@@ -46,7 +46,8 @@ export TB_FOOTPRINT_TEST_TENSORFLOW="$PWD/$VENV/tensorflow"
 # PYTHONDONTWRITEBYTECODE is set (CI's machine sets it) no process would ever cache one, and each
 # of the hundreds of CLI and TensorBoard processes the suite starts compiled the package again
 # (test_docs' README and FAILSAFE cases: 45 s of CPU, 32 s with the bytecode written once here).
-"$VENV"/bin/python -m compileall -q -j 0 tb_footprint_plugin tests bench >/dev/null
+# (not tests/fixtures: what is there is data the tests read, sizes and all, never imported)
+"$VENV"/bin/python -m compileall -q -j 0 -x '/fixtures/' tb_footprint_plugin tests bench >/dev/null
 # The tab's browser tests drive Debian's Chromium (never a browser download); the archive
 # pipeline example syncs with rsync.
 if { [ ! -x /usr/bin/chromium ] || ! command -v rsync >/dev/null 2>&1; } \
