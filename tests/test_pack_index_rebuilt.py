@@ -92,8 +92,10 @@ def _src(data: bytes) -> BlobSource:
     return BlobSource(hashlib.sha256(data).hexdigest(), len(data), lambda: io.BytesIO(data))
 
 
+#: raw (random), zstd, the empty blob, raw ending with the frame magic, zstd, raw beginning with
+#: it, and a file that is itself one zstd frame (stored raw: it does not compress)
 BLOBS = [os.urandom(1000), b"a" * 5000, b"", os.urandom(3000) + b"\x28\xb5\x2f\xfd",
-         b"hello world " * 300, b"\x28\xb5\x2f\xfd" + os.urandom(50)]
+         b"hello world " * 300, b"\x28\xb5\x2f\xfd" + os.urandom(50), zst.compress_whole(os.urandom(2000))]
 
 
 def _store(kind: str, tmp_path, request):
@@ -169,3 +171,15 @@ def test_a_backup_hidden_only_by_a_damaged_index_is_said_so_naming_the_index(red
     assert vault_reads.hidden_by_index(vault, other[0]) is None
     assert vault.rebuild_pack_index() is not None
     assert vault_reads.hidden_by_index(vault, packed[0]) is None
+
+
+def test_a_blob_no_one_wants_before_the_wanted_ones_is_stepped_over(tmp_path):
+    """An orphan raw blob (its size unknown: no manifest names it) first in the pack: the walk goes
+    on at the next frame and finds the wanted ones after it, raw and zstd."""
+    store = PosixStore(str(tmp_path / "vault"), create=True)
+    orphan, frame, raw = os.urandom(700), b"compress me " * 400, os.urandom(900)
+    BlobStore(store).add([_src(orphan), _src(frame), _src(raw)])
+    [damaged] = [e.key for e in store.list("index")]
+    store.put(damaged, GARBAGE)
+    got = salvage(BlobStore(store), {_src(frame).sha: len(frame), _src(raw).sha: len(raw)})
+    assert sorted((r.form, r.size) for r in got.found) == [("raw", 900), ("zst", len(frame))] and not got.missing

@@ -246,7 +246,10 @@ class VaultPacks:
         is one too; a forget, which takes it alone, deletes nothing while one is damaged).
         ``BlobFailure``/``StoreFailure``/``OSError`` as the store fails."""
         bs = remote_vault.pack_store(self.root)
-        if bs is None or not bs.damaged_index():
+        if bs is None:
+            return None
+        bs.reload()  # a listing of index/: only objects not read yet in this process are read
+        if not bs.damaged_index():
             return None
         wanted: Dict[str, int] = {}
         for m in (self.manifests() if manifests is None else manifests):

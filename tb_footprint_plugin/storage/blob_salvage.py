@@ -119,9 +119,9 @@ class _Walk:
             return p + n, True
         return p + n, False
 
-    def _raw_at(self, p: int) -> Optional[int]:
-        """The end of a wanted raw blob at ``p`` (taken), or None."""
-        for size in self._sizes():
+    def _raw_at(self, p: int, only: Optional[int] = None) -> Optional[int]:
+        """The end of a wanted raw blob at ``p`` (taken), or None; ``only``: of that size alone."""
+        for size in (self._sizes() if only is None else [only]):
             if p + size > len(self.data):
                 break
             sha = _slice_sha(self.data[p:p + size])
@@ -142,7 +142,9 @@ class _Walk:
             if taken:
                 p = frame_end
                 continue
-            got = self._raw_at(p)
+            # where a whole frame stands, a raw blob there is that frame itself (a file that is
+            # one zstd frame, stored as it is): only its length is tried, not every size wanted
+            got = self._raw_at(p, only=None if frame_end is None else frame_end - p)
             if got is not None:
                 p = got
             elif frame_end is not None:
