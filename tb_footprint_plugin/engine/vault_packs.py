@@ -242,9 +242,12 @@ class VaultPacks:
         ago, else read now) that no valid index object lists, found again in the packs and
         listed in a new index object (``storage.blob_salvage``: every slice hashed and matched
         to a manifest's sha256 and size; nothing deleted, the damaged object kept). None when no
-        index object is damaged or the vault has no packs. Under the pack lock, shared (an add
-        is one too; a forget, which takes it alone, deletes nothing while one is damaged).
+        index object is damaged, the vault has no packs or is not ours (``is_private``). Under the
+        pack lock, shared (an add is one too; a forget, which takes it alone, deletes nothing
+        while one is damaged).
         ``BlobFailure``/``StoreFailure``/``OSError`` as the store fails."""
+        if not self.is_private():
+            return None  # another user's vault, or one others may write: nothing written into it
         bs = remote_vault.pack_store(self.root)
         if bs is None:
             return None
