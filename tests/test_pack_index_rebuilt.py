@@ -183,3 +183,13 @@ def test_a_blob_no_one_wants_before_the_wanted_ones_is_stepped_over(tmp_path):
     store.put(damaged, GARBAGE)
     got = salvage(BlobStore(store), {_src(frame).sha: len(frame), _src(raw).sha: len(raw)})
     assert sorted((r.form, r.size) for r in got.found) == [("raw", 900), ("zst", len(frame))] and not got.missing
+
+
+def test_a_vault_that_is_not_ours_gets_no_index_object(reduced_demo, monkeypatch):
+    """The rebuild writes into a vault only when it is ours (``Vault.is_private``): one that is
+    not (another user's, writable by others) is left as it is, its damage still named."""
+    root, _ = reduced_demo
+    index = _damage_index(root)
+    monkeypatch.setattr(Vault, "is_private", lambda self: False)
+    assert Vault(state_dir(str(root))).rebuild_pack_index() is None
+    assert _index_objects(root) == [index]
