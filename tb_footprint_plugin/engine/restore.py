@@ -659,13 +659,16 @@ def kept_blobs(ctx: Context, manifests: List[dict]) -> List[dict]:
             size = d.get("size") if isinstance(d.get("size"), int) else 0
             holds = (f"{d['path']} as it stood before {'the restore' if m.get('kind') == 'restore' else 'the rollback'}"
                      f" ({human_bytes(size)})")
+            if d.get("not_put_back") is True:  # the original itself: a writer replaced it before the swap
+                holds = f"{d['path']}'s original, not put back by its rollback: another file stood there ({human_bytes(size)})"
             if late.get("file"):
                 holds += (f": the reduced file with {late.get('records', 0)} record(s) written after the reduction, "
                           f"which are back in the run as {late['file']}")
             out.append({
                 "op_id": m.get("op_id"), "kind": m.get("kind"), "of_op": m.get("of_op"), "run": m.get("run"),
                 "path": d["path"], "sha256": sha, "size": d.get("size"), "blob": blob, "present": present,
-                "code": Finding.LATE_RECORDS_RESTORED if late.get("file") else Finding.DISPLACED_KEPT,
+                "code": Finding.LATE_RECORDS_RESTORED if late.get("file") else Finding.NOT_RESTORED
+                if d.get("not_put_back") is True else Finding.DISPLACED_KEPT,
                 "late_records": late.get("records", 0), "late_records_file": late.get("file"),
                 "holds": holds,
                 # an event file's copy under a name TensorBoard does not read: its records would

@@ -23,7 +23,7 @@ from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.catalogue import journal_blobs, vault_of, write_manifest
 from tb_footprint_plugin.engine.context import Context, TransactionError, no_symlink
 from tb_footprint_plugin.engine.journal import Journal
-from tb_footprint_plugin.engine.putback import holds_original
+from tb_footprint_plugin.engine.putback import begins_with, holds_original
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.placement import (IN_PLACE, copies_begun, folder_at, partial_copy, partial_copy_at,
                                                   partial_put_back, put_in_place, resume_at, resume_copy, settle_folder, stands_at,
@@ -230,7 +230,7 @@ def _made_as(tmp: str, dir_fd: Optional[int] = None) -> dict:
 
 
 def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[Journal] = None,
-             code: Optional[str] = None, unsettled: Optional[List[str]] = None) -> None:
+             code: Optional[str] = None, unsettled: Optional[List[str]] = None) -> List[str]:
     """Put every original back byte for byte and remove what the operation created (``code``:
     why, as the outcome says it, for the manifest and the history line). With
     ``journal`` (the operation's), newer bytes found in an original's place are journaled as
@@ -239,7 +239,8 @@ def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[J
     ``unsettled``: the recorded folders left without their mode and time (a link, or reached only
     through one: ``settle_dirs``) appended to it, for the caller's finding
     (``Finding.FOLDER_NOT_SETTLED``, issue #26), as ``finish_restore`` and ``rollback_retire`` do;
-    the manifest's reason names them too (review R7 F6)."""
+    the manifest's reason names them too (review R7 F6). Returns the paths whose original a writer
+    replaced before the swap, kept in the vault (``not_put_back``; ``Finding.ORIGINAL_NOT_IN_PLACE``)."""
     vault = vault_of(records, ctx)
     backups = [r for r in records if r["type"] == "backup"]
     stages = {r["tmp"]: r for r in records if r["type"] in ("stage", "staged")}
@@ -276,7 +277,13 @@ def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[J
     copying = swapped and not strategy.renames
     begun = copies_begun(records)
     # Before the swap no original was touched (backups are links or copies): the files in
-    # place are the truth, even if a writer appended to one meanwhile.
+    # place are the truth, even if a writer appended to one meanwhile. But an original a writer
+    # replaced at its path (a new file renamed over it) is now nowhere but in its backup: kept in
+    # the vault and named (``not_put_back``), never dropped with the others — the bucket's rule
+    # (``bucket_steps.rollback_entry``, R8 F3), on every store (review R22 F4)
+    for r in () if swapped else backups:
+        if not original_stands(ctx, vault, r):
+            remember({"path": r["path"], "sha256": r["sha256"], "size": r["size"], "not_put_back": True})
     # names of one inode at the backup go back as links of the first one put back (R17 F4)
     relinks = Relinks(ctx, {"files": link_groups([dict(r) for r in backups])})
     for r in backups if swapped else ():
@@ -330,6 +337,27 @@ def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[J
     for sha in kept:
         if vault.has_blob(sha):
             vault.unshare(sha)
+    return [d["path"] for d in displaced if d.get("not_put_back") is True]
+
+
+def original_stands(ctx: Context, vault: Vault, r: dict) -> bool:
+    """Whether the original backup record ``r`` names still stands at its path, perhaps grown (a
+    writer appended records): the backup's own inode there (a hard-link backup), else its first
+    ``size`` bytes the recorded ones, read without following a link. Not known (unreadable, a
+    link, gone): False, the direction that keeps its backup."""
+    try:
+        here = os.lstat(ctx.abs(r["path"]))
+        if not stat.S_ISREG(here.st_mode) or here.st_size < r["size"]:
+            return False
+        blob = os.stat(vault.blob_path(r["sha256"]))
+        if (blob.st_dev, blob.st_ino) == (here.st_dev, here.st_ino):
+            return True
+    except (OSError, ValueError):
+        pass
+    try:
+        return begins_with(ctx.store, ctx.key(r["path"]), r["size"], r["sha256"])
+    except (OSError, ValueError):
+        return False
 
 
 def remove_scratch(vault: Vault, op_id: str) -> None:
@@ -496,7 +524,7 @@ def settle_folder_times(ctx: Context, recs) -> None:
 
 
 #: the fields of a ``displaced`` journal record that go into the manifest
-_DISPLACED_KEYS = ("path", "sha256", "size", "blob", "late_records", "kept_in_place")
+_DISPLACED_KEYS = ("path", "sha256", "size", "blob", "late_records", "kept_in_place", "not_put_back")
 
 
 def _displaced_records(records: List[dict]) -> List[dict]:

@@ -49,8 +49,7 @@ from tb_footprint_plugin.engine.recovery_rules import CANCELLED_REASON, rollback
 from tb_footprint_plugin.engine.reduce_journal import (append_record, append_rollback, create_journal, journal_gone,
                                                        own_records, stage_record)
 from tb_footprint_plugin.engine.run_lock import folder_capabilities, lock_failure, run_lock
-from tb_footprint_plugin.engine.swap import (apply_swap, folder_times, kept_folders, new_put_back_token, removed_dirs_before,
-                                             rollback)
+from tb_footprint_plugin.engine.swap import apply_swap, folder_times, kept_folders, new_put_back_token, removed_dirs_before, rollback
 from tb_footprint_plugin.engine.swap_strategy import swap_strategy
 from tb_footprint_plugin.engine.verification import (changed_files, changed_since_backup, original_of, scratch_space,
                                                      stage_file, stop_of, unchanged_event_files,
@@ -466,13 +465,14 @@ class LocalReduce(txn.Txn):
         skip = isinstance(e, TransactionError) and isinstance(e.code, Skip) and not self.interrupted
         # the manifest and the history line carry the code the outcome says
         unsettled: List[str] = []
-        rollback(ctx, own_records(journal), reason, journal, code=e.code if skip else code, unsettled=unsettled)
+        kept = rollback(ctx, own_records(journal), reason, journal, code=e.code if skip else code, unsettled=unsettled)
         ctx.vault.unpin(journal.op_id)  # the originals are back
         out.status, out.reason, out.code = Outcome.ROLLED_BACK, reason, code
         if skip:
             out.status, out.code = Outcome.SKIPPED, e.code  # nothing changed: left alone
-        # its code is the cause: a recorded folder left without its mode and time is a second code (#26)
+        # its code is the cause: a folder left unsettled, an original a writer replaced (kept) are findings
         out.found(Finding.FOLDER_NOT_SETTLED, unsettled)
+        out.found(Finding.ORIGINAL_NOT_IN_PLACE, kept)
         self.rolling, self.jnl = False, None  # rolled back: a failing close propagates, as it always did
         journal.close()
 
