@@ -1068,13 +1068,19 @@ def cmd_verify(args) -> int:
     from tb_footprint_plugin import api
 
     names = list(args.runs or [])
+    hidden: list = []  # the state's damage that may hide a named run's reduction
     if args.run_glob or names:
         kept = sorted({o["run"] for o in api.restorable(args.logdir, backup_dir=args.backup_dir)})
-        # a named run without a kept reduction is a usage error (exit 2), never "nothing to verify"
+        # a named run without a kept reduction is a usage error (exit 2), never "nothing to verify";
+        # unless damaged state may hide it: then that damage is the answer (exit 1, review R22 F2)
         unknown = [n for n in names if n not in kept]
         if unknown:
-            raise UsageError(f"run {shown(unknown[0])!r} has no kept reduction to verify "
-                             f"(runs with one: {', '.join(shown(n) for n in kept[:8]) or 'none'})")
+            hidden = [r for r in api.verify(args.logdir, run=unknown[0], backup_dir=args.backup_dir,
+                                            verify_backends=args.verify) if not r["ok"]]
+            if not hidden:
+                raise UsageError(f"run {shown(unknown[0])!r} has no kept reduction to verify "
+                                 f"(runs with one: {', '.join(shown(n) for n in kept[:8]) or 'none'})")
+            names = [n for n in names if n in kept]
     if args.run_glob:
         found, missing = api.selecting.select(kept, None, args.run_glob)
         if missing:
@@ -1094,15 +1100,25 @@ def cmd_verify(args) -> int:
         size = human_bytes(summary.get("bytes_before") or 0)
         bar_.set_description_str(f"verifying {summary['run'][-30:]} ({size})")  # redraws
 
-    res = []
+    res: list = []
+    seen = set()  # the state's damage comes with each named run's results: said once
+
+    def add(rows):
+        for r in rows:
+            key = (r["op_id"], r["run"], r.get("code"), r.get("path"), r.get("line"),
+                   tuple(c.get("detail") for c in (r.get("verification") or {}).get("checks", [])))
+            if key not in seen:
+                seen.add(key)
+                res.append(r)
+    add(hidden)
     # Ctrl-C: the check under way stops within a moment and every run not checked is said so
     # (code interrupted), then exit 130; a second Ctrl-C quits at once
     cancel = api.CancelToken()
     try:
         with _cancelling(cancel):
-            for run in names or [None]:
-                res += api.verify(args.logdir, run=run, op=args.op, backup_dir=args.backup_dir,
-                                  verify_backends=args.verify, progress=progress, cancel=cancel)
+            for run in names or ([] if hidden else [None]):
+                add(api.verify(args.logdir, run=run, op=args.op, backup_dir=args.backup_dir,
+                               verify_backends=args.verify, progress=progress, cancel=cancel))
                 if bar_ is not None:
                     done[0] = bar_.n = bar_.total
                     bar_.refresh()
@@ -1113,7 +1129,9 @@ def cmd_verify(args) -> int:
         _dump(res)
     else:
         for r in res:
-            print(f"{'✓' if r['ok'] else '✗'} {shown(r['run'])} (op {r['op_id']}): {_backups_said(r)}")
+            # a finding of the state (op "-": a damaged file that may hide manifests) says its code
+            code = f" [{r['code']}]" if r.get("code") and r["op_id"] == "-" else ""
+            print(f"{'✓' if r['ok'] else '✗'} {shown(r['run'])} (op {r['op_id']}){code}: {_backups_said(r)}")
             for c in r["verification"].get("checks", []):
                 print(f"    {'✓' if c['ok'] else '✗'} {c['detail']}")
         if not res:
@@ -1151,6 +1169,8 @@ def _backups_said(r: dict) -> str:
                       "as the user who owns the vault")
     if said:
         return "; ".join(said)
+    if r.get("op_id") == "-" and r.get("path"):  # the state's finding: no operation's backups of its own
+        return "damaged state: the reductions it may hide are not checked"
     return "backups intact" if r["backups_ok"] else "backups not all checked"
 
 

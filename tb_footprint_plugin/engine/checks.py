@@ -11,11 +11,12 @@ import os
 import shutil
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from tb_footprint_plugin.engine.catalogue import find_manifest, restorable_ops
+from tb_footprint_plugin.engine import oplog
+from tb_footprint_plugin.engine.catalogue import find_manifest, read_vaults, restorable_ops
 from tb_footprint_plugin.engine.context import CancelToken, Context
-from tb_footprint_plugin.codes import Failure, StoreError
+from tb_footprint_plugin.codes import Failure, Finding, StoreError
 from tb_footprint_plugin.engine.vault import Vault, VaultError
-from tb_footprint_plugin.engine.vault_reads import blob_unreadable
+from tb_footprint_plugin.engine.vault_reads import blob_unreadable, VaultRead
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.scan.categories import is_event_file_name
 from tb_footprint_plugin.verify.stop import Stopped
@@ -172,6 +173,50 @@ def recheck(ctx: Context, run: Optional[str] = None, op: Optional[str] = None,
     return results
 
 
+#: codes of what a read of the vaults' manifests names when a manifest does not read (all its
+#: states damaged, a file that does not parse): a verify that said "all intact" past one would be
+#: wrong (FAILSAFE "Damaged state files"). A damaged line of the operation log itself is judged by
+#: restore's rule instead (``unread_state``)
+UNREAD_STATE = frozenset({Finding.DAMAGED_LINE, Finding.DAMAGED_FILE, Finding.BAD_MANIFEST})
+
+
+def state_row(code: str, detail: str, path: Optional[str] = None, line: Optional[int] = None,
+              op_id: Optional[str] = None, run: Optional[str] = None) -> dict:
+    """A re-check's failed result for damage no operation's check shows: ``op_id`` "-" and
+    ``run`` "(vault)" unless it names them, ``code`` the finding's, ``path`` (and ``line``) the
+    damaged file, its one failed check the finding's words (which name the file first)."""
+    row = {"op_id": op_id or "-", "run": run or "(vault)", "ok": False, "backups_ok": False,
+           "damaged_backups": [], "unreadable_backups": [], "code": code,
+           "verification": {"ok": False, "checks": [{"name": str(code), "ok": False, "detail": detail}]}}
+    if path is not None:
+        row["path"] = path
+    if line is not None:
+        row["line"] = line
+    return row
+
+
+def unread_state(ctx: Context, reads: Optional[List[VaultRead]] = None) -> List[dict]:
+    """The vaults' state that does not read and may hide a manifest, each a ``state_row`` naming
+    its file: damage the re-check of the readable manifests cannot see (review R22 F2). A piece
+    of the operation log no readable record comes from (both copies of a sealed piece damaged):
+    ``damaged_line``, by the rule that makes a restore of everything ``restore_blocked``
+    (``catalogue.hiding_damage``); a damaged line beside readable records hides none of theirs,
+    as there. A manifest that does not read (``UNREAD_STATE``, as ``status`` names it). ``reads``:
+    the command's ``catalogue.read_vaults``, else read here."""
+    rows = []
+    for r in read_vaults(ctx) if reads is None else reads:
+        root = r.vault.root
+        if r.vault.is_private():
+            for where in oplog.hiding_damage(root, alone=True):
+                file, _sep, why = where.partition(" line ")
+                rows.append(state_row(Finding.DAMAGED_LINE, f"{file}: line {why}: the operation log's record there "
+                                      f"cannot be read and may be a manifest; {oplog.DAMAGED_LINE_ADVICE}", file))
+        segments = oplog.segments_dir(root)
+        rows += [state_row(p.code, f"{p.file}: {p.detail}", p.file, p.line) for p in r.vault.problems
+                 if p.code in UNREAD_STATE and os.path.dirname(p.file) != segments]
+    return rows
+
+
 def _committed_pairs(ctx: Context, m: dict, vault: Vault, scratch_dir: str) -> ViewPairs:
     """Original = the backed-up bytes (or the file in place if it was never changed);
     reduced = what is in the run now. TensorBoard's readers take paths: a compressed backup is
@@ -198,4 +243,4 @@ def _committed_pairs(ctx: Context, m: dict, vault: Vault, scratch_dir: str) -> V
     return pairs
 
 
-__all__ = ["NOT_CHECKED", "compare_views", "recheck", "unchecked"]
+__all__ = ["NOT_CHECKED", "UNREAD_STATE", "compare_views", "recheck", "state_row", "unchecked", "unread_state"]

@@ -256,8 +256,10 @@ class BucketEngine(Engine):
                 cancel: Optional[CancelToken] = None) -> List[dict]:
         """Every backup object checked against the checksums the store computed for its original,
         removed keys still absent, replaced keys still the reduced bytes, nothing downloaded.
-        Differs: no ``progress`` calls, no separate results for damage no operation shows; a
-        cancel is looked at between runs and among a run's backups (no readers' verification)."""
+        Differs: no ``progress`` calls; of the damage no operation's check shows, its results
+        name what a bucket has (a manifest object that does not read, one whose owner a failed
+        listing could not tell: ``bucket_catalogue.recheck``); a cancel is looked at between runs
+        and among a run's backups (no readers' verification)."""
         self.recover()
         return self.bk.recheck(self.ostore, self.vault, run=run, op=op, cancel=cancel)
 
