@@ -17,6 +17,7 @@ import pytest
 from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.codes import Failure, Outcome
 from tb_footprint_plugin.engine.retire_rules import new_run_words
+from tb_footprint_plugin.storage.private import user_name
 
 
 def _tree(root) -> dict:
@@ -52,11 +53,12 @@ def retired(tmp_path):
     return logdir, before, aside
 
 
-def _refused(logdir, outside=None):
+def _refused(logdir, outside=None, words=None):
     now = _tree(logdir)
     seen = sorted(os.listdir(outside)) if outside else None
     (o,) = api.restore(str(logdir), run="b")
-    assert (o.status, o.code, o.reason) == (Outcome.FAILED, Failure.RESTORE_BLOCKED, new_run_words("b")), o.to_dict()
+    assert (o.status, o.code, o.reason) == (Outcome.FAILED, Failure.RESTORE_BLOCKED, words or new_run_words("b")), \
+        o.to_dict()
     assert _tree(logdir) == now and [r["run"] for r in api.retired(str(logdir))] == ["b"]
     if outside:
         assert sorted(os.listdir(outside)) == seen  # never followed
@@ -72,7 +74,12 @@ def _restored(logdir, before):
 def test_a_link_at_the_runs_path_refuses_never_followed(retired, tmp_path):
     logdir, _before, aside = retired
     os.symlink(aside, logdir / "b")  # the run's own files, as it was, behind a link
-    _refused(logdir, aside)
+    # said as the link it is, with what to do (review R22 F5: retire_tree.folders_not_ours), before
+    # the rule of something standing there
+    _refused(logdir, aside, f"b is a symbolic link of {user_name(os.geteuid())}, made there since the retirement: "
+             "never followed, nothing "
+             "is put back through it; the run stays in the vault; remove that link, then restore again; nothing was "
+             "changed")
 
 
 def test_a_file_at_the_runs_path_refuses(retired):

@@ -303,6 +303,14 @@ def folders_not_ours(ctx: Context, dirs: List[dict]) -> Optional[str]:
         if not isinstance(path, str):
             continue
         st = _look(ctx, ctx.key(path))
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            # a link at a recorded folder's path (of whoever): never followed, so the run cannot go
+            # back there; refused for the run alone, as a stranger's folder is (review R22 F5: the
+            # walk's own refusal came up as an error of the whole command, later runs not restored)
+            fix = "remove that link, then restore again" if st.st_uid == me else \
+                "its owner (or root) must remove it, then restore again"
+            return (f"{path} is a symbolic link of {user_name(st.st_uid)}, made there since the retirement: "
+                    f"never followed, nothing is put back through it; the run stays in the vault; {fix}")
         if st is None or not stat.S_ISDIR(st.st_mode):
             continue
         if st.st_uid != me and st.st_uid != plausible_id(d.get("uid")):
