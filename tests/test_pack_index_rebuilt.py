@@ -63,7 +63,7 @@ def test_recover_rebuilds_a_damaged_pack_index_and_restore_gives_every_run_back(
 
     outs = api.recover_logdir(str(root))
     rebuilt = [o for o in outs if o.code == Finding.PACK_INDEX_REBUILT]
-    assert rebuilt and not [o for o in outs if o.action == codes.Recovery.FAILED], [o.to_dict() for o in outs]
+    assert rebuilt and not [o for o in outs if o.action == codes.Recovery.FAILED], [str(o) for o in outs]
     now = _index_objects(root)
     assert index in now and len(now) == 2, now  # the damaged object is kept, a new one written
     assert Path(index).read_bytes() == GARBAGE
@@ -193,3 +193,15 @@ def test_a_vault_that_is_not_ours_gets_no_index_object(reduced_demo, monkeypatch
     monkeypatch.setattr(Vault, "is_private", lambda self: False)
     assert Vault(state_dir(str(root))).rebuild_pack_index() is None
     assert _index_objects(root) == [index]
+
+
+def test_backups_freed_by_design_are_not_called_missing_by_the_rebuild(reduced_demo):
+    """A run restored before the damage had its backups freed (no longer needed): the rebuild
+    looks only for the backups the operations still need, so it finds no 'missing' one."""
+    root, _ = reduced_demo
+    res = api.restore(str(root), run="resnet_torch")
+    assert [o.status.value for o in res] == ["restored"], [o.to_dict() for o in res]
+    _damage_index(root)
+    outs = api.recover_logdir(str(root))
+    assert [o for o in outs if o.code == Finding.PACK_INDEX_REBUILT], [str(o) for o in outs]
+    assert not [o for o in outs if o.code == Finding.BACKUP_DAMAGED], [str(o) for o in outs]

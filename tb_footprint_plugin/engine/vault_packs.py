@@ -254,13 +254,18 @@ class VaultPacks:
         bs.reload()  # a listing of index/: only objects not read yet in this process are read
         if not bs.damaged_index():
             return None
+        ms = self.manifests() if manifests is None else manifests
         wanted: Dict[str, int] = {}
-        for m in (self.manifests() if manifests is None else manifests):
+        for m in ms:
             for key in ("files", "displaced", "restore_displaced"):
                 entries = m.get(key)
                 for f in entries if isinstance(entries, list) else ():
                     if isinstance(f, dict) and is_sha256(f.get("sha256")) and type(f.get("size")) is int:
                         wanted.setdefault(f["sha256"], f["size"])
+        # only the backups still needed: a purged operation's, or one a restore freed, is gone
+        # by design and is no backup the damaged object hid
+        needed = self.referenced_blobs(manifests=ms)
+        wanted = {s: n for s, n in wanted.items() if s in needed}
         with self.pack_lock(exclusive=False):
             bs.reload()
             hidden = set(self._hidden_packed(bs, wanted))
