@@ -15,6 +15,7 @@ subpackages' modules with ``from tb_footprint_plugin.scan import categories`` (n
 import sys
 import types
 
+from tb_footprint_plugin.lazy import exports
 from tb_footprint_plugin.version import __version__
 
 _API = {
@@ -39,13 +40,7 @@ _API = {
 __all__ = ["__version__", *_API]
 
 
-def __getattr__(name):
-    module = _API.get(name)
-    if module is None:
-        raise AttributeError(name)
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+__getattr__, __dir__ = exports(__name__, {name: (module, name) for name, module in _API.items()}, globals())
 
 
 class _Package(types.ModuleType):

@@ -23,7 +23,7 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 #: module prefix (relative to the package) -> layer; the longest matching prefix wins.
 LAYERS = {
     "": 0,  # the package itself: only the version, the API is re-exported lazily by name
-    "codes": 0, "version": 0, "fmt": 0,
+    "codes": 0, "version": 0, "fmt": 0, "lazy": 0,
     "storage": 1,
     "scan": 2,
     "plan": 3,

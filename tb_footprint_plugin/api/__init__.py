@@ -24,6 +24,8 @@ there once) and calls it; no verb group picks an engine by the logdir's URL itse
 """
 from __future__ import annotations
 
+from tb_footprint_plugin.lazy import exports
+
 #: module (below the package) -> the public names it defines; ``alias=name`` where the API
 #: exposes a name under another one
 _NAMES: dict[str, str] = {
@@ -97,21 +99,7 @@ def _table() -> dict[str, tuple[str, str | None]]:
 _WHERE = _table()
 
 
-def __getattr__(name: str) -> object:
-    """The public name ``name``, its module imported on first use (and the answer kept)."""
-    import importlib
-
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(where[0])
-    value = module if where[1] is None else getattr(module, where[1])
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = exports(__name__, _WHERE, globals())
 
 
 __all__ = [

@@ -173,12 +173,8 @@ def real_within(path: str, root: str) -> bool:
 
 
 class LinkOnTheWay(ValueError):
-    """A folder on the way to a path is a symlink (``check_no_symlink``): ``link`` names it, as a
-    path relative to the root, so a caller can say which link to remove."""
-
-    def __init__(self, message: str, link: str):
-        super().__init__(message)
-        self.link = link
+    """A folder on the way to a path is a symlink (``check_no_symlink``; its message names it):
+    a caller codes it ``StoreError.SYMLINK``, never an interruption a next start would finish."""
 
 
 def check_no_symlink(root: str, rel: str) -> None:
@@ -193,8 +189,7 @@ def check_no_symlink(root: str, rel: str) -> None:
             raise ValueError(f"{rel}: leads out of {root}")
         cur = os.path.join(cur, part)
         if os.path.islink(cur):
-            link = os.path.relpath(cur, root)
-            raise LinkOnTheWay(f"{rel}: {link} is a symlink; refusing to follow it", link)
+            raise LinkOnTheWay(f"{rel}: {os.path.relpath(cur, root)} is a symlink; refusing to follow it")
 
 
 # ---------------------------------------------------------------------------------------

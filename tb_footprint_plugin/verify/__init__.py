@@ -4,6 +4,8 @@
 * ``read_view`` (from ``formats.views``): what the Python multiplexer or the Rust data server shows.
 * ``compare`` — ``verify_reduction``: original vs reduced under an ``Expectations`` contract.
 """
+from tb_footprint_plugin.lazy import exports
+
 # The names below are re-exported lazily (PEP 562): ``engine`` modules that only need
 # ``Stopped`` import the verification's light parts, and a status or history never pays for the
 # readers, the comparison and numpy. ``from tb_footprint_plugin.verify import X`` works as before.
@@ -19,20 +21,8 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> object:
-    """The public name ``name``, its module imported on first use (and the answer kept)."""
-    import importlib
-
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module("tb_footprint_plugin." + where), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = exports(__name__, {name: ("tb_footprint_plugin." + module, name)
+                                           for name, module in _WHERE.items()}, globals())
 
 
 __all__ = [
