@@ -79,13 +79,15 @@ def test_recover_rebuilds_a_damaged_pack_index_and_restore_gives_every_run_back(
 
 
 def test_without_the_rebuild_the_restore_is_refused(reduced_demo, monkeypatch):
-    """The test above can fail: with the rebuild made a no-op, the same damage blocks the restore."""
+    """The test above can fail: with the rebuild made a no-op, the same damage blocks the restore
+    (refused as hidden by the damaged index: the test at the end checks its words)."""
     root, before = reduced_demo
     index = _damage_index(root)
     monkeypatch.setattr(Vault, "rebuild_pack_index", lambda self, manifests=None: None)
     api.recover_logdir(str(root))
     res = api.restore(str(root))
-    assert [o for o in res if o.code == codes.Failure.BACKUP_DAMAGED], [o.to_dict() for o in res]
+    assert [o for o in res if o.code == codes.Failure.BACKUP_INDEX_DAMAGED], [o.to_dict() for o in res]
+    assert [o.run for o in res if o.status == codes.Outcome.RESTORED] == ["resnet_torch"], [o.to_dict() for o in res]
 
 
 def _src(data: bytes) -> BlobSource:
@@ -205,3 +207,17 @@ def test_backups_freed_by_design_are_not_called_missing_by_the_rebuild(reduced_d
     outs = api.recover_logdir(str(root))
     assert [o for o in outs if o.code == Finding.PACK_INDEX_REBUILT], [str(o) for o in outs]
     assert not [o for o in outs if o.code == Finding.BACKUP_DAMAGED], [str(o) for o in outs]
+
+def test_restore_and_verify_name_the_damaged_index_when_it_alone_may_list_a_backup(reduced_demo, monkeypatch):
+    """The start's rebuild made a no-op (a pack the start could not find a backup in): restore and
+    verify say backup_index_damaged naming the damaged object and recover, not 'damaged or missing'."""
+    root, before = reduced_demo
+    index = _damage_index(root)
+    monkeypatch.setattr(Vault, "rebuild_pack_index", lambda self, manifests=None: None)
+    res = api.restore(str(root))
+    hid = [o for o in res if o.code == codes.Failure.BACKUP_INDEX_DAMAGED]
+    assert hid and all(index in o.reason and "recover" in o.reason for o in hid), [o.to_dict() for o in res]
+    assert not [o for o in res if o.code == codes.Failure.BACKUP_DAMAGED], [o.to_dict() for o in res]
+    checked = api.verify(str(root), verify_backends=("python",))
+    flagged = [r for r in checked if r.get("code") == codes.Failure.BACKUP_INDEX_DAMAGED]
+    assert flagged and all(not r["ok"] and index in " ".join(r["damaged_backups"]) for r in flagged), checked

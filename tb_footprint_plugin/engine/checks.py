@@ -16,7 +16,7 @@ from tb_footprint_plugin.engine.catalogue import find_manifest, read_vaults, res
 from tb_footprint_plugin.engine.context import CancelToken, Context
 from tb_footprint_plugin.codes import Failure, Finding, StoreError
 from tb_footprint_plugin.engine.vault import Vault, VaultError
-from tb_footprint_plugin.engine.vault_reads import blob_unreadable, VaultRead
+from tb_footprint_plugin.engine.vault_reads import blob_unreadable, hidden_by_index, VaultRead
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.scan.categories import is_event_file_name
 from tb_footprint_plugin.verify.stop import Stopped
@@ -119,7 +119,7 @@ def recheck(ctx: Context, run: Optional[str] = None, op: Optional[str] = None,
         if progress:
             progress(m, i, len(manifests))
         vault = Vault(m["vault"])
-        bad, unreadable = [], []
+        bad, unreadable, hidden = [], [], False
         cut = False  # cancelled before every backup was re-hashed
         for f in m["files"]:
             if stop is not None and stop():
@@ -128,9 +128,17 @@ def recheck(ctx: Context, run: Optional[str] = None, op: Optional[str] = None,
             if not vault.check_blob(f["sha256"]):
                 # a backup this user may not read is no damaged one (review R16 F16): said apart
                 why = blob_unreadable(vault, f["sha256"])
-                (bad if why is None else unreadable).append(f["path"] if why is None else f"{f['path']} ({why})")
+                # one only a damaged pack index may list is said so, naming it (review R22 F3)
+                hid = hidden_by_index(vault, f["sha256"]) if why is None else None
+                if hid is not None:
+                    hidden = True
+                    bad.append(f"{f['path']} ({hid})")
+                else:
+                    (bad if why is None else unreadable).append(f["path"] if why is None else f"{f['path']} ({why})")
         res = {"op_id": m["op_id"], "run": m["run"], "backups_ok": not bad and not unreadable,
                "damaged_backups": bad, "unreadable_backups": unreadable}
+        if hidden:
+            res["code"] = Failure.BACKUP_INDEX_DAMAGED
         if unreadable:  # a finding that stands, the run checked in full or cut short (``unchecked``)
             res["code"] = StoreError.PERMISSION
         if cut:  # not all of its backups re-hashed

@@ -58,7 +58,7 @@ from tb_footprint_plugin.engine.retire_tree import stored_file
 from tb_footprint_plugin.engine.standing import levels_for, standing_and_writers
 from tb_footprint_plugin.engine.restore_staged import (Prepared, PreparedVault, checked_in_place, prepare_streamed,
                                                        remove_restore_temps, temp_folder)
-from tb_footprint_plugin.engine.vault_reads import blob_unreadable, read_roots, slim
+from tb_footprint_plugin.engine.vault_reads import blob_unreadable, hidden_by_index, read_roots, slim
 from tb_footprint_plugin.engine.vault import EveryBlob, ManifestMemo, Vault, VaultError, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
@@ -373,7 +373,7 @@ class LocalRestore(txn.PutBack):
         blocks go back as holes: a sparse original needs its data extents, not its size), a
         streamed one counted whole (checked later, as it is streamed in)."""
         vault, streamed = self.vault, self.streamed
-        block, damaged, unreadable = run_block_size(self.ctx, self.out.run), [], []
+        block, damaged, unreadable, hidden = run_block_size(self.ctx, self.out.run), [], [], []
         by_path = {f.get("path"): f for f in self.manifest.get("files", [])}
         rewritten = {c.get("path") for c in self.manifest.get("created", []) if isinstance(c, dict)}
         blocks: Dict[str, int] = {}
@@ -391,11 +391,16 @@ class LocalRestore(txn.PutBack):
             if n is None:
                 # a backup this user may not read is no damaged one (review R16 F16): said apart
                 why = blob_unreadable(vault, f["sha256"])
-                (damaged if why is None else unreadable).append(f["path"] if why is None else f"{f['path']} ({why})")
+                # one only a damaged pack index may list is said so, naming it (review R22 F3)
+                hid = hidden_by_index(vault, f["sha256"]) if why is None else None
+                if hid is not None:
+                    hidden.append(f"{f['path']} ({hid})")
+                else:
+                    (damaged if why is None else unreadable).append(f["path"] if why is None else f"{f['path']} ({why})")
             else:
                 self.allocates += blocks.setdefault(f["sha256"], n)
         self.later_names = [(p, blocks.get(sha, 0)) for p, sha in self.later_names]
-        return backups_refusal(vault.root, damaged, unreadable)
+        return backups_refusal(vault.root, damaged, unreadable, hidden)
 
     def backup(self, report: txn.Report) -> None:
         """The streamed backups, each read back whole into its target's temporary (the cancel
