@@ -265,11 +265,13 @@ class VaultPacks:
         # only the backups still needed: a purged operation's, or one a restore freed, is gone
         # by design and is no backup the damaged object hid
         needed = self.referenced_blobs(manifests=ms)
+        # the others' sizes let the walk step over them where they are still in a pack (R22 F6)
+        known = {s: n for s, n in wanted.items() if s not in needed}
         wanted = {s: n for s, n in wanted.items() if s in needed}
         with self.pack_lock(exclusive=False):
             bs.reload()
             hidden = set(self._hidden_packed(bs, wanted))
-            return salvage(bs, {s: n for s, n in wanted.items() if s in hidden})
+            return salvage(bs, {s: n for s, n in wanted.items() if s in hidden}, known)
 
     def pack_index_gaps(self, referenced: Optional[Iterable[str]] = None) -> List[dict]:
         """Why the packs' index cannot be trusted to list every packed backup, as ``pack_problems``

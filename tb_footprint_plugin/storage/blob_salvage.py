@@ -88,12 +88,28 @@ def _slice_sha(data: bytes) -> str:
 class _Walk:
     """One pack's bytes walked for the wanted blobs (``salvage``)."""
 
-    def __init__(self, key: str, data: bytes, wanted: Dict[str, int], listed: Dict[int, int]):
+    def __init__(self, key: str, data: bytes, wanted: Dict[str, int], listed: Dict[int, int],
+                 known: Optional[Mapping[str, int]] = None):
         self.key, self.data, self.wanted, self.listed = key, data, wanted, listed
+        self.known = {s: n for s, n in (known or {}).items() if s not in wanted and n > 0}
         self.found: List[BlobRef] = []
 
     def _sizes(self) -> List[int]:
         return sorted({s for s in self.wanted.values() if s > 0})
+
+    def _step_sizes(self) -> List[int]:
+        """The sizes a raw blob here may have: the wanted ones, and the ``known`` ones (blobs no
+        longer wanted, stepped over when their hash says it is one of them)."""
+        return sorted({s for s in self.wanted.values() if s > 0} | set(self.known.values()))
+
+    def _raw(self, start: int, size: int) -> Optional[bool]:
+        """The raw blob ``data[start:start + size]``: taken (True) when wanted, False when a known
+        one (stepped over, not listed), None when neither."""
+        sha = _slice_sha(self.data[start:start + size])
+        if self.wanted.get(sha) == size:
+            self._take(sha, start, size, "raw")
+            return True
+        return False if self.known.get(sha) == size else None
 
     def _take(self, sha: str, p: int, length: int, form: str) -> None:
         self.found.append(BlobRef(sha=sha, size=self.wanted.pop(sha), key=self.key, offset=p, length=length, form=form))
@@ -121,12 +137,10 @@ class _Walk:
 
     def _raw_at(self, p: int, only: Optional[int] = None) -> Optional[int]:
         """The end of a wanted raw blob at ``p`` (taken), or None; ``only``: of that size alone."""
-        for size in (self._sizes() if only is None else [only]):
+        for size in (self._step_sizes() if only is None else [only]):
             if p + size > len(self.data):
                 break
-            sha = _slice_sha(self.data[p:p + size])
-            if self.wanted.get(sha) == size:
-                self._take(sha, p, size, "raw")
+            if self._raw(p, size) is not None:
                 return p + size
         return None
 
@@ -153,7 +167,44 @@ class _Walk:
                 nxt = [s for s in starts if s > p]
                 magic = data.find(_ZSTD_MAGIC, p + 1)
                 p = min([*nxt[:1], *([magic] if magic != -1 else []), len(data)])
+        if self._sizes():
+            self._from_the_end()
         return self.found
+
+    def _from_the_end(self) -> None:
+        """The same walk from the pack's end backwards (review R22 F6): a blob ends where the next
+        begins, so the wanted blobs after an orphan raw blob (its size unknown: the forward walk
+        cannot step over it, and a pack of raw blobs has no frame to go on at) end where the pack
+        or the blob after them ends. Each slice is hashed against a wanted blob as forwards; a
+        frame (wanted or not) or a listed blob ending here is stepped over whole."""
+        data, q = self.data, len(self.data)
+        listed_end = {end: start for start, end in self.listed.items()}
+        frame_end: Dict[int, int] = {}
+        m = data.find(_ZSTD_MAGIC, len(PACK_MAGIC))
+        while m != -1:
+            n = frame_length(data, m)
+            if n is not None:
+                frame_end.setdefault(m + n, m)
+            m = data.find(_ZSTD_MAGIC, m + 1)
+        while q > len(PACK_MAGIC) and self._sizes():
+            if q in listed_end:
+                q = listed_end[q]
+                continue
+            start = frame_end.get(q)
+            if start is not None:
+                self._frame_at(start)  # taken when wanted; stepped over either way
+                q = start
+                continue
+            taken = None
+            for size in self._step_sizes():
+                if q - size < len(PACK_MAGIC):
+                    break  # sorted: the larger ones do not fit either
+                if self._raw(q - size, size) is not None:
+                    taken = size
+                    break
+            if taken is None:
+                return  # an unknown blob ends here: the wanted ones before it were the forward walk's
+            q -= taken
 
 
 def _covered(refs: List[BlobRef], size: int) -> bool:
@@ -166,10 +217,13 @@ def _covered(refs: List[BlobRef], size: int) -> bool:
     return at >= size
 
 
-def salvage(bs: BlobStore, wanted: Mapping[str, int]) -> Salvage:
+def salvage(bs: BlobStore, wanted: Mapping[str, int], known: Optional[Mapping[str, int]] = None) -> Salvage:
     """Find the blobs of ``wanted`` (sha256 -> size) that no valid index object of ``bs`` lists
     in its data objects, and list those found in a new index object (see the module docstring).
-    ``BlobFailure``/``StoreFailure`` when the store fails (nothing written then)."""
+    ``known``: blobs no longer wanted whose sizes a record still gives (a restored or purged
+    operation's), stepped over where their hash says so, never listed (review R22 F6: a raw blob
+    of unknown size stops the walk). ``BlobFailure``/``StoreFailure`` when the store fails
+    (nothing written then)."""
     out = Salvage()
     bs.reload()
     want = {s: n for s, n in wanted.items() if isinstance(s, str) and isinstance(n, int) and n >= 0
@@ -214,7 +268,7 @@ def salvage(bs: BlobStore, wanted: Mapping[str, int]) -> Salvage:
         if want.get(EMPTY_SHA) == 0:
             want.pop(EMPTY_SHA)
             found.append(BlobRef(sha=EMPTY_SHA, size=0, key=e.key, offset=len(PACK_MAGIC), length=0, form="raw"))
-        found += _Walk(e.key, data, want, {r.offset: r.offset + r.length for r in refs if r.length > 0}).run()
+        found += _Walk(e.key, data, want, {r.offset: r.offset + r.length for r in refs if r.length > 0}, known).run()
     out.missing = sorted(want)
     if found:
         out.index = bs.index_found(found)
