@@ -288,3 +288,21 @@ def test_a_run_restored_before_the_damage_does_not_hide_the_others_backups(reduc
     res = api.restore(str(root))
     assert res and all(o.status == codes.Outcome.RESTORED for o in res), [(o.run, o.code, o.reason) for o in res]
     assert_exact(root, before)
+
+
+def test_recover_never_advises_removing_the_damaged_index_while_a_backup_is_found_nowhere(reduced_demo, monkeypatch):
+    """R22 (F6's sequel): recover said 'remove it once you no longer need it' beside 'N backup(s)
+    found in no pack'; removing it lets a forget delete what only it listed. With a backup still
+    missing the words say to keep it; with none, status says when it may go."""
+    from tb_footprint_plugin.storage.blob_salvage import Salvage
+    from tb_footprint_plugin.storage.blobstore import BlobRef
+
+    root, _ = reduced_demo
+    ref = BlobRef(sha="a" * 64, size=1, key="data/aa/x.pack", offset=21, length=1, form="raw")
+    for missing, words in ((["b" * 64], "keep it"), ([], "`tb-footprint status` says when it may be removed")):
+        monkeypatch.setattr(Vault, "rebuild_pack_index", lambda self, manifests=None, m=missing: Salvage(
+            found=[ref], index=["index/" + "c" * 32 + ".json"], missing=list(m)))
+        outs = api.recover_logdir(str(root))
+        [rebuilt] = [o for o in outs if o.code == Finding.PACK_INDEX_REBUILT]
+        assert words in rebuilt.detail and "remove it once" not in rebuilt.detail, rebuilt.detail
+        assert bool([o for o in outs if o.code == codes.Finding.BACKUP_DAMAGED]) == bool(missing)

@@ -144,10 +144,13 @@ def _rebuild_pack_index(vault: Vault) -> List[RecoveryOutcome]:
     out: List[RecoveryOutcome] = []
     if got is not None and got.found:
         names = ", ".join(os.path.join(packs_root(vault.root), k) for k in got.index)
+        # never advise removing it while a backup is still found nowhere: it may be what lists it,
+        # and once it is gone a forget may delete what only it listed (review R22, F6's sequel)
+        keep = ("keep it: some backups are still found in no pack (below), and nothing it may list is deleted while "
+                "it stands" if got.missing else "`tb-footprint status` says when it may be removed")
         out.append(RecoveryOutcome("", "", Recovery.REBUILT, f"{len(got.found)} packed backup(s) a damaged index "
                                    f"object hid were found again in the packs (each hashed) and listed in {names}; "
-                                   "the damaged object is kept: remove it once you no longer need it",
-                                   Finding.PACK_INDEX_REBUILT))
+                                   f"the damaged object is kept: {keep}", Finding.PACK_INDEX_REBUILT))
     if got is not None and got.missing:
         out.append(RecoveryOutcome("", "", Recovery.FAILED, f"{len(got.missing)} backup(s) no valid pack index lists "
                                    f"were found in no pack of {vault.root} (sha256 "
