@@ -2292,6 +2292,9 @@ def _main(argv: Optional[List[str]]) -> int:
     # the library is imported once a verb needs it: --help and --version stay fast
     try:
         from tb_footprint_plugin import api
+        # the API loads lazily: its engine package with it, here, so a Ctrl-C while it loads is
+        # still "while starting" (nothing began); what a verb imports later is its own
+        check_failpoints = api.check_failpoints
     except KeyboardInterrupt:
         # Ctrl-C while the library loads (a second or more on a busy machine): no verb has begun,
         # so the user gets the one line every interrupt gets, not a traceback through numpy
@@ -2299,7 +2302,7 @@ def _main(argv: Optional[List[str]]) -> int:
         return EXIT_INTERRUPTED
 
     try:
-        api.check_failpoints()  # a misspelt TB_FOOTPRINT_FAILPOINTS is refused before anything runs
+        check_failpoints()  # a misspelt TB_FOOTPRINT_FAILPOINTS is refused before anything runs
         if args.command == "reduce":
             _reduce_positionals(args)
         _merge_names(args)

@@ -40,8 +40,9 @@ def _strings(v) -> bool:
 def _verification_ok(v) -> bool:
     """Whether a manifest's ``verification`` (``bucket_verified``) is of the shape the operations
     list reads: an object whose ``ok``, when there, is true or false, whose ``checks`` are
-    ``{name, ok, detail}`` and ``failed`` strings (other keys are the writer's own)."""
-    if not isinstance(v, dict) or not isinstance(v.get("ok", False), bool) or not _strings(v.get("failed", [])):
+    ``{name, ok, detail}`` and ``failed`` a list (its items read as a disk's are: a number that is
+    no finite one is null, ``catalogue_rules.operation_summary``; other keys are the writer's own)."""
+    if not isinstance(v, dict) or not isinstance(v.get("ok", False), bool) or not isinstance(v.get("failed", []), list):
         return False
     checks = v.get("checks", [])
     return isinstance(checks, list) and all(isinstance(c, dict) and isinstance(c.get("name"), str)

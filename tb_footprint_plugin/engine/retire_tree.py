@@ -298,15 +298,18 @@ def folders_not_ours(ctx: Context, dirs: List[dict]) -> Optional[str]:
     before any file moves: a folder of ours then stays ours, since only its owner renames it in a
     sticky logdir. A rollback's and recovery's put-back ask it too."""
     me = os.geteuid()
+    first = True
     for d in sorted(dirs, key=lambda d: len(d["path"]) if isinstance(d.get("path"), str) else 0):
         path = d.get("path") if isinstance(d, dict) else None
         if not isinstance(path, str):
             continue
         st = _look(ctx, ctx.key(path))
-        if st is not None and stat.S_ISLNK(st.st_mode):
-            # a link at a recorded folder's path (of whoever): never followed, so the run cannot go
-            # back there; refused for the run alone, as a stranger's folder is (review R22 F5: the
-            # walk's own refusal came up as an error of the whole command, later runs not restored)
+        top, first = first, False
+        if top and st is not None and stat.S_ISLNK(st.st_mode):
+            # a link at the run's own path (of whoever): never followed, so the run cannot go back
+            # there; refused for the run alone, as a stranger's folder is (review R22 F5: the walk's
+            # own refusal came up as an error of the whole command, later runs not restored). A link
+            # at a deeper recorded folder is the put-back's to meet (a folder left unsettled)
             fix = "remove that link, then restore again" if st.st_uid == me else \
                 "its owner (or root) must remove it, then restore again"
             return (f"{path} is a symbolic link of {user_name(st.st_uid)}, made there since the retirement: "
