@@ -16,7 +16,7 @@ from tb_footprint_plugin.engine.catalogue import find_manifest, read_vaults, res
 from tb_footprint_plugin.engine.context import CancelToken, Context
 from tb_footprint_plugin.codes import Failure, Finding, StoreError
 from tb_footprint_plugin.engine.vault import Vault, VaultError
-from tb_footprint_plugin.engine.vault_reads import blob_unreadable, hidden_by_index, VaultRead
+from tb_footprint_plugin.engine.vault_reads import HIDDEN, UNREADABLE, missing_backup, VaultRead
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.scan.categories import is_event_file_name
 from tb_footprint_plugin.verify.stop import Stopped
@@ -126,15 +126,9 @@ def recheck(ctx: Context, run: Optional[str] = None, op: Optional[str] = None,
                 cut = True
                 break
             if not vault.check_blob(f["sha256"]):
-                # a backup this user may not read is no damaged one (review R16 F16): said apart
-                why = blob_unreadable(vault, f["sha256"])
-                # one only a damaged pack index may list is said so, naming it (review R22 F3)
-                hid = hidden_by_index(vault, f["sha256"]) if why is None else None
-                if hid is not None:
-                    hidden = True
-                    bad.append(f"{f['path']} ({hid})")
-                else:
-                    (bad if why is None else unreadable).append(f["path"] if why is None else f"{f['path']} ({why})")
+                kind, entry = missing_backup(vault, f["path"], f["sha256"])
+                hidden = hidden or kind == HIDDEN
+                (unreadable if kind == UNREADABLE else bad).append(entry)
         res = {"op_id": m["op_id"], "run": m["run"], "backups_ok": not bad and not unreadable,
                "damaged_backups": bad, "unreadable_backups": unreadable}
         if hidden:

@@ -210,7 +210,7 @@ def backups_refusal(where: str, damaged: Sequence[str], unreadable: Sequence[str
     found to be before it starts, or None, on every store: ``unreadable`` (this user may not read
     them: ``StoreError.PERMISSION``, a mode to fix, no damage), else ``hidden`` (listed by no pack
     index that reads while one does not: ``Failure.BACKUP_INDEX_DAMAGED``, each with why:
-    ``vault_reads.hidden_by_index``), else ``damaged`` (missing, of another size, not reading back
+    ``vault_reads.missing_backup``), else ``damaged`` (missing, of another size, not reading back
     to their digest: ``Failure.BACKUP_DAMAGED``). Each names the originals' paths; nothing was changed."""
     if unreadable:
         return StoreError.PERMISSION, (f"cannot read the backup in {where} of: {', '.join(unreadable)}; nothing was "

@@ -58,7 +58,7 @@ from tb_footprint_plugin.engine.retire_tree import stored_file
 from tb_footprint_plugin.engine.standing import levels_for, standing_and_writers
 from tb_footprint_plugin.engine.restore_staged import (Prepared, PreparedVault, checked_in_place, prepare_streamed,
                                                        remove_restore_temps, temp_folder)
-from tb_footprint_plugin.engine.vault_reads import blob_unreadable, hidden_by_index, read_roots, slim
+from tb_footprint_plugin.engine.vault_reads import DAMAGED, HIDDEN, UNREADABLE, missing_backup, read_roots, slim
 from tb_footprint_plugin.engine.vault import EveryBlob, ManifestMemo, Vault, VaultError, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
@@ -389,14 +389,8 @@ class LocalRestore(txn.PutBack):
                 continue
             n = vault.check_blob_extents(f["sha256"], block)
             if n is None:
-                # a backup this user may not read is no damaged one (review R16 F16): said apart
-                why = blob_unreadable(vault, f["sha256"])
-                # one only a damaged pack index may list is said so, naming it (review R22 F3)
-                hid = hidden_by_index(vault, f["sha256"]) if why is None else None
-                if hid is not None:
-                    hidden.append(f"{f['path']} ({hid})")
-                else:
-                    (damaged if why is None else unreadable).append(f["path"] if why is None else f"{f['path']} ({why})")
+                kind, entry = missing_backup(vault, f["path"], f["sha256"])
+                {DAMAGED: damaged, UNREADABLE: unreadable, HIDDEN: hidden}[kind].append(entry)
             else:
                 self.allocates += blocks.setdefault(f["sha256"], n)
         self.later_names = [(p, blocks.get(sha, 0)) for p, sha in self.later_names]

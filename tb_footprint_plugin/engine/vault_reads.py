@@ -8,7 +8,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import Callable, Iterable, List, NamedTuple, Optional
+from typing import Callable, Iterable, List, NamedTuple, Optional, Tuple
 
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.engine import manifest, trust
@@ -146,5 +146,24 @@ def hidden_by_index(vault: Vault, sha: str) -> Optional[str]:
             "list it: `tb-footprint recover` looks for it in the packs (each slice hashed) and lists it anew")
 
 
-__all__ = ["HEAVY", "StateUnreadable", "VaultRead", "blob_unreadable", "hidden_by_index", "manifest_file", "read_roots",
-           "refuse_unreadable", "slim", "unreadable_file"]
+#: kinds of ``missing_backup``: the three ways a backup that does not check is said
+DAMAGED, UNREADABLE, HIDDEN = "damaged", "unreadable", "hidden"
+
+
+def missing_backup(vault: Vault, path: str, sha: str) -> Tuple[str, str]:
+    """How the backup of ``path`` (``sha``), which did not check, is said: ``(kind, entry)``, kind
+    ``UNREADABLE`` (there, but this user may not read it: never called damaged, review R16 F16),
+    ``HIDDEN`` (only a damaged pack index may list it, named: review R22 F3) or ``DAMAGED``; entry
+    the path with the reason where there is one. The one rule for verify and restore alike."""
+    why = blob_unreadable(vault, sha)
+    if why is not None:
+        return UNREADABLE, f"{path} ({why})"
+    hid = hidden_by_index(vault, sha)
+    if hid is not None:
+        return HIDDEN, f"{path} ({hid})"
+    return DAMAGED, path
+
+
+__all__ = ["DAMAGED", "HEAVY", "HIDDEN", "StateUnreadable", "UNREADABLE", "VaultRead", "blob_unreadable",
+           "hidden_by_index", "manifest_file", "missing_backup", "read_roots", "refuse_unreadable", "slim",
+           "unreadable_file"]
