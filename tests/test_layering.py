@@ -12,6 +12,7 @@ import each other both ways). No module uses another module's private names (``f
 _y``, or ``x._y`` on an imported package module): what is shared is public and documented.
 """
 import ast
+import functools
 import os
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
@@ -47,6 +48,13 @@ FRONT_END_MAY_IMPORT = ("", "api", "codes", "fmt", "version")
 #: TensorBoard's entry point checks its flags at startup without the (heavy) API: these few
 #: dependency-free modules only (``loader.py``'s docstring says why it must stay import-light)
 LOADER_LIGHT = ("plan.policies", "storage.paths", "storage.remote")
+
+
+@functools.lru_cache(maxsize=None)
+def _nodes(source: str) -> tuple:
+    """Every node of ``source``'s tree (``ast.walk`` order), parsed and walked once per process:
+    the checks below read each module of the package several times and never change a tree."""
+    return tuple(ast.walk(ast.parse(source)))
 
 
 def _rel(module: str) -> Optional[str]:
@@ -90,7 +98,7 @@ def imports_of(source: str, rel: str, is_package: bool) -> List[Tuple[int, str]]
     here = rel.split(".") if rel else []
     pkg_parts = here if is_package else here[:-1]
     out = []
-    for node in ast.walk(ast.parse(source)):
+    for node in _nodes(source):
         if isinstance(node, ast.Import):
             for a in node.names:
                 r = _rel(a.name)
@@ -120,7 +128,7 @@ def violations(rel: str, source: str, is_package: bool = False) -> List[str]:
     """Every import of ``source`` (module ``rel``) that breaks a layering rule."""
     mine = layer_of(rel)
     out = []
-    for node in ast.walk(ast.parse(source)):
+    for node in _nodes(source):
         # ``import pkg.scan.x as y`` resolves ``pkg.scan`` as an attribute: that is the verb scan()
         if isinstance(node, ast.Import):
             for a in node.names:
@@ -327,10 +335,9 @@ def private_uses(rel: str, source: str, is_package: bool = False) -> List[Tuple[
     name bound to an imported package module)."""
     here = rel.split(".") if rel else []
     pkg_parts = here if is_package else here[:-1]
-    tree = ast.parse(source)
     bound: Dict[str, str] = {}  # local name -> package module it is bound to
     out = []
-    for node in ast.walk(tree):
+    for node in _nodes(source):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = pkg_parts[:len(pkg_parts) - (node.level - 1)] if node.level > 1 else pkg_parts
@@ -350,7 +357,7 @@ def private_uses(rel: str, source: str, is_package: bool = False) -> List[Tuple[
                 r = _rel(a.name)
                 if r is not None and a.asname:
                     bound[a.asname] = r
-    for node in ast.walk(tree):
+    for node in _nodes(source):
         if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
                 and node.value.id in bound and _private(node.attr) and bound[node.value.id] != rel):
             out.append((node.lineno, f"{rel} uses {bound[node.value.id]}.{node.attr}"))
@@ -427,7 +434,7 @@ WHY_PENDING: Dict[str, str] = {}
 
 def says_why_one_module(source: str) -> bool:
     """Whether the module docstring of ``source`` has a paragraph starting ``Why one module:``."""
-    doc = ast.get_docstring(ast.parse(source)) or ""
+    doc = ast.get_docstring(_nodes(source)[0]) or ""
     return any(p.strip().startswith(WHY_ONE_MODULE) for p in doc.split("\n\n"))
 
 
@@ -482,7 +489,7 @@ def api_engine_choices() -> List[str]:
                 out.append(f"{PKG}.{rel}:{line} imports {PKG}.{target}: open the engine with engine.front")
         if rel in API_URL_SYNTAX:
             continue
-        for node in ast.walk(ast.parse(src)):
+        for node in _nodes(src):
             if isinstance(node, ast.ImportFrom) and any(a.name == "is_remote" for a in node.names):
                 out.append(f"{PKG}.{rel}:{node.lineno} imports is_remote: engine.front.open_engine chooses the engine")
     return out
