@@ -20,6 +20,7 @@ from typing import Callable, Dict, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import faults, putback, txn
+from tb_footprint_plugin.engine.bucket_blob_index import hidden_by_index
 from tb_footprint_plugin.engine.bucket_blobs import blobs_of, check_entry, is_blob_entry, names_our_backup, put_back
 from tb_footprint_plugin.engine.bucket_moved import MOVED_FROM, marked_afresh, not_ours_refusal, outside_words, restore_doc
 from tb_footprint_plugin.engine.bucket_kept import (grown_key, journaled_standing, keep_grown, keep_standing, late_from_kept,
@@ -186,6 +187,7 @@ class ObjectRestore(ObjectPutBack):
         never finish)."""
         ostore, vault, m, run = self.ostore, self.vault, self.m, self.run
         damaged_blobs: List[str] = []
+        hidden: List[str] = []  # missing only while an index object of the blob folder is damaged
         if (theirs := not_ours_refusal(vault, m)) is not None:  # a copy's, or another's blobs (R11 G3, G10)
             raise theirs
         plain: List[dict] = []
@@ -202,10 +204,15 @@ class ObjectRestore(ObjectPutBack):
             if is_blob_entry(f):
                 blobs_of(vault, f)  # the folder not given: refused
                 if not check_entry(vault, f):
-                    damaged_blobs.append(f["path"])
+                    why = hidden_by_index(vault, f)
+                    if why is not None:
+                        hidden.append(f"{f['path']} ({why})")
+                    else:
+                        damaged_blobs.append(f["path"])
             else:
                 plain.append(f)
-        refusal = putback.backups_refusal(vault.blobs.folder if vault.blobs is not None else "", damaged_blobs)
+        refusal = putback.backups_refusal(vault.blobs.folder if vault.blobs is not None else "", damaged_blobs,
+                                          hidden=hidden)
         if refusal:
             raise BucketTxnError(refusal[0], refusal[1] + _made_where(m))
         refusal = putback.backups_refusal(vault_url(ostore, vault.root), _missing_backups(vault, plain))

@@ -83,13 +83,17 @@ class BucketEngine(Engine):
     # -- settling ----------------------------------------------------------------------------
     def recover(self) -> List[RecoveryOutcome]:
         """Unfinished bucket operations settled from their journal objects, from any machine;
-        then the ledger objects a gone worker of this host left in flight are settled: ``done``
+        then a damaged index object of the blob folder mended (``bucket_blob_index.recover_index``:
+        only while one is); then the ledger objects a gone worker of this host left in flight are settled: ``done``
         when the commit is proven, ``pending`` when this recovery rolled the run back
         (``bucket_ledger.settle_stale``, as a disk's start settles its ledgers: one listing when
         nothing is stale)."""
         from tb_footprint_plugin.engine import bucket_ledger
+        from tb_footprint_plugin.engine.bucket_blob_index import recover_index
 
         out = self.bk.recover(self.ostore, self.vault)
+        # a damaged index object of the blob folder: the backups it hid listed anew (R22 F3)
+        out += recover_index(self.vault, lambda: self.bk.manifests(self.ostore, self.vault))
         try:
             bucket_ledger.settle_stale(self.ostore, lambda: self.bk.manifests(self.ostore, self.vault), recovered=out)
         except (OSError, ValueError):
@@ -174,6 +178,9 @@ class BucketEngine(Engine):
                 (o.get("recover_will") or {}).get("action") != Recovery.REFUSED for o in st["unfinished"])
         for k in ("unfinished", "problems", "late_writes", "kept_blobs", "locked_runs"):
             st.setdefault(k, [])
+        from tb_footprint_plugin.engine.bucket_blob_index import index_problems
+
+        st["problems"] += index_problems(self.vault, lambda: self.bk.manifests(self.ostore, self.vault))
         st.setdefault("settle_command", health.settle_command(self.logdir, self.backup_dir) if settles else None)
         st["disk_in_use_bytes"] = self.in_use()
         try:

@@ -40,11 +40,12 @@ from typing import BinaryIO, Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import BlobError
 from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.storage.blob_salvage import Salvage, salvage
 from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobStore
 from tb_footprint_plugin.storage.files import CHUNK, atomic_write_json, fsync_dir, hash_and_count
 from tb_footprint_plugin.storage import scratch, zst
 from tb_footprint_plugin.storage.paths import is_sha256
-from tb_footprint_plugin.storage.private import NotPrivate, ensure_private_dir
+from tb_footprint_plugin.storage.private import NotPrivate, check_private_dir, ensure_private_dir
 from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.storage.remote import is_bucket_url
 from tb_footprint_plugin.storage.store import StoreFailure
@@ -272,6 +273,73 @@ def blobstore(url: str, fresh: bool = False) -> BlobStore:
             store.prepare_writes()
             bs = _stores[url] = BlobStore(store)
         return bs
+
+
+def hidden_words(names: List[str]) -> str:
+    """Why a backup reads as missing while only the damaged index objects ``names`` may list it:
+    a restore or verify says it (``Failure.BACKUP_INDEX_DAMAGED`` where it has a code) for a
+    disk's packs (``vault_reads.hidden_by_index``), a bucket's blob folder
+    (``engine.bucket_blob_index``) and a remote vault alike."""
+    return (f"listed by no index object of the vault's packs that reads; {', '.join(names)} does not read and may "
+            "list it: `tb-footprint recover` looks for it in the packs (each slice hashed) and lists it anew")
+
+
+#: (vault root, URL) whose remote index this process looked through already
+#: (``rebuild_remote_index``): a blob still missing after one walk of the packs is missing, not
+#: looked for again at every read of the same restore or verify
+_rebuilt: set = set()
+
+
+def recorded_blobs(vault_root: str, url: str) -> Dict[str, int]:
+    """sha256 -> size of every record of this vault (``read_record``'s checks) naming ``url``:
+    the blobs the vault offloaded there and has not forgotten (a forget drops the record)."""
+    out: Dict[str, int] = {}
+    base = os.path.join(vault_root, "blobs")
+    try:
+        shards = sorted(os.listdir(base))
+    except OSError:
+        return out
+    for sub in shards:
+        if len(sub) != 2:
+            continue
+        try:
+            names = os.listdir(os.path.join(base, sub))
+        except OSError:
+            continue
+        for n in names:
+            if n.endswith(REMOTE_SUFFIX):
+                rec = read_record(vault_root, n[:-len(REMOTE_SUFFIX)])
+                if rec is not None and rec["url"] == url:
+                    out[rec["sha"]] = rec["size"]
+    return out
+
+
+def rebuild_remote_index(vault_root: str, url: str) -> Optional[Salvage]:
+    """While an index object of the remote vault at ``url`` is damaged (only then), the blobs this
+    vault's records say it holds there (``recorded_blobs``) that no valid index object lists,
+    found again in its packs and listed anew (``storage.blob_salvage.salvage``: every slice
+    hashed and matched to a record's sha256 and size; nothing deleted, the damaged object kept,
+    and while it stands no forget deletes anything). None when nothing is damaged, ``url`` is
+    not a remote vault this vault offloaded to (``known_urls``) or the vault is not a folder of
+    ours (its records and ``remote.json`` are then no word of ours). Costs a fresh listing of the
+    remote index (a GET per index object this process has not read): called for ``recover``
+    (``pack_index_rebuilt.rebuild_remote_indexes``) and where a read found a blob missing, which
+    reloaded that index anyway (``open_remote``), never at every start. The walk over the vault's
+    records (``recorded_blobs``) is paid on that rare path only.
+    ``BlobFailure``/``StoreFailure`` as the store fails."""
+    if url not in known_urls(vault_root):
+        return None
+    try:
+        check_private_dir(vault_root)
+    except (NotPrivate, OSError):
+        return None
+    bs = blobstore(url, fresh=True)
+    if not bs.damaged_index():
+        return None
+    got = salvage(bs, recorded_blobs(vault_root, url))
+    with _stores_lock:
+        _rebuilt.add((vault_root, url))
+    return got
 
 
 #: ``BlobStore`` step -> the engine's failpoint for the vault's own packs (``faults.STEPS``): adds
@@ -682,11 +750,18 @@ def open_remote(vault_root: str, sha: str) -> BinaryIO:
         bs = blobstore(rec["url"])
         if bs.ref(sha) is None:
             bs = blobstore(rec["url"], fresh=True)
+        if bs.ref(sha) is None and bs.damaged_index() and (vault_root, rec["url"]) not in _rebuilt:
+            # a damaged index object may hide it (review R22 F3): the index was just read anyway,
+            # so the packs are looked through here, once per process and remote vault
+            rebuild_remote_index(vault_root, rec["url"])
+            bs = blobstore(rec["url"])
         name = object_name(rec, bs)
         if bs.ref(sha) is None:
+            damaged = [f"{rec['url'].rstrip('/')}/{d['key']}" for d in bs.damaged_index()]
             raise _remember(vault_root, sha, RemoteReadError(
-                BlobError.MISSING, name, f"{name}: the remote vault's index does not list sha256 {sha[:12]}… "
-                f"(recorded in {record_path(vault_root, sha)})"))
+                BlobError.MISSING, name,
+                f"{name}: the remote vault's index does not list sha256 {sha[:12]}… "
+                f"(recorded in {record_path(vault_root, sha)})" + (f"; {hidden_words(damaged)}" if damaged else "")))
         ref = bs.ref(sha)
         if not ref.packed and len(bs.candidates(sha)) == 1:
             # read here rather than through ``bs.open`` so that its stored bytes (a zstd frame,
@@ -740,4 +815,5 @@ def check_remote(vault_root: str, sha: str) -> Optional[RemoteReadError]:
 __all__ = ["PACKS_DIR", "PACK_STEPS", "tighten_pack_dirs", "packs_root", "has_packs", "pack_store", "packed_ref",
            "open_packed", "check_packed", "REMOTE_SUFFIX", "REMOTE_CONFIG", "RemoteReadError", "record_path", "read_record", "has_record",
            "write_record", "drop_record", "configured_url", "known_urls", "set_configured_url", "blobstore", "open_remote",
-           "check_remote", "object_name", "last_failure", "read_twice"]
+           "check_remote", "object_name", "last_failure", "read_twice", "hidden_words", "recorded_blobs",
+           "rebuild_remote_index"]

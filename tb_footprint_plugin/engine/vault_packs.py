@@ -52,6 +52,21 @@ def _merge_failpoint(step: str) -> None:
     faults.hit(MERGE_STEPS[step])
 
 
+def damaged_index_problems(damaged: List[dict], root: str, hidden: Iterable[str]) -> List[dict]:
+    """The damaged index objects of a blob store at ``root`` (``BlobStore.damaged_index()``), as
+    ``pack_problems`` entries (``{"code", "file", "message"}``), each saying whether the backups
+    the operations need and no other index object lists (``hidden``) are any: the one rule and
+    words of a disk's vault and a bucket's blob folder (``engine.bucket_blob_index``)."""
+    hidden = list(hidden)
+    what = (f"{len(hidden)} backup(s) the operations need are listed by no other index object and read as "
+            "missing: `tb-footprint recover` finds them again in the packs (each hashed) and lists them anew"
+            if hidden else "every backup the operations need is listed by another index object (none is hidden "
+            "by it; `recover` lists anew any it hid): you may remove this file")
+    return [{"code": BlobError.DAMAGED_INDEX.value, "file": os.path.join(root, d["key"]),
+             "message": f"the vault's pack index does not read ({d['message']}); {what}; no packed backup is "
+                        "deleted while it stands"} for d in damaged]
+
+
 class VaultPacks:
     """Packs of small blobs (a part of ``engine.vault.Vault``)."""
 
@@ -186,13 +201,7 @@ class VaultPacks:
             return [{"code": BlobError.STORE.value, "file": root, "message": f"the vault's packs do not list ({e}); "
                      "their backups cannot be read now"}]
         hidden = self._hidden_packed(bs, referenced) if damaged else []
-        what = (f"{len(hidden)} backup(s) the operations need are listed by no other index object and read as "
-                "missing: `tb-footprint recover` finds them again in the packs (each hashed) and lists them anew"
-                if hidden else "every backup the operations need is listed by another index object (none is hidden "
-                "by it; `recover` lists anew any it hid): you may remove this file")
-        out = [{"code": BlobError.DAMAGED_INDEX.value, "file": os.path.join(root, d["key"]),
-                "message": f"the vault's pack index does not read ({d['message']}); {what}; no packed backup is "
-                           "deleted while it stands"} for d in damaged]
+        out = damaged_index_problems(damaged, root, hidden)
         for key, end in sorted(ends.items()):
             f = os.path.join(root, key)
             if key not in sizes:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Set, Tuple
+from typing import Callable, Collection, Dict, List, Mapping, Optional, Set, Tuple
 
 from tb_footprint_plugin.storage import zst
 from tb_footprint_plugin.storage.blobstore import DATA, PACK_MAGIC, BlobRef, BlobStore
@@ -217,13 +217,17 @@ def _covered(refs: List[BlobRef], size: int) -> bool:
     return at >= size
 
 
-def salvage(bs: BlobStore, wanted: Mapping[str, int], known: Optional[Mapping[str, int]] = None) -> Salvage:
+def salvage(bs: BlobStore, wanted: Mapping[str, int], known: Optional[Mapping[str, int]] = None, *,
+            owners: Optional[Mapping[str, Collection[str]]] = None,
+            store_as: Optional[Callable[[str], BlobStore]] = None) -> Salvage:
     """Find the blobs of ``wanted`` (sha256 -> size) that no valid index object of ``bs`` lists
     in its data objects, and list those found in a new index object (see the module docstring).
     ``known``: blobs no longer wanted whose sizes a record still gives (a restored or purged
     operation's), stepped over where their hash says so, never listed (review R22 F6: a raw blob
-    of unknown size stops the walk). ``BlobFailure``/``StoreFailure`` when the store fails
-    (nothing written then)."""
+    of unknown size stops the walk). ``owners`` (sha256 -> the owners that need it: a folder
+    several logdirs share) with ``store_as`` (an owner -> ``bs``'s store claiming as that owner):
+    each found blob listed under each of its owners (one walk), else under ``bs``'s owner.
+    ``BlobFailure``/``StoreFailure`` when the store fails (nothing written then)."""
     out = Salvage()
     bs.reload()
     want = {s: n for s, n in wanted.items() if isinstance(s, str) and isinstance(n, int) and n >= 0
@@ -271,8 +275,17 @@ def salvage(bs: BlobStore, wanted: Mapping[str, int], known: Optional[Mapping[st
         found += _Walk(e.key, data, want, {r.offset: r.offset + r.length for r in refs if r.length > 0}, known).run()
     out.missing = sorted(want)
     if found:
-        out.index = bs.index_found(found)
         out.found = found
+        if owners is None or store_as is None:
+            out.index = bs.index_found(found)
+            return out
+        by_owner: Dict[str, List[BlobRef]] = {}
+        for ref in found:
+            for who in sorted(set(owners.get(ref.sha) or ()) or {bs.owner}):
+                by_owner.setdefault(who, []).append(ref)
+        for who, refs in sorted(by_owner.items()):
+            out.index += store_as(who).index_found(refs)
+        bs.reload()  # the objects written through another owner's store: listed here too
     return out
 
 
