@@ -310,6 +310,15 @@ class Bucket:
         self.fs.invalidate_cache()
         return self.url(prefix)
 
+    def drop(self) -> None:
+        """After its test, an Azure container goes with its blobs (one request): Azurite's
+        in-memory store costs more CPU a request the more blobs it holds, in any container, so
+        blobs left by earlier tests made each later request slower (a put/get/head 2.1 ms of CPU
+        with nothing held, 5.6 ms with 2,000 blobs in another container, 2.5 ms once that
+        container is dropped). An S3 or GCS bucket stays: emptying one is a request an object."""
+        if self.scheme == "az":
+            self.fs.rmdir(self.name)
+
     def hashes(self, prefix: str, skip: tuple = ()) -> Dict[str, str]:
         """rel key -> sha256 of every object under ``prefix`` (read back from the store), but those
         whose rel key starts with one of ``skip`` (not read at all: a caller that drops the tool's
@@ -347,7 +356,9 @@ def objstore_pool():
 @pytest.fixture(params=SCHEMES)
 def bucket(request, objstore_pool) -> Bucket:
     """A fresh bucket on each of the three servers (the test runs once per store)."""
-    return Bucket(objstore_pool.get(request.param))
+    b = Bucket(objstore_pool.get(request.param))
+    yield b
+    b.drop()
 
 
 @pytest.fixture
