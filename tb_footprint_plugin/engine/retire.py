@@ -774,8 +774,17 @@ class DiskUnretire(one_unretire.UnretireLayout):
                               failure_code(e)) from e
 
     def put_back(self, report: txn.Report) -> None:
-        """Every file back at its path (``unretire_put_back``)."""
+        """Every file back at its path (``unretire_put_back``); first, with nothing made yet, the
+        look at the run's folders again: a link or another user's folder made at the run's name
+        since the look before the journal refuses it as that look does, the journal dropped
+        (review R22 F7: the walk's link came up uncoded, "the next start finishes" though every
+        start met it; the run's folders were made inside another user's folder)."""
         assert self.jnl is not None
+        # nothing at the run's path (the common case): nothing below it either, one lstat
+        foreign = folders_not_ours(self.ctx, self.m["dirs"]) \
+            if os.path.lexists(self.ctx.abs(self.out.run)) else None
+        if foreign:
+            raise TransactionError(f"{foreign}; nothing was changed", Failure.RESTORE_BLOCKED)
         self.put_started = True
         self.put = unretire_put_back(self.ctx, self.jnl.records(), self.grown)
 

@@ -292,41 +292,83 @@ def chmod_dirs(ctx: Context, dirs: List[dict]) -> List[str]:
 def folders_not_ours(ctx: Context, dirs: List[dict]) -> Optional[str]:
     """Why the retired files may not go back into the folders standing at their recorded paths, or
     None: a folder there of another user than this one and than the folder's recorded owner (review
-    R16 H1). A retirement frees its run's name: in a shared logdir anyone may make a folder there,
-    and a file put back into it is theirs to delete while the vault has let it go. Asked before a
-    restore's journal (its words) and again once the recorded folders are made (``make_dirs``),
-    before any file moves: a folder of ours then stays ours, since only its owner renames it in a
-    sticky logdir. A rollback's and recovery's put-back ask it too."""
+    R16 H1), or a link at the run's own path. A retirement frees its run's name: in a shared logdir
+    anyone may make a folder (or a link) there, and a file put back into it is theirs to delete
+    while the vault has let it go. Asked before a restore's journal (its words), again after it
+    before any folder is made (review R22 F7: anything there since is refused as before the
+    journal, nothing made in it), and once the recorded folders are made (``make_dirs``), before
+    any file moves: a folder of ours then stays ours, since only its owner renames it in a sticky
+    logdir. A rollback's and recovery's put-back ask it too. The words say who may move what stands
+    there: in a sticky logdir, its owner or root."""
     me = os.geteuid()
-    first = True
-    for d in sorted(dirs, key=lambda d: len(d["path"]) if isinstance(d.get("path"), str) else 0):
-        path = d.get("path") if isinstance(d, dict) else None
-        if not isinstance(path, str):
-            continue
-        st = _look(ctx, ctx.key(path))
-        top, first = first, False
-        if top and st is not None and stat.S_ISLNK(st.st_mode):
-            # a link at the run's own path (of whoever): never followed, so the run cannot go back
-            # there; refused for the run alone, as a stranger's folder is (review R22 F5: the walk's
-            # own refusal came up as an error of the whole command, later runs not restored). A link
-            # at a deeper recorded folder is the put-back's to meet (a folder left unsettled)
-            fix = "remove that link, then restore again" if st.st_uid == me else \
-                "its owner (or root) must remove it, then restore again"
-            return (f"{path} is a symbolic link of {user_name(st.st_uid)}, made there since the retirement: "
-                    f"never followed, nothing is put back through it; the run stays in the vault; {fix}")
-        if st is None or not stat.S_ISDIR(st.st_mode):
-            continue
-        if st.st_uid != me and st.st_uid != plausible_id(d.get("uid")):
-            # root's folder is refused too: accepted, its recorded mode could not be given back
-            # (only root may chmod it) and the put-back would stop half-way; the user cannot
-            # move it in a sticky logdir either, so the words say who can (review R18 F5)
-            why, fix = ("(only root could give it the run's recorded mode and time back)",
-                        "root (an administrator) must move it away or give it to you (chown), then restore again") \
-                if st.st_uid == 0 and me != 0 else ("(they could delete the files)",
-                                                     "move that folder away, then restore again")
-            return (f"{path} is a folder of {user_name(st.st_uid)}, made there since the retirement: "
-                    f"nothing is put back into another user's folder {why}; the run stays in the vault; {fix}")
+    ordered = sorted((d for d in dirs if isinstance(d, dict) and isinstance(d.get("path"), str)),
+                     key=lambda d: len(d["path"]))
+    for i, d in enumerate(ordered):
+        why = _folder_not_ours(ctx, d, top=i == 0, me=me)
+        if why:
+            return why
     return None
+
+
+def _folder_not_ours(ctx: Context, d: dict, top: bool, me: int) -> Optional[str]:
+    """``folders_not_ours``' look at the one recorded folder ``d`` (``top``: the run's own path,
+    the shallowest recorded), ``me`` the effective user; None when it is absent, ours, its
+    recorded owner's, or (below the top) anything but a folder."""
+    path = d["path"]
+    st = _look(ctx, ctx.key(path))
+    if top and st is not None and stat.S_ISLNK(st.st_mode):
+        # a link at the run's own path (of whoever): never followed, so the run cannot go back
+        # there; refused for the run alone, as a stranger's folder is (review R22 F5: the walk's
+        # own refusal came up as an error of the whole command, later runs not restored). A link
+        # at a deeper recorded folder is the put-back's to meet (a folder left unsettled)
+        fix = "remove that link, then restore again" if _may_move(ctx, path, st, me) else \
+            f"its owner (or root) must remove it ({_why_not_you(ctx, path)}), then restore again"
+        return (f"{path} is a symbolic link of {user_name(st.st_uid)}, made there since the retirement: "
+                f"never followed, nothing is put back through it; the run stays in the vault; {fix}")
+    if st is None or not stat.S_ISDIR(st.st_mode):
+        return None
+    if st.st_uid == me or st.st_uid == plausible_id(d.get("uid")):
+        return None
+    # root's folder is refused too: accepted, its recorded mode could not be given back (only root
+    # may chmod it) and the put-back would stop half-way; the user cannot move it in a sticky
+    # logdir either, so the words say who can (review R18 F5); another user's folder says who can
+    # move it too: in a sticky logdir not this user (review R22 F7)
+    if st.st_uid == 0 and me != 0:
+        why, fix = ("(only root could give it the run's recorded mode and time back)",
+                    "root (an administrator) must move it away or give it to you (chown), then restore again")
+    else:
+        why = "(they could delete the files)"
+        fix = "move that folder away, then restore again" if _may_move(ctx, path, st, me) else \
+            f"its owner (or root) must move it away ({_why_not_you(ctx, path)}), then restore again"
+    return (f"{path} is a folder of {user_name(st.st_uid)}, made there since the retirement: "
+            f"nothing is put back into another user's folder {why}; the run stays in the vault; {fix}")
+
+
+def _may_move(ctx: Context, path: str, st: os.stat_result, me: int) -> bool:
+    """Whether this user may rename or remove the entry at ``path`` (``st``, its lstat): root, or
+    its folder writable by this user and not sticky, or sticky but this user's or the entry's.
+    Only for the words: nothing is moved."""
+    if me == 0:
+        return True
+    parent = os.path.dirname(ctx.abs(path))
+    try:
+        pst = os.stat(parent)
+    except OSError:
+        return False
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return False
+    return not (pst.st_mode & stat.S_ISVTX) or me in (pst.st_uid, st.st_uid)
+
+
+def _why_not_you(ctx: Context, path: str) -> str:
+    """Why this user may not move the entry at ``path``: its folder's sticky bit, or its mode."""
+    parent = os.path.dirname(ctx.abs(path))
+    try:
+        sticky = bool(os.stat(parent).st_mode & stat.S_ISVTX)
+    except OSError:
+        sticky = False
+    return ("the sticky bit of its folder keeps you from it" if sticky
+            else "you may not write in its folder")
 
 
 def _give_back_owner(path: str, rec: dict, kind: int = 0, dir_fd: Optional[int] = None) -> None:

@@ -32,7 +32,9 @@ written here, once (``Unretire``, a ``txn.PutBack`` run by the one driver ``engi
    (``UnretireLayout.code_of``; a permission error is ``permission_denied`` everywhere); the
    journal goes when nothing was put back yet (``started`` False: the run is as it was, retired,
    and no journal is left for every start to meet), else it stays and the reason says the next
-   start finishes the restore (``JOURNAL_KEPT``);
+   start finishes the restore (``JOURNAL_KEPT``), once this user may write there (a permission
+   error) or once what stands in its way is gone (``RESTORE_BLOCKED``: a link or another user's
+   folder at the run's name, which every start meets until someone moves it);
 5. last, whatever happened, what was held released (``release``) and the duration noted.
 
 Recovery is this sequence too, with the journal a stopped restore kept (the step **journal**
@@ -51,7 +53,7 @@ import abc
 import time
 from typing import Any, Dict, Mapping, Optional, Tuple, Type
 
-from tb_footprint_plugin.codes import Code, Outcome, StoreError
+from tb_footprint_plugin.codes import Code, Failure, Outcome, StoreError
 from tb_footprint_plugin.engine import txn
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id, reason_of
 from tb_footprint_plugin.engine.retire_rules import new_run_refusal, unretire_outcome, unretire_refusal
@@ -223,6 +225,8 @@ class Unretire(txn.OverLayout, txn.PutBack):
             out.reason += JOURNAL_KEPT
             if permission:  # every start meets it until the mode is fixed
                 out.reason += " once this user may write there"
+            elif out.code == Failure.RESTORE_BLOCKED:  # a link or a stranger's folder: every start meets it
+                out.reason += " once what stands in its way is gone"
 
     def incomplete(self, error: BaseException) -> None:
         raise error  # pragma: no cover - ``rollback`` settles its own failures
