@@ -191,7 +191,7 @@ def _signature(fp) -> str:
         # a file's uid is set only when another user's, so a run all yours adds nothing here
         uids = [f.uid for f in r.files if f.uid is not None]
         h.update(f"{r.name}\0{r.total_bytes}\0{r.newest_mtime!r}\0{len(r.files)}\0{len(r.sessions)}\0"
-                 f"{len(r.warnings)}\0{r.has_event_files}\0{cats}\0{r.uid}\0{uids}\n".encode())
+                 f"{len(r.warnings)}\0{r.has_event_files}\0{cats}\0{r.uid}\0{uids}\n".encode("utf-8", "surrogatepass"))
     return h.hexdigest()
 
 
