@@ -160,8 +160,10 @@ def start_moto() -> Server:
 #: holds (``json.dumps(..., indent=2)``) into an in-memory ``.meta`` after every write, which only
 #: its start reads back: each write cost time proportional to all the objects the session's tests
 #: had made (2,000 objects held: 14 ms of CPU a request instead of 1.3). That dump is skipped in
-#: memory only; the objects, their metadata and every answer are the emulator's as before.
+#: memory only; the objects, their metadata and every answer are the emulator's as before. Its
+#: logger is set to warnings (its main sets the root to DEBUG: an INFO line every request).
 GCS_MAIN = ("import sys, http.server; http.server.HTTPServer.request_queue_size = 1024; "
+            "import logging; logging.getLogger('gcp_storage_emulator').setLevel(logging.WARNING); "
             "from gcp_storage_emulator import storage as s; dump = s.Storage._write_config_to_file; "
             "s.Storage._write_config_to_file = lambda self: None if self._use_memory_fs else dump(self); "
             "from gcp_storage_emulator.__main__ import main; sys.argv[0] = 'gcp-storage-emulator'; "
