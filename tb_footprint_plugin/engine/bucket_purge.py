@@ -37,7 +37,7 @@ from tb_footprint_plugin.engine.bucket_state import (
 )
 from tb_footprint_plugin.engine.context import new_op_id
 from tb_footprint_plugin.engine.journal_object import journal_entries, journal_unreadable, pending_objects
-from tb_footprint_plugin.engine.vault_base import who
+from tb_footprint_plugin.engine.history import purge_mark, purge_reason
 from tb_footprint_plugin.storage.blobstore import BlobFailure
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
@@ -183,15 +183,22 @@ class BucketCopies(purge_run.PurgeLayout):
         """``m``'s manifest marked purged, conditionally on the version the choice read; False
         (and the refusal kept in ``group.done``) when the store refused it."""
         try:
-            # who purged, as a disk's purge line says it (review R21 PD18): a shared bucket's change log
+            # who purged, with which version and why, as a disk's purge line says it (review R21
+            # PD18, ``history.purge_mark``): a shared bucket's change log is read from the manifests
             self.st.update(m["_path"], manifest.bucket_form(dict(m, backup_purged=True, purged_at=self.now,
-                                                                 purged_with=who())),
+                                                                 purged_with=purge_mark(purge_reason(m, self.where())))),
                            m["_version"])
         except (BucketTxnError, *STORE_FAILURES) as e:
             group.done = e
             return False
         group.plan.append(m)  # the marked
         return True
+
+    def where(self) -> str:
+        """Where this vault's backups are, as a purge's line names it: the local folder of its
+        blobs, or the URL of its server-side copies."""
+        blobs = self.vault.blobs
+        return blobs.folder if blobs is not None else f"{self.ostore.scheme}://{self.vault.root}"
 
     def delete(self, group: purge_run.Group, report: txn.Report) -> None:
         """Each chosen operation marked (the first was, by ``intent``), then its backup copies

@@ -61,6 +61,7 @@ from tb_footprint_plugin.engine.changelog_files import HISTORY_NAME, SEALED, WOR
 from tb_footprint_plugin.engine.context import RunOutcome
 from tb_footprint_plugin.engine.lease import configure as configure_lease
 from tb_footprint_plugin.engine.lease import shard_label
+from tb_footprint_plugin.engine.retire_rules import KIND as RETIRE_KIND
 from tb_footprint_plugin.engine.state_store import StateFolder
 from tb_footprint_plugin.engine.trust import (DAMAGED_FILE, DAMAGED_LINE, MAX_STATE_BYTES, JsonLines, Untrusted,
                                               parse_json_lines)
@@ -863,6 +864,34 @@ def rolled_back_line(out: RunOutcome, op_id: str, policy: Optional[str]) -> dict
     return dict(line, shard=shard) if shard else line
 
 
+def purge_mark(reason: str) -> dict:
+    """Who purges (``vault.who``), with which version, and why: what a purge's change-log line says
+    of it, on every store (review R21 PD18); a bucket's purge records it in each manifest it marks
+    (``purged_with``), its line read back from there (``purge_line``)."""
+    return {**who(), "tool_version": __version__, "reason": reason}
+
+
+def purge_line(op_id: str, run: str, freed, by: object) -> dict:
+    """The change-log entry of a purge (its time is added when appended, or read with it), on every
+    store: which operation's backup went, what it freed, and who purged with which version and why
+    (``by``: ``purge_mark``'s record; a bucket's is read back from its manifest, untrusted: strings
+    only, else null, as a manifest written before it was recorded reads)."""
+    said = {k: by.get(k) if isinstance(by, dict) and isinstance(by.get(k), str) else None
+            for k in ("reason", "user", "host", "tool_version")}
+    return {"op_id": op_id, "kind": "purge", "run": run, "policy": None, "before": freed, "after": 0,
+            "freed": freed, "verified": None, "outcome": "purged", "backup_kept": False, **said}
+
+
+def purge_reason(m: dict, vault: str) -> str:
+    """Why a purge's line is written, on every store: the backup of operation ``m`` (a reduction's
+    or a retirement's manifest) deleted from ``vault`` (its folder or URL), and whether its run was
+    restored before (else a retired run's was its only copy)."""
+    if m.get("kind") == RETIRE_KIND:
+        return (f"retired run {m['run']} ({m['op_id']}) deleted from the vault"
+                + (" (restored before)" if m.get("restored_by") else ": its only copy"))
+    return f"backup of {m['op_id']} deleted from {vault}" + (" (run restored before)" if m.get("restored_by") else "")
+
+
 def append_rolled_back(store: Store, lines: List[dict], outs: Optional[List[RunOutcome]] = None, *,
                        once: bool = False) -> Optional[str]:
     """Append ``lines`` to a bucket logdir's change log in one append. The rollbacks they record
@@ -1006,4 +1035,4 @@ def _sift(buf: bytearray, ident: str, entries: List[dict]) -> None:
 
 __all__ = ["BUCKET_WORKERS", "CSV_FIELDS", "ChangeLog", "HISTORY", "HISTORY_NAME", "StateFolder", "append_history", "append_rolled_back",
            "bucket_log", "changes_since", "configure_writer", "disk_log", "finite", "history_csv", "history_damage",
-           "HistoryPage", "history_files", "history_problems", "history_path", "line_of", "logged_operations", "read_history", "read_history_page", "reduce_line", "rolled_back_line", "worker_file_name"]
+           "HistoryPage", "history_files", "history_problems", "history_path", "line_of", "logged_operations", "purge_line", "purge_mark", "purge_reason", "read_history", "read_history_page", "reduce_line", "rolled_back_line", "worker_file_name"]

@@ -34,7 +34,7 @@ from tb_footprint_plugin.engine import faults, purge_run, txn
 from tb_footprint_plugin.engine.catalogue import known_vaults
 from tb_footprint_plugin.engine.context import Context, TransactionError, reason_of
 from tb_footprint_plugin.engine.health import VaultRoots, purged_retirement, retired_purge_unfinished
-from tb_footprint_plugin.engine.history import append_history, logged_operations
+from tb_footprint_plugin.engine.history import append_history, logged_operations, purge_line, purge_mark, purge_reason
 from tb_footprint_plugin.engine.journal import RunLocked
 from tb_footprint_plugin.engine.purge_choice import PurgeChoice, PurgeFilter, held_runs, kept_row
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
@@ -42,8 +42,7 @@ from tb_footprint_plugin.engine.purge_rules import kept_by_restore, lost_files, 
 from tb_footprint_plugin.engine.retire_tree import (check_retired_dir, is_restorable_retirement, retired_dir,
                                                    retirements, stored_problems, tree_size)
 from tb_footprint_plugin.engine.run_lock import run_lock
-from tb_footprint_plugin.engine.vault import Vault, who
-from tb_footprint_plugin.version import __version__
+from tb_footprint_plugin.engine.vault import Vault
 
 
 #: set in a retirement's manifest with its purge mark (``DiskRetired.intent``): that purge
@@ -256,19 +255,14 @@ def drop_folder(vault: Vault, op_id: str) -> None:
 
 def log_purge(ctx: Context, op_id: str, run: str, freed: int, reason: str) -> None:
     """A purge's change-log line (a purge is a change too): which operation's vault copy went,
-    what it freed and why (``reason``); the one shape of every purge's line on a disk."""
-    user = who()
-    append_history(ctx.state, {
-        "op_id": op_id, "kind": "purge", "run": run, "policy": None, "before": freed, "after": 0,
-        "freed": freed, "verified": None, "outcome": "purged", "backup_kept": False, "reason": reason,
-        "user": user["user"], "host": user["host"], "tool_version": __version__,
-    })
+    what it freed and why (``reason``), who purged with which version: the one shape of every
+    purge's line on every store (``history.purge_line``; a bucket's is read from its manifest)."""
+    append_history(ctx.state, purge_line(op_id, run, freed, purge_mark(reason)))
 
 
 def log_retired_purge(ctx: Context, m: dict, freed: int, reason_tail: str = "") -> None:
     """The change-log line of a retired run's purge: which retirement went and what it freed."""
-    log_purge(ctx, m["op_id"], m["run"], freed, f"retired run {m['run']} ({m['op_id']}) deleted from the vault"
-              + (" (restored before)" if m.get("restored_by") else ": its only copy") + reason_tail)
+    log_purge(ctx, m["op_id"], m["run"], freed, purge_reason(m, m.get("vault") or "") + reason_tail)
 
 
 def finish_retired_purges(ctx: Context, manifests: List[dict]) -> List[RecoveryOutcome]:
