@@ -1129,8 +1129,9 @@ def cmd_verify(args) -> int:
         _dump(res)
     else:
         for r in res:
-            # a finding of the state (op "-": a damaged file that may hide manifests) says its code
-            code = f" [{r['code']}]" if r.get("code") and r["op_id"] == "-" else ""
+            # a finding of the state (op "-": a damaged file that may hide manifests; or a file of
+            # one operation's: its refused manifest) says its code
+            code = f" [{r['code']}]" if r.get("code") and (r["op_id"] == "-" or r.get("path")) else ""
             print(f"{'✓' if r['ok'] else '✗'} {shown(r['run'])} (op {r['op_id']}){code}: {_backups_said(r)}")
             for c in r["verification"].get("checks", []):
                 print(f"    {'✓' if c['ok'] else '✗'} {c['detail']}")
@@ -1169,8 +1170,9 @@ def _backups_said(r: dict) -> str:
                       "as the user who owns the vault")
     if said:
         return "; ".join(said)
-    if r.get("op_id") == "-" and r.get("path"):  # the state's finding: no operation's backups of its own
-        return "damaged state: the reductions it may hide are not checked"
+    if r.get("path"):  # the state's finding: no operation's backups of its own checked
+        return ("damaged state: the reductions it may hide are not checked" if r.get("op_id") == "-"
+                else "its state does not read: its backups are not checked")
     return "backups intact" if r["backups_ok"] else "backups not all checked"
 
 

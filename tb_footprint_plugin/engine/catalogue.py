@@ -22,11 +22,13 @@ from tb_footprint_plugin.engine.manifest_form import stored_plan, stored_policy
 from tb_footprint_plugin.engine.relink import LINK_FIELDS, link_groups
 from tb_footprint_plugin.engine.journal import ensure_state_subdir, pending_journals
 from tb_footprint_plugin.engine.vault import ManifestMemo, Vault, who
+from tb_footprint_plugin.engine.vault_index import (damaged_index_advice, damaged_vault_indexes, salvage_vault_paths,
+                                                   set_aside, vault_index_entries)
 from tb_footprint_plugin.engine.vault_reads import manifest_file, read_roots, VaultRead
 from tb_footprint_plugin.storage.files import atomic_write_json
 from tb_footprint_plugin.engine import trust
 from tb_footprint_plugin.storage import lock
-from tb_footprint_plugin.storage.regular import open_regular, read_capped
+from tb_footprint_plugin.storage.regular import read_capped
 from tb_footprint_plugin.storage.paths import VAULTS_NAME, is_sha256, recorded_vaults
 from tb_footprint_plugin.version import __version__
 
@@ -67,84 +69,9 @@ def remember_vault(ctx: Context) -> None:
         if merged == listed and not damaged:
             return  # nothing new: the file is left as it is
         if damaged:
-            _set_aside(path)
+            set_aside(path)
         with writing(path, len(json.dumps(merged)) + 64):
             atomic_write_json(path, merged)
-
-
-#: a vault index a reduce found damaged is renamed ``vaults.json.damaged-<time>`` (kept, reported)
-DAMAGED_SUFFIX = ".damaged-"
-#: no vault path is longer (PATH_MAX); a longer "path" in a damaged file is not one
-_MAX_PATH = 4096
-_JSON_STRING = re.compile(rb'"((?:[^"\\\x00-\x1f]|\\.){1,%d})"' % _MAX_PATH)
-
-
-def _set_aside(path: str) -> str:
-    """Keep a damaged vault index as ``<path>.damaged-<time>`` (never over an earlier one: a
-    link fails when the name exists) before a merged one takes its place."""
-    t = int(time.time())
-    for n in range(1000):
-        aside = f"{path}{DAMAGED_SUFFIX}{t + n}"
-        try:
-            os.link(path, aside, follow_symlinks=False)  # a planted symlink is kept as the link itself
-            return aside
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"{path}: too many damaged copies set aside beside it; remove the old ones")
-
-
-def vault_index_entries(path: str):
-    """``(entries, damaged)`` of the vault index at ``path``: every string it lists (in order,
-    none dropped for being unused now), and whether it is damaged (not UTF-8 JSON, not a list,
-    unreadable). A missing file is ``([], False)``."""
-    try:
-        listed = trust.read_json_file(path, what="vault index")
-    except FileNotFoundError:
-        return [], False
-    except trust.Untrusted:
-        return [], True
-    if not isinstance(listed, list):
-        return [], True
-    return [r for r in listed if isinstance(r, str)], False
-
-
-def salvage_vault_paths(path: str) -> List[str]:
-    """The absolute paths spelled out as JSON strings in the bytes of a damaged vault index
-    (what a torn, truncated or partly overwritten file still says), in order; [] when it cannot
-    be read. Only remembered: whether one is used is decided when the index is read back."""
-    try:
-        with open_regular(path) as f:
-            raw = read_capped(f, trust.MAX_STATE_BYTES - 1)
-    except OSError:
-        return []
-    out: List[str] = []
-    for m in _JSON_STRING.finditer(raw):
-        try:
-            s = json.loads(b'"' + m.group(1) + b'"')
-        except ValueError:  # not UTF-8, or a bad escape: not a path this tool wrote
-            continue
-        if isinstance(s, str) and os.path.isabs(s) and "\x00" not in s and s not in out:
-            out.append(s)
-    return out
-
-
-def damaged_vault_indexes(state: str) -> List[str]:
-    """Every vault index a reduce set aside as damaged (``vaults.json.damaged-<time>``), oldest first."""
-    prefix = VAULTS_NAME + DAMAGED_SUFFIX
-    try:
-        names = os.listdir(state)
-    except OSError:
-        return []
-    return [os.path.join(state, n) for n in sorted(names) if n.startswith(prefix) and n[len(prefix):].isdigit()]
-
-
-def damaged_index_advice(aside: str, state: str) -> str:
-    """What to do about a set-aside damaged vault index (status and restore say it)."""
-    found = salvage_vault_paths(aside)
-    merged = (f"the vault paths still readable in it ({', '.join(found)}) were merged into "
-              f"{os.path.join(state, VAULTS_NAME)}" if found else "no vault path could be read from it")
-    return (f"damaged vault index set aside by a reduce; {merged}. If a backup folder you used with "
-            f"--backup-dir is missing from `tb-footprint status`, give it as --backup-dir; then delete this file")
 
 
 def read_vaults(ctx: Context, slim: bool = False, memo: Optional[ManifestMemo] = None) -> List[VaultRead]:
@@ -311,6 +238,44 @@ def journal_blobs(ctx: Context, exclude_op: Optional[str] = None) -> set:
 _DIGEST = re.compile(rb"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
 
 
+#: what a restore or verify of everything says after a refused manifest's own words
+REFUSED_MANIFEST_WORDS = "its backups are kept, and it is not restored until it is mended or moved aside"
+#: the codes a manifest is refused with as it is read (``trust.check_manifest``, a file that does
+#: not parse), named in the vault's ``problems``: those of no other state file
+MANIFEST_REFUSALS = frozenset({trust.BAD_MANIFEST, trust.BAD_OP_ID, trust.PATH_OUTSIDE, trust.BAD_RECORD,
+                               trust.BAD_DIGEST})
+
+
+def refused_manifests(ctx: Context, reads: Optional[List[VaultRead]] = None) -> List[dict]:
+    """This logdir's manifests the one schema refuses (``manifest.read``: a field of the wrong
+    type, a path outside its run): never acted on, their backups kept (``_take_own``), so a
+    restore or verify of everything names each (``hiding_damage``, ``checks.unread_state``)
+    rather than passing it over in silence, as a bucket names its damaged manifests. Each:
+    ``{code, file, detail, op_id, run}`` (op id and run only when they are strings). One whose
+    logdir fields cannot say whose it is counts as this logdir's: it may hide one of its backups,
+    and so does one refused as it was read (``MANIFEST_REFUSALS`` in the vault's ``problems``)."""
+    here, identity = os.path.realpath(ctx.logdir), manifest_binding(ctx)
+    if identity is False:
+        return []  # a state directory copied or planted from elsewhere: none of it is ours
+    out = []
+    for r in (read_vaults(ctx) if reads is None else reads):
+        out += [{"code": p.code, "file": p.file, "detail": f"{p.file}: {p.detail}; {REFUSED_MANIFEST_WORDS}",
+                 "op_id": None, "run": None} for p in r.vault.problems if p.code in MANIFEST_REFUSALS]
+        for m in r.manifests:
+            try:
+                manifest.read(m, manifest_file(r.vault.root, m.get("op_id") if isinstance(m, dict) else None))
+                continue
+            except trust.Untrusted as e:
+                refusal = e
+            said = isinstance(m, dict) and (isinstance(m.get("logdir"), str) or isinstance(m.get("logdir_id"), str))
+            if said and not is_own(m, here, identity):
+                continue  # another logdir's in a shared vault: its own verbs name it
+            named = {k: m[k] if isinstance(m, dict) and isinstance(m.get(k), str) else None for k in ("op_id", "run")}
+            out.append({"code": refusal.code, "file": refusal.file,
+                        "detail": f"{refusal.file}: {refusal.detail}; {REFUSED_MANIFEST_WORDS}", **named})
+    return out
+
+
 def vault_problems(ctx: Context, reads: Optional[List[VaultRead]] = None) -> List["trust.Untrusted"]:
     """Manifests in this logdir's vaults that were refused as malformed, to report (from
     ``reads`` when given)."""
@@ -337,11 +302,12 @@ def unsettled_op(ctx: Context, run: str) -> Optional[str]:
     return None
 
 
-def hiding_damage(ctx: Context) -> List[str]:
+def hiding_damage(ctx: Context, reads: Optional[List[VaultRead]] = None) -> List[str]:
     """Damage that may keep backups out of sight, for a restore of everything to name rather
     than say "nothing to restore": a state folder bound to another directory (copied here, or
     this logdir moved from another filesystem), an identity.json recovery could not rebuild, a
-    vaults.json that does not parse (the vaults it listed are unknown)."""
+    vaults.json that does not parse (the vaults it listed are unknown), a manifest refused
+    (``refused_manifests``, from ``reads`` when given)."""
     out = []
     try:  # a state folder bound to another directory: its retirements and backups are not used here
         trust.bind(ctx.logdir, ctx.state, adopt=False)
@@ -365,6 +331,7 @@ def hiding_damage(ctx: Context) -> List[str]:
         out.append(f"{e}; backups in the vaults it listed are not found (give their folder as --backup-dir)")
     # named until the user removes it: the merge kept what its bytes still said, perhaps not all
     out += [f"{aside}: {damaged_index_advice(aside, ctx.state)}" for aside in damaged_vault_indexes(ctx.state)]
+    out += [r["detail"] for r in refused_manifests(ctx, reads)]  # a manifest refused hides its backups
     # a damaged line of a vault's operation log that may have been a whole manifest no readable
     # line names (an undecodable sealed piece): the operation it recorded is out of sight
     for root in known_vaults(ctx):

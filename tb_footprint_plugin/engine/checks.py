@@ -12,7 +12,7 @@ import shutil
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.engine import oplog
-from tb_footprint_plugin.engine.catalogue import find_manifest, read_vaults, restorable_ops
+from tb_footprint_plugin.engine.catalogue import find_manifest, read_vaults, refused_manifests, restorable_ops
 from tb_footprint_plugin.engine.context import CancelToken, Context
 from tb_footprint_plugin.codes import Failure, Finding, StoreError
 from tb_footprint_plugin.engine.vault import Vault, VaultError
@@ -178,8 +178,9 @@ def recheck(ctx: Context, run: Optional[str] = None, op: Optional[str] = None,
 #: codes of what a read of the vaults' manifests names when a manifest does not read (all its
 #: states damaged, a file that does not parse): a verify that said "all intact" past one would be
 #: wrong (FAILSAFE "Damaged state files"). A damaged line of the operation log itself is judged by
-#: restore's rule instead (``unread_state``)
-UNREAD_STATE = frozenset({Finding.DAMAGED_LINE, Finding.DAMAGED_FILE, Finding.BAD_MANIFEST})
+#: restore's rule instead (``unread_state``); a manifest refused as it was read (one that does not
+#: parse or check) is ``catalogue.refused_manifests``' to name
+UNREAD_STATE = frozenset({Finding.DAMAGED_LINE, Finding.DAMAGED_FILE})
 
 
 def state_row(code: str, detail: str, path: Optional[str] = None, line: Optional[int] = None,
@@ -203,10 +204,12 @@ def unread_state(ctx: Context, reads: Optional[List[VaultRead]] = None) -> List[
     of the operation log no readable record comes from (both copies of a sealed piece damaged):
     ``damaged_line``, by the rule that makes a restore of everything ``restore_blocked``
     (``catalogue.hiding_damage``); a damaged line beside readable records hides none of theirs,
-    as there. A manifest that does not read (``UNREAD_STATE``, as ``status`` names it). ``reads``:
-    the command's ``catalogue.read_vaults``, else read here."""
+    as there. A manifest that does not read (``UNREAD_STATE``, as ``status`` names it), or that
+    the one schema refuses (``catalogue.refused_manifests``). ``reads``: the command's
+    ``catalogue.read_vaults``, else read here."""
     rows = []
-    for r in read_vaults(ctx) if reads is None else reads:
+    reads = read_vaults(ctx) if reads is None else reads
+    for r in reads:
         root = r.vault.root
         if r.vault.is_private():
             for where in oplog.hiding_damage(root, alone=True):
@@ -216,6 +219,10 @@ def unread_state(ctx: Context, reads: Optional[List[VaultRead]] = None) -> List[
         segments = oplog.segments_dir(root)
         rows += [state_row(p.code, f"{p.file}: {p.detail}", p.file, p.line) for p in r.vault.problems
                  if p.code in UNREAD_STATE and os.path.dirname(p.file) != segments]
+    # a manifest the one schema refuses is never checked: its backups may be this logdir's, so
+    # it is a failed row naming it, as a bucket's damaged manifest is (and as restore names it)
+    rows += [state_row(x["code"], x["detail"], x["file"], None, x["op_id"], x["run"])
+             for x in refused_manifests(ctx, reads)]
     return rows
 
 

@@ -423,7 +423,8 @@ class LocalEngine(Engine):
                     and (run is None or takes_out(m, run))]
         memo = ManifestMemo()  # the manifests each run's checks and release read: unchanged ones once
         # the one full read is not memoised: every later read is slim, and ``ops`` holds what it needs
-        ops = restorable_ops(ctx, run, read_vaults(ctx))
+        reads = read_vaults(ctx)
+        ops = restorable_ops(ctx, run, reads)
         if run is not None and not ops and not outcomes:
             # a run a restored retirement took along came back with its parent: said so, as the parent is
             done = [m for m in own_manifests(ctx) if takes_out(m, run) and m.get("restored_by")]
@@ -440,7 +441,7 @@ class LocalEngine(Engine):
             forget_released(ctx, ctx.vault, own_manifests(ctx))  # what the restores let go, from the bucket too
         # state damage that may hide backups: named as a failed outcome, never a quiet "nothing to restore"
         # named as the state's, not a run's: a run restored above is not also said to have failed
-        for why in hiding_damage(ctx):
+        for why in hiding_damage(ctx, reads):  # a refused manifest stays so: the read before the restores says it
             outcomes.append(said(RunOutcome(run="", status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, reason=why)))
         return outcomes
 

@@ -19,7 +19,7 @@ from typing import Callable, Collection, Dict, List, Optional, Union
 
 from tb_footprint_plugin.codes import BlobError, Finding, Outcome, Recovery
 from tb_footprint_plugin.engine import manifest, oplog, remote_vault, trust
-from tb_footprint_plugin.engine.catalogue import damaged_index_advice, damaged_vault_indexes
+from tb_footprint_plugin.engine.vault_index import damaged_index_advice, damaged_vault_indexes
 from tb_footprint_plugin.engine.history import history_problems
 from tb_footprint_plugin.engine.journal import pending_journals, Rec
 from tb_footprint_plugin.engine.putback import begins_with, holds_original

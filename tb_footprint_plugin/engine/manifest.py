@@ -163,6 +163,17 @@ def _number(value, file: str, what: str):
     return value
 
 
+#: set True by a slim read (``vault_reads.slim``) on a manifest the one schema refuses, never left
+#: on one it takes: a release or a count over a slim read tells a refused manifest by it (``refused``)
+#: without reading it again, and never takes it for a restored or purged operation
+REFUSED = "_refused"
+
+
+def refused(m: dict) -> bool:
+    """Whether a read marked ``m`` as refused by the one schema (``REFUSED``)."""
+    return m.get(REFUSED) is True
+
+
 def read(doc, file: str) -> dict:
     """``doc`` (a manifest of any shape ever written, untrusted) in the one schema: a new dict
     with every field of ``FIELDS`` and the store's own keys kept; ``Untrusted`` (code, file) when
@@ -256,4 +267,4 @@ def renamed(f: dict) -> bool:
 __all__ = ["FIELDS", "KINDS", "BUCKET_ALIASES", "A_RESTORE", "new", "bucket_form", "read", "op_id_of", "OP_ID",
            "KIND", "RUN", "LOGDIR", "STARTED_AT", "FINISHED_AT", "OUTCOME", "REASON", "POLICY", "FILES", "BYTES_BEFORE",
            "BYTES_AFTER", "RESTORED_BY", "RESTORED_AT", "BACKUP_PURGED", "PURGED_AT", "RELEASED", "released",
-           "released_not_missing", "run_prefix", "renamed"]
+           "released_not_missing", "run_prefix", "renamed", "REFUSED", "refused"]

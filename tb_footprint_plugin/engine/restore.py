@@ -826,9 +826,10 @@ def _mark_released(vault: Vault, mine: List[dict], read: List[dict], gone: set, 
     ``restored_by`` when None). ``gone``: the digests just let go; any other must be absent on a
     fresh look of the packs' index."""
     def left_with_none(m: dict) -> bool:
-        return bool(m.get("restored_by") and not m.get("backup_purged") and m.get("files") and all(
-            f["sha256"] in gone or not vault.has_blob(f["sha256"]) for f in m.get("files", [])) and (
-            _absent_on_a_fresh_look(vault, [f["sha256"] for f in m["files"] if f["sha256"] not in gone])))
+        return bool(m.get("restored_by") and not m.get("backup_purged") and not one_schema.refused(m)
+                    and m.get("files")
+                    and all(f["sha256"] in gone or not vault.has_blob(f["sha256"]) for f in m.get("files", []))
+                    and _absent_on_a_fresh_look(vault, [f["sha256"] for f in m["files"] if f["sha256"] not in gone]))
 
     ids = {m.get("op_id") for m in mine}
     for m in list(mine) + [m for m in read if m.get("op_id") not in ids]:
@@ -965,7 +966,9 @@ def _claimed_now(ctx: Context, vault: Vault, releasing: List[str], files: dict, 
     if vault.unread:
         return every  # a manifest we could not read may claim these blobs
     # a restored operation's originals stand in its logdir: its backup is no claim any more
-    restored = [m["op_id"] for m in ms if m.get("restored_by") and not m.get("backup_purged")]
+    # (a refused manifest is none: its ``restored_by`` may be anything, and its blobs are kept)
+    restored = [m["op_id"] for m in ms if m.get("restored_by") and not m.get("backup_purged")
+                and not one_schema.refused(m)]
     # the read just made, with its problems (a second full read gave nothing more)
     refs = vault.referenced_blobs(exclude_ops=list(releasing) + restored, manifests=ms)
     if vault.unread:

@@ -163,6 +163,8 @@ class VaultBase:
         self.tmp = os.path.join(self.root, "tmp")
         #: manifests ``manifests()`` refused (``trust.Untrusted``), to report
         self.problems: list = []
+        #: the op ids of the manifests the last read refused (``Vault.manifests``)
+        self.refused_ops: list = []
         #: how many manifests ``manifests()`` could not read, damaged log lines that may have been
         #: one included (their blobs may be claimed: a release of blobs waits while it is not 0)
         self.unread = 0

@@ -15,6 +15,7 @@ from typing import Callable, Dict, Iterable, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding
 from tb_footprint_plugin.engine import oplog
+from tb_footprint_plugin.engine.manifest import REFUSED
 from tb_footprint_plugin.engine.vault_base import VaultError, other_users_state_findings, set_aside_findings
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.files import fsync_dir
@@ -27,7 +28,7 @@ def _digests_named_in(path: str) -> set:
     try:
         with open_regular(path) as f:  # a set-aside link or FIFO is never followed
             m = json.load(f)
-        files = m.get("files", []) if isinstance(m, dict) and not m.get("backup_purged") else []
+        files = m.get("files", []) if isinstance(m, dict) and m.get("backup_purged") is not True else []
         return {f.get("sha256") for f in files if isinstance(f, dict) and is_sha256(f.get("sha256"))}
     except (OSError, ValueError, AttributeError, TypeError, RecursionError):
         return set()
@@ -270,6 +271,7 @@ class VaultManifests:
         out: List[dict] = []
         self.problems = []
         self.unread = 0
+        self.refused_ops = []  # the ops of those refusals: every digest their records spell out is kept
         try:
             self.check_private()
         except NotPrivate as e:
@@ -307,6 +309,7 @@ class VaultManifests:
         out: List[dict] = []
         self.problems = []
         self.unread = 0
+        self.refused_ops = []  # the ops of those refusals: every digest their records spell out is kept
         wanted = sorted({op for op in op_ids if is_op_id(op)})
         if not wanted or not self.is_private():
             return out
@@ -323,9 +326,11 @@ class VaultManifests:
                 except Untrusted as e:
                     self.problems.append(e)
                     self.unread += 1
+                    self.refused_ops.append(op_id)
                 except (OSError, ValueError, RecursionError) as e:
                     self.problems.append(Untrusted(BAD_MANIFEST, self.manifest_where(op_id), f"unreadable ({e})"))
                     self.unread += 1
+                    self.refused_ops.append(op_id)
         out.sort(key=lambda m: (m.get("started_at", 0), m.get("op_id", "")))
         return out
 
@@ -375,14 +380,17 @@ class VaultManifests:
             except Untrusted as e:
                 self.problems.append(e)
                 self.unread += 1
+                self.refused_ops.append(op_id)
             except VaultError as e:
                 self.problems.append(Untrusted(BAD_OP_ID, os.path.join(self.ops, op_id + ".json"), str(e)))
                 self.unread += 1
+                self.refused_ops.append(op_id)
             except FileNotFoundError:
                 continue  # gone meanwhile (a rebuild set a corrupt one aside)
             except (OSError, ValueError, RecursionError) as e:
                 self.problems.append(Untrusted(BAD_MANIFEST, self.manifest_where(op_id), f"unreadable ({e})"))
                 self.unread += 1
+                self.refused_ops.append(op_id)
 
     def unreadable_manifests(self) -> List[str]:
         """Op ids whose older-version manifest file does not parse and that the segments hold
@@ -409,7 +417,9 @@ class VaultManifests:
                 kept = m.get(key)
                 if isinstance(kept, list):
                     refs.update(d["sha256"] for d in kept if isinstance(d, dict) and is_sha256(d.get("sha256")))
-            if m["op_id"] in ex or m.get("backup_purged"):
+            # only a manifest's own ``True`` lets its backups go: a malformed one's "no" or 1 (refused
+            # by the one schema, never acted on) keeps them, as does a slim read's refused mark
+            if m["op_id"] in ex or (m.get("backup_purged") is True and m.get(REFUSED) is not True):
                 continue
             refs.update(f["sha256"] for f in m.get("files", []) if f.get("sha256"))
         # a manifest refused as malformed is never acted on, but the blobs it names are kept:
@@ -421,7 +431,8 @@ class VaultManifests:
         # and so are those a damaged log line spells out, or any record of an operation it may
         # have been about (its last readable state may be older than the lost one)
         with oplog.snapshot(self.root):
-            refs |= oplog.damaged_digests(self.root, oplog.index(self.root).damaged_ops())
+            # (a manifest refused as it was read, in a segment or a file, is one of them)
+            refs |= oplog.damaged_digests(self.root, set(oplog.index(self.root).damaged_ops()) | set(self.refused_ops))
             if oplog.hiding_damage(self.root):
                 # a damaged line that may have been a whole manifest no readable line names: the
                 # blobs it claimed are unknown, so none is let go by its absence

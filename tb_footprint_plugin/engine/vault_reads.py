@@ -38,8 +38,8 @@ def manifest_file(root: str, op_id) -> str:
 
 def slim(root: str) -> Callable[[dict], dict]:
     """``Vault.manifests``' projection of a slim read: a manifest the one schema takes, as a full
-    read has it without ``HEAVY``; one it refuses, whole (refused again where it is used, named,
-    and its blobs kept the same way). Never the schema's reading of it: a slim read answers what
+    read has it without ``HEAVY``; one it refuses, whole and marked ``manifest.REFUSED`` (refused
+    again where it is used, named, and its blobs kept the same way). Never the schema's reading of it: a slim read answers what
     a full one does (a disk manifest carrying a bucket's ``status``/``purged`` aliases read as
     restored or purged by the one and not the other let a release free a blob another operation
     still claimed — review R3 F1)."""
@@ -47,8 +47,9 @@ def slim(root: str) -> Callable[[dict], dict]:
         try:
             manifest.read(m, manifest_file(root, m.get("op_id")))
         except trust.Untrusted:
-            return m
-        out = {k: v for k, v in m.items() if k not in HEAVY}
+            # never taken for a restored or purged operation (``manifest.refused``)
+            return dict(m, **{manifest.REFUSED: True})
+        out = {k: v for k, v in m.items() if k not in HEAVY and k != manifest.REFUSED}
         plan = m.get("plan")
         if isinstance(plan, dict):
             out["plan"] = {k: plan[k] for k in PLAN_COUNTS if k in plan}
