@@ -18,14 +18,22 @@ from tb_footprint_plugin.storage.blobstore import BlobFailure
 from tb_footprint_plugin.storage.store import StoreFailure
 
 
-def rebuilt_outcomes(got: Optional[Salvage], index_root: str, where: str) -> List[RecoveryOutcome]:
+def rebuilt_outcomes(got: Optional[Salvage], index_root: str, where: str, *,
+                     unlisted: bool = False) -> List[RecoveryOutcome]:
     """What a rebuild of a damaged pack index (``Salvage``, None: nothing was damaged) says at a
     start or ``recover``: the backups found again and the index objects written (under
     ``index_root``), ``backup_damaged`` for those found in no pack of ``where``. Never advises
     removing the damaged object while a backup is still found nowhere: it may be what lists it,
-    and once it is gone a forget may delete what only it listed (review R22, F6's sequel)."""
+    and once it is gone a forget may delete what only it listed (review R22, F6's sequel).
+    ``unlisted``: no index object was damaged; the backups were in data objects no index object
+    listed any more (one removed: ``bucket_blob_index.unlisted_objects``)."""
     out: List[RecoveryOutcome] = []
-    if got is not None and got.found:
+    if got is not None and got.found and unlisted:
+        names = ", ".join(os.path.join(index_root, k) for k in got.index)
+        out.append(RecoveryOutcome("", "", Recovery.REBUILT, f"{len(got.found)} backup(s) the operations need were "
+                                   f"in data objects of {where} no index object lists any more (one removed?): found "
+                                   f"again (each hashed) and listed in {names}", Finding.PACK_INDEX_REBUILT))
+    elif got is not None and got.found:
         names = ", ".join(os.path.join(index_root, k) for k in got.index)
         keep = ("keep it: some backups are still found in no pack (below), and nothing it may list is deleted while "
                 "it stands" if got.missing else "`tb-footprint status` says when it may be removed")

@@ -12,7 +12,7 @@ import functools
 import os
 import re
 import stat
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Sequence
 
 from tb_footprint_plugin.codes import BlobError
 from tb_footprint_plugin.engine import faults, remote_vault
@@ -52,16 +52,28 @@ def _merge_failpoint(step: str) -> None:
     faults.hit(MERGE_STEPS[step])
 
 
-def damaged_index_problems(damaged: List[dict], root: str, hidden: Iterable[str]) -> List[dict]:
+def damaged_index_problems(damaged: List[dict], root: str, hidden: Iterable[str],
+                           shared: Sequence[str] = ()) -> List[dict]:
     """The damaged index objects of a blob store at ``root`` (``BlobStore.damaged_index()``), as
     ``pack_problems`` entries (``{"code", "file", "message"}``), each saying whether the backups
     the operations need and no other index object lists (``hidden``) are any: the one rule and
-    words of a disk's vault and a bucket's blob folder (``engine.bucket_blob_index``)."""
+    words of a disk's vault and a bucket's blob folder (``engine.bucket_blob_index``). ``shared``:
+    the other logdirs a bucket's blob folder is shared with (``bucket_blob_index.shared_with``):
+    their claims may be listed only in the damaged object, and one logdir's manifests cannot tell,
+    so it is never said removable then (review R23 T5: removed on that word, another logdir's
+    purge destroyed the backups only it listed)."""
     hidden = list(hidden)
-    what = (f"{len(hidden)} backup(s) the operations need are listed by no other index object and read as "
-            "missing: `tb-footprint recover` finds them again in the packs (each hashed) and lists them anew"
-            if hidden else "every backup the operations need is listed by another index object (none is hidden "
-            "by it; `recover` lists anew any it hid): you may remove this file")
+    if hidden:
+        what = (f"{len(hidden)} backup(s) the operations need are listed by no other index object and read as "
+                "missing: `tb-footprint recover` finds them again in the packs (each hashed) and lists them anew")
+    elif shared:
+        what = (f"it hides no backup this logdir's operations need, but the folder is shared with "
+                f"{len(shared)} other logdir(s) ({', '.join(shared[:3])}{', …' if len(shared) > 3 else ''}) "
+                "whose backups may be listed only in it: keep it until `tb-footprint recover` has run in each of "
+                "them (each lists anew what it hid)")
+    else:
+        what = ("every backup the operations need is listed by another index object (none is hidden by it; "
+                "`recover` lists anew any it hid): you may remove this file")
     return [{"code": BlobError.DAMAGED_INDEX.value, "file": os.path.join(root, d["key"]),
              "message": f"the vault's pack index does not read ({d['message']}); {what}; no packed backup is "
                         "deleted while it stands"} for d in damaged]
