@@ -46,6 +46,7 @@ from tb_footprint_plugin.engine.context import Context, new_op_id, reason_of
 from tb_footprint_plugin.engine import lease
 from tb_footprint_plugin.engine.lease import holder_alive
 from tb_footprint_plugin.engine.ledger import ledger_paths, settle_stale_files
+from tb_footprint_plugin.engine.pack_index_rebuilt import rebuilt_outcomes
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome, recover
 from tb_footprint_plugin.engine.remote_vault import packs_root
 from tb_footprint_plugin.engine.restore import release_restored_backup
@@ -141,21 +142,7 @@ def _rebuild_pack_index(vault: Vault) -> List[RecoveryOutcome]:
     except Exception as e:  # noqa: BLE001 - nothing was written: the next start looks again
         return [RecoveryOutcome("", "", Recovery.FAILED, f"cannot look in the packs of {vault.root} for the backups a "
                                 f"damaged pack index hides: {reason_of(e)}", Finding.RECOVERY_FAILED)]
-    out: List[RecoveryOutcome] = []
-    if got is not None and got.found:
-        names = ", ".join(os.path.join(packs_root(vault.root), k) for k in got.index)
-        # never advise removing it while a backup is still found nowhere: it may be what lists it,
-        # and once it is gone a forget may delete what only it listed (review R22, F6's sequel)
-        keep = ("keep it: some backups are still found in no pack (below), and nothing it may list is deleted while "
-                "it stands" if got.missing else "`tb-footprint status` says when it may be removed")
-        out.append(RecoveryOutcome("", "", Recovery.REBUILT, f"{len(got.found)} packed backup(s) a damaged index "
-                                   f"object hid were found again in the packs (each hashed) and listed in {names}; "
-                                   f"the damaged object is kept: {keep}", Finding.PACK_INDEX_REBUILT))
-    if got is not None and got.missing:
-        out.append(RecoveryOutcome("", "", Recovery.FAILED, f"{len(got.missing)} backup(s) no valid pack index lists "
-                                   f"were found in no pack of {vault.root} (sha256 "
-                                   f"{', '.join(s[:12] + '…' for s in got.missing[:3])})", Finding.BACKUP_DAMAGED))
-    return out
+    return rebuilt_outcomes(got, packs_root(vault.root), vault.root)
 
 
 def repair_shared_backups(ctx: Context, vault_roots: List[str], manifests: List[dict]) -> List[RecoveryOutcome]:

@@ -12,6 +12,7 @@ from typing import Callable, Iterable, List, NamedTuple, Optional, Tuple
 
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.engine import manifest, trust
+from tb_footprint_plugin.engine.remote_vault import hidden_words
 from tb_footprint_plugin.engine.vault import ManifestMemo, Vault
 
 
@@ -143,8 +144,7 @@ def hidden_by_index(vault: Vault, sha: str) -> Optional[str]:
     names = vault.hidden_by_damaged_index(sha)
     if not names:
         return None
-    return (f"listed by no index object of the vault's packs that reads; {', '.join(names)} does not read and may "
-            "list it: `tb-footprint recover` looks for it in the packs (each slice hashed) and lists it anew")
+    return hidden_words(names)
 
 
 #: kinds of ``missing_backup``: the three ways a backup that does not check is said
