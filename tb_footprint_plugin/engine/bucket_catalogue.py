@@ -10,10 +10,11 @@ from typing import List, Optional
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import manifest, usage
 from tb_footprint_plugin.engine.health import history_findings
+from tb_footprint_plugin.engine.bucket_blob_index import hidden_by_index
 from tb_footprint_plugin.engine.bucket_blobs import check_entry, is_blob_entry, names_our_backup, put_back
 from tb_footprint_plugin.engine.bucket_identity import entry_claimed
 from tb_footprint_plugin.engine.bucket_manifests import manifests, own_manifests
-from tb_footprint_plugin.engine.history import HISTORY, bucket_log
+from tb_footprint_plugin.engine.history import HISTORY, bucket_log, purge_line
 from tb_footprint_plugin.engine.bucket_moved import MOVED_FROM, others_row, unsure_words
 from tb_footprint_plugin.engine.bucket_recover import damaged_journals, damaged_locks
 from tb_footprint_plugin.engine.bucket_state import (
@@ -60,6 +61,7 @@ def recheck(ostore: ObjectStore, vault: BucketVault, *, run: Optional[str] = Non
             out.append(unchecked({"op_id": m["op_id"], "run": m["run"]}))
             continue
         bad, unreadable, absent, back = [], [], 0, []
+        hidden = False  # a blob missing only while an index object of the blob folder is damaged
         listing = run_listing(ostore, vault, m["run"])
         cut = False  # cancelled before every backup was looked at
         for f in m.get("files", []):
@@ -69,7 +71,9 @@ def recheck(ostore: ObjectStore, vault: BucketVault, *, run: Optional[str] = Non
             try:
                 if is_blob_entry(f):
                     if not check_entry(vault, f):  # read back whole from the blob vault and hashed
-                        bad.append(f["path"])
+                        why = hidden_by_index(vault, f)
+                        bad.append(f["path"] if why is None else f"{f['path']} ({why})")
+                        hidden = hidden or why is not None
                 elif not _copy_ok(BucketState.of(ostore).head(f["backup"]), f):
                     bad.append(f["path"])  # missing, resized, changed, or no checksum to vouch for it
             except StoreFailure as e:
@@ -99,7 +103,8 @@ def recheck(ostore: ObjectStore, vault: BucketVault, *, run: Optional[str] = Non
         ok = not bad and not unreadable
         res = {"op_id": m["op_id"], "run": m["run"], "backups_ok": ok, "damaged_backups": bad,
                "unreadable_backups": unreadable, "verification": {"ok": ok, "checks": checks}, "ok": ok,
-               **({"code": StoreError.PERMISSION} if unreadable else {})}
+               **({"code": StoreError.PERMISSION} if unreadable else
+                  {"code": Failure.BACKUP_INDEX_DAMAGED} if hidden else {})}
         # cancelled among its backups: what it found is kept, the rest was not looked at
         out.append(unchecked(dict(res, backups_ok=False, verification={})) if cut else res)
     # a manifest naming a backup outside the vault: a failed check naming it, the others checked
@@ -207,10 +212,8 @@ def entries_of(m: dict) -> List[dict]:
     # a retirement's restore that moved its objects back marks it purged by that restore: no purge
     # line (a disk's history has none); a purge's line says what it freed, as its row did
     if m["backup_purged"] and not m.get("backup_released_by_restore"):
-        by = m.get("purged_with") if isinstance(m.get("purged_with"), dict) else {}
-        out.append({"time": m["purged_at"], "op_id": m["op_id"], "kind": "purge", "run": m["run"],
-                    "outcome": "purged", "backup_kept": False, "freed": copies_bytes(m),
-                    **{k: by[k] if isinstance(by.get(k), str) else None for k in ("user", "host")}})
+        # who purged, with which version and why, as the purge marked it: a disk's line (review R21 PD18)
+        out.append({"time": m["purged_at"], **purge_line(m["op_id"], m["run"], copies_bytes(m), m.get("purged_with"))})
     return out
 
 
