@@ -72,8 +72,11 @@ def damaged_index_problems(damaged: List[dict], root: str, hidden: Iterable[str]
                 "whose backups may be listed only in it: keep it until `tb-footprint recover` has run in each of "
                 "them (each lists anew what it hid)")
     else:
-        what = ("every backup the operations need is listed by another index object (none is hidden by it; "
-                "`recover` lists anew any it hid): you may remove this file")
+        # judged by the manifests that read: one that does not may name backups only it lists
+        # (review R23 T12: removed on this word beside a damaged manifest, the mended run's were lost)
+        what = ("every backup the operations that read need is listed by another index object (none is hidden by "
+                "it; `recover` lists anew any it hid): you may remove this file once `status` names no damaged "
+                "manifest or operation-log piece here, whose backups it may be the only one to list")
     return [{"code": BlobError.DAMAGED_INDEX.value, "file": os.path.join(root, d["key"]),
              "message": f"the vault's pack index does not read ({d['message']}); {what}; no packed backup is "
                         "deleted while it stands"} for d in damaged]
