@@ -135,6 +135,8 @@ def test_restore_without_the_folder_is_refused_before_anything_is_put_back(s3_bu
                             runs=["prof/r0"], verify_backends=("python",))
     assert [o.status for o in rep.outcomes] == [Outcome.VERIFIED]
     reduced = _user(s3_bucket, prefix)
+    # the folder its manifest records is used when it is there (R21 PD20): moved away, nothing to use
+    os.rename(vault, vault + ".away")
     (r,) = api.restore(url)
     assert r.status == Outcome.FAILED and r.code == Failure.RESTORE_BLOCKED, r.to_dict()
     assert "--backup-dir" in r.reason

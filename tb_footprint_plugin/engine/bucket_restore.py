@@ -20,6 +20,7 @@ from typing import Callable, Dict, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import faults, putback, txn
+from tb_footprint_plugin.engine.bucket_blob_folder import with_recorded_folder
 from tb_footprint_plugin.engine.bucket_blob_index import hidden_by_index
 from tb_footprint_plugin.engine.bucket_blobs import blobs_of, check_entry, is_blob_entry, names_our_backup, put_back
 from tb_footprint_plugin.engine.bucket_moved import MOVED_FROM, marked_afresh, not_ours_refusal, outside_words, restore_doc
@@ -104,6 +105,11 @@ def restore_op(ostore: ObjectStore, vault: BucketVault, manifest: dict, resume: 
         if refusal:
             out.code, out.reason = refusal
             return out
+    try:  # no --backup-dir: the blob folder its manifest records, once it is ours (R21 PD20)
+        vault = with_recorded_folder(vault, manifest)
+    except BucketTxnError as e:
+        out.code, out.reason = e.code, f"{e}; nothing was changed"
+        return out
     txn.run(ObjectRestore(ostore, vault, manifest, resume, out), cancel or CancelToken(),
             (lambda step, frac: progress(out.run, step, frac)) if progress is not None else None)
     return out
