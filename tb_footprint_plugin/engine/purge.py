@@ -39,6 +39,7 @@ from tb_footprint_plugin.engine.purge_choice import PurgeChoice, held_runs
 from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_row, lost_files, others_of
 from tb_footprint_plugin.engine.purge_run import PurgeReport
 from tb_footprint_plugin.engine.recovery_rules import RecoveryOutcome
+from tb_footprint_plugin.engine.history import purge_reason
 from tb_footprint_plugin.engine.retire_purge import DiskRetired, log_purge
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.engine.vault_reads import VaultRead
@@ -342,8 +343,7 @@ def finish_purges(ctx: Context, vault: Vault) -> List[RecoveryOutcome]:
 
 def _log_purge(ctx: Context, m: dict, freed: int) -> None:
     """A purge is a change too: the change log says which operation's backup went and what it freed."""
-    log_purge(ctx, m["op_id"], m["run"], freed, f"backup of {m['op_id']} deleted from {m['vault']}"
-              + (" (run restored before)" if m.get("restored_by") else ""))
+    log_purge(ctx, m["op_id"], m["run"], freed, purge_reason(m, m["vault"]))
 
 
 __all__ = ["DiskBackups", "PurgeReport", "purge_backups", "finish_purges"]
