@@ -13,35 +13,10 @@ import socket
 import pytest
 
 from helpers_cli import run_cli
-from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.version import __version__
+from test_purge_line_every_store import SAID, _purge_line, _reduce_and_purge, _run
 
 pytestmark = pytest.mark.usefixtures("disarm_faults")
-
-#: what a purge's line says on every store
-SAID = ("op_id", "kind", "run", "policy", "before", "after", "freed", "verified", "outcome", "backup_kept",
-        "reason", "user", "host", "tool_version")
-
-
-def _run(run_dir) -> None:
-    with synth.EventWriter(str(run_dir)) as w:
-        for s in range(20):
-            w.scalar("loss", s, 1.0 / (s + 1))
-    synth.write_profile_session(str(run_dir), synth.session_name_for(synth.DEFAULT_TIMESTAMP), n_events=300)
-
-
-def _reduce_and_purge(where: str) -> str:
-    rep = api.reduce_logdir(where, runs=["a"], policy="archive", dry_run=False, quiet_period=0)
-    [o] = rep.outcomes
-    assert str(o.status) == "verified", o.reason
-    pur = api.purge(where, yes=True)
-    assert [row["op_id"] for row in pur.ops] == [o.op_id], pur.ops
-    return o.op_id
-
-
-def _purge_line(where: str) -> dict:
-    [e] = [e for e in api.history(where) if e.get("kind") == "purge"]
-    return e
 
 
 def test_a_purge_line_says_who_purged_with_which_version_and_why_on_a_disk_and_a_bucket(tmp_path, s3_bucket):
