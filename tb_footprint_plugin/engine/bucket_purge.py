@@ -250,8 +250,8 @@ class BucketCopies(purge_run.PurgeLayout):
         if fig.get("blocked_by_damaged_index"):
             raise BucketTxnError(Failure.STORE_ERROR, f"{vault.blobs.folder}: its index object(s) "
                                  f"{', '.join(fig['blocked_by_damaged_index'][:3])} do not read; nothing is "
-                                 "deleted while one is damaged (it may be the only one listing a backup): `tb-footprint status` "
-                                 "says when it may be removed; then purge again")
+                                 "deleted while one is damaged (it may be the only one listing a backup): "
+                                 "`tb-footprint status` says when it may be removed; then purge again")
         faults.hit("purge.forget")
         self._close()
 

@@ -262,15 +262,15 @@ def refused_manifests(ctx: Context, reads: Optional[List[VaultRead]] = None) -> 
         out += [{"code": p.code, "file": p.file, "detail": f"{p.file}: {p.detail}; {REFUSED_MANIFEST_WORDS}",
                  "op_id": None, "run": None} for p in r.vault.problems if p.code in MANIFEST_REFUSALS]
         for m in r.manifests:
-            try:
-                manifest.read(m, manifest_file(r.vault.root, m.get("op_id") if isinstance(m, dict) else None))
+            try:  # (each is a dict: ``trust.check_manifest`` refused any other as it was read)
+                manifest.read(m, manifest_file(r.vault.root, m.get("op_id")))
                 continue
             except trust.Untrusted as e:
                 refusal = e
-            said = isinstance(m, dict) and (isinstance(m.get("logdir"), str) or isinstance(m.get("logdir_id"), str))
+            said = isinstance(m.get("logdir"), str) or isinstance(m.get("logdir_id"), str)
             if said and not is_own(m, here, identity):
                 continue  # another logdir's in a shared vault: its own verbs name it
-            named = {k: m[k] if isinstance(m, dict) and isinstance(m.get(k), str) else None for k in ("op_id", "run")}
+            named = {k: m[k] if isinstance(m.get(k), str) else None for k in ("op_id", "run")}
             out.append({"code": refusal.code, "file": refusal.file,
                         "detail": f"{refusal.file}: {refusal.detail}; {REFUSED_MANIFEST_WORDS}", **named})
     return out

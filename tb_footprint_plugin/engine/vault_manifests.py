@@ -15,7 +15,7 @@ from typing import Callable, Dict, Iterable, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding
 from tb_footprint_plugin.engine import oplog
-from tb_footprint_plugin.engine.manifest import REFUSED
+from tb_footprint_plugin.engine.manifest import refused
 from tb_footprint_plugin.engine.vault_base import VaultError, other_users_state_findings, set_aside_findings
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.files import fsync_dir
@@ -419,7 +419,7 @@ class VaultManifests:
                     refs.update(d["sha256"] for d in kept if isinstance(d, dict) and is_sha256(d.get("sha256")))
             # only a manifest's own ``True`` lets its backups go: a malformed one's "no" or 1 (refused
             # by the one schema, never acted on) keeps them, as does a slim read's refused mark
-            if m["op_id"] in ex or (m.get("backup_purged") is True and m.get(REFUSED) is not True):
+            if m["op_id"] in ex or (m.get("backup_purged") is True and not refused(m)):
                 continue
             refs.update(f["sha256"] for f in m.get("files", []) if f.get("sha256"))
         # a manifest refused as malformed is never acted on, but the blobs it names are kept:

@@ -40,10 +40,10 @@ def manifest_file(root: str, op_id) -> str:
 def slim(root: str) -> Callable[[dict], dict]:
     """``Vault.manifests``' projection of a slim read: a manifest the one schema takes, as a full
     read has it without ``HEAVY``; one it refuses, whole and marked ``manifest.REFUSED`` (refused
-    again where it is used, named, and its blobs kept the same way). Never the schema's reading of it: a slim read answers what
-    a full one does (a disk manifest carrying a bucket's ``status``/``purged`` aliases read as
-    restored or purged by the one and not the other let a release free a blob another operation
-    still claimed — review R3 F1)."""
+    again where it is used, named, and its blobs kept the same way). Never the schema's reading of
+    it: a slim read answers what a full one does (a disk manifest carrying a bucket's
+    ``status``/``purged`` aliases read as restored or purged by the one and not the other let a
+    release free a blob another operation still claimed — review R3 F1)."""
     def keep(m: dict) -> dict:
         try:
             manifest.read(m, manifest_file(root, m.get("op_id")))
