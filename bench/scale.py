@@ -80,6 +80,11 @@ as long at both sizes is fixed. ``--timeline`` also prints when each of its thre
 processes started and ended and when it reached each step (plan, backup, stage, verify,
 outcome).
 
+``--keep`` keeps the logdirs of ``--sizes`` (``--scratch``'s ``tbfp-bench-scale-*/logdir-N``, with a
+note beside each of what it holds), and a later ``--keep`` run reuses one of the same shape that no
+reduce changed (said in its output): ``--sizes 100000 --skip reduce --keep`` generates 100,000 runs
+once. ``--time-limit`` bounds the measured phases of a size, not the clean-up between them.
+
 ``--profile DIR`` runs every Python phase under cProfile and writes ``DIR/<phase>-<N>.prof``
 (times are then inflated by the profiler).
 """
@@ -192,6 +197,87 @@ def make_logdir(logdir: str, n: int, templates: List[Dict[str, bytes]], unique: 
     for d in folders:  # after the last file went in: a folder's mtime is its last change
         os.utime(d, (old, old))
     return total
+
+
+
+# --- a kept logdir (--keep) reused by a later run ---------------------------------------------
+#: the name, beside ``logdir-N`` in a bench's scratch folder, of the file saying what it holds
+SHAPE_SUFFIX = ".shape.json"
+
+
+def logdir_shape(n: int, templates: List[Dict[str, bytes]], args) -> dict:
+    """What ``make_logdir`` writes for these arguments: a kept logdir of this shape is the same input
+    (the templates' bytes stand for the synth writers' code and ``--steps``/``--hist-every``)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for files in templates:
+        for rel in sorted(files):
+            h.update(rel.encode() + b"\0" + hashlib.sha256(files[rel]).digest())
+    return {"n": n, "unique_backups": bool(args.unique_backups), "templates": h.hexdigest()}
+
+
+def _tree_count(logdir: str) -> tuple:
+    """(files, bytes, other top-level names) of a generated logdir: ``expNNNN`` folders only."""
+    files = size = 0
+    other = sorted(x for x in os.listdir(logdir) if not re.fullmatch(r"exp\d{4}", x))
+    for dirpath, _dirs, names in os.walk(logdir):
+        for x in names:
+            files += 1
+            size += os.lstat(os.path.join(dirpath, x)).st_size
+    return files, size, other
+
+
+def write_shape(logdir: str, shape: dict, files: int, size: int, reduced: bool = False) -> None:
+    """Record beside ``logdir`` what it holds (``--keep``), so a later run may reuse it."""
+    with open(logdir + SHAPE_SUFFIX, "w", encoding="utf-8") as f:
+        json.dump(dict(shape, files=files, bytes=size, reduced=reduced), f)
+
+
+def mark_reduced(logdir: str) -> None:
+    """A reduce changes the logdir (backups, state, reduced runs): never reused after it."""
+    try:
+        with open(logdir + SHAPE_SUFFIX, encoding="utf-8") as f:
+            doc = json.load(f)
+        doc["reduced"] = True
+        with open(logdir + SHAPE_SUFFIX, "w", encoding="utf-8") as f:
+            json.dump(doc, f)
+    except (OSError, ValueError):
+        pass
+
+
+def find_kept(where: str, shape: dict) -> tuple:
+    """``(logdir, why)``: a logdir an earlier ``--keep`` run left in ``where``'s bench folders
+    (``tbfp-bench-scale-*``, newest first) holding exactly ``shape`` and never reduced, its files
+    counted again (their number and bytes as generated, nothing else at its top: no state folder);
+    ``(None, why not)`` otherwise."""
+    import glob
+
+    name = f"logdir-{shape['n']}"
+    found = sorted(glob.glob(os.path.join(glob.escape(where), "tbfp-bench-scale-*", name + SHAPE_SUFFIX)),
+                   key=lambda q: -os.stat(q).st_mtime)
+    why = f"no kept {name} in {where}"
+    for marker in found:
+        logdir = marker[:-len(SHAPE_SUFFIX)]
+        try:
+            with open(marker, encoding="utf-8") as f:
+                doc = json.load(f)
+            if {k: doc.get(k) for k in shape} != shape:
+                why = f"{logdir}: another shape (other templates or --unique-backups)"
+                continue
+            if doc.get("reduced"):
+                why = f"{logdir}: reduced by the run that kept it"
+                continue
+            files, size, other = _tree_count(logdir)
+        except (OSError, ValueError) as e:
+            why = f"{logdir}: {e}"
+            continue
+        if (files, size, other) != (doc.get("files"), doc.get("bytes"), []):
+            why = (f"{logdir}: changed since it was kept ({files:,} files, {size:,} B"
+                   + (f", also {', '.join(other[:3])}" if other else "") + ")")
+            continue
+        return logdir, f"reusing {logdir}, kept by an earlier --keep run ({files:,} files, same shape)"
+    return None, why
 
 
 # --- phases (each in its own subprocess) --------------------------------------------------------
@@ -954,17 +1040,47 @@ def state_bytes(logdir: str) -> dict:
 
 
 # --- one size ---------------------------------------------------------------------------------
+class Budget:
+    """``--time-limit`` of one size: the wall time of its measured phases (each ``measure``'s
+    process, ``cp -a`` itself), not the clean-up between them (removing a copy, a cache), which at
+    100,000 runs takes as long as a phase."""
+
+    def __init__(self, limit: Optional[float]) -> None:
+        self.limit, self.spent = limit, 0.0
+
+    def left(self) -> Optional[float]:
+        """Seconds the next measured phase may take (at least 1), None without a limit."""
+        return None if self.limit is None else max(1.0, self.limit - self.spent)
+
+    def measure(self, kind: str, cache: str, **a) -> dict:
+        """``measure`` stopped at what is left, its wall time counted."""
+        t = time.monotonic()
+        try:
+            return measure(kind, cache, self.left(), **a)
+        finally:
+            self.spent += time.monotonic() - t
+
+
 def run_size(n: int, scratch: str, templates, args) -> dict:
     logdir = os.path.join(scratch, f"logdir-{n}")
+    shape = logdir_shape(n, templates, args)
+    kept, why = find_kept(args.scratch or tempfile.gettempdir(), shape) if args.keep else (None, "")
     t = time.perf_counter()
-    size = make_logdir(logdir, n, templates, unique=args.unique_backups)
-    row: dict = {"n": n, "bytes": size, "gen_s": time.perf_counter() - t}
-    print(f"\n{n} runs: {size / 1e6:.1f} MB generated in {row['gen_s']:.1f} s", flush=True)
+    if kept:
+        logdir = kept
+        size = _tree_count(logdir)[1]
+        row: dict = {"n": n, "bytes": size, "gen_s": 0.0, "reused": logdir}
+        print(f"\n{n} runs: {size / 1e6:.1f} MB, {why}", flush=True)
+    else:
+        size = make_logdir(logdir, n, templates, unique=args.unique_backups)
+        row = {"n": n, "bytes": size, "gen_s": time.perf_counter() - t}
+        print(f"\n{n} runs: {size / 1e6:.1f} MB generated in {row['gen_s']:.1f} s"
+              + (f" ({why}: generated)" if args.keep else ""), flush=True)
+        if args.keep:
+            files, size_now, _ = _tree_count(logdir)
+            write_shape(logdir, shape, files, size_now)
     skip = set(args.skip)
-    deadline = time.monotonic() + args.time_limit if args.time_limit else None
-
-    def left() -> Optional[float]:
-        return None if deadline is None else max(1.0, deadline - time.monotonic())
+    budget = Budget(args.time_limit or None)
 
     def prof(kind: str) -> Optional[str]:
         return os.path.join(args.profile, f"{kind}-{n}.prof") if args.profile else None
@@ -983,26 +1099,32 @@ def run_size(n: int, scratch: str, templates, args) -> dict:
         return r
 
     warm = os.path.join(scratch, f"cache-{n}")
-    step("rust_before", lambda: best(lambda: measure("rust", warm, left(), logdir=logdir), args.repeat))
-    step("cp_a", lambda: best(lambda: cp_a(logdir, scratch), args.repeat))
+    m = budget.measure
+    step("rust_before", lambda: best(lambda: m("rust", warm, logdir=logdir), args.repeat))
+
+    def copy() -> dict:
+        r = cp_a(logdir, scratch)
+        budget.spent += r["seconds"]  # the copy's removal after it is not counted
+        return r
+
+    step("cp_a", lambda: best(copy, args.repeat))
 
     def cold_scan() -> dict:
         shutil.rmtree(warm, ignore_errors=True)
-        return measure("scan_cold", warm, left(), logdir=logdir, profile=prof("scan_cold"))
+        return m("scan_cold", warm, logdir=logdir, profile=prof("scan_cold"))
 
     # --small judges warm / cold at 200 runs, where each scan takes a fraction of a second on cores
     # others share: the best of three of each (a second or two more) keeps that ratio from being noise
     scans = max(args.repeat, 3) if args.small else args.repeat
     step("scan_cold", lambda: best(cold_scan, scans))
     row["cache_bytes"] = sum(os.lstat(os.path.join(d, f)).st_size for d, _, fs in os.walk(warm) for f in fs)
-    step("scan_warm", lambda: best(lambda: measure("scan_warm", warm, left(), logdir=logdir,
-                                                   profile=prof("scan_warm")), scans))
-    step("plan", lambda: best(lambda: measure("plan", warm, left(), logdir=logdir, profile=prof("plan")),
-                              args.repeat))
+    step("scan_warm", lambda: best(lambda: m("scan_warm", warm, logdir=logdir, profile=prof("scan_warm")),
+                                   scans))
+    step("plan", lambda: best(lambda: m("plan", warm, logdir=logdir, profile=prof("plan")), args.repeat))
     empty = os.path.join(scratch, f"nocache-{n}")
-    step("plan_cold", lambda: best(lambda: measure("plan_cold", empty, left(), logdir=logdir,
-                                                   profile=prof("plan_cold")), args.repeat))
-    step("ledger", lambda: measure("ledger", warm, left(), logdir=logdir, n=n))
+    step("plan_cold", lambda: best(lambda: m("plan_cold", empty, logdir=logdir, profile=prof("plan_cold")),
+                                   args.repeat))
+    step("ledger", lambda: m("ledger", warm, logdir=logdir, n=n))
     k = n if args.reduce_runs == "all" else min(n, int(args.reduce_runs))
     if args.reduce_sizes and n not in args.reduce_sizes:
         k = 0
@@ -1011,13 +1133,17 @@ def run_size(n: int, scratch: str, templates, args) -> dict:
     row["unique_backups"] = bool(args.unique_backups)
     # every n/k-th run: spread over the groups, as a user's selection would be
     picked = None if k == n else [run_name(i * n // k) for i in range(k)]
-    red = step("reduce", lambda: measure("reduce", warm, left(), logdir=logdir, runs=picked,
-                                         ledger=None if args.no_ledger else "default", profile=prof("reduce")))
+    if args.keep and k and "reduce" not in skip:
+        mark_reduced(logdir)  # before it changes anything: never reused once a reduce began
+        print(f"  (kept {logdir} is reduced below: a later --keep run generates it again; "
+              "--skip reduce keeps it reusable)", flush=True)
+    red = step("reduce", lambda: m("reduce", warm, logdir=logdir, runs=picked,
+                                   ledger=None if args.no_ledger else "default", profile=prof("reduce")))
     if "error" not in red and k:
         row["state"] = state_bytes(logdir)
-        step("upkeep", lambda: best(lambda: measure("upkeep", warm, left(), logdir=logdir,
-                                                    profile=prof("upkeep")), args.repeat))
-        step("rust_after", lambda: best(lambda: measure("rust", warm, left(), logdir=logdir), args.repeat))
+        step("upkeep", lambda: best(lambda: m("upkeep", warm, logdir=logdir, profile=prof("upkeep")),
+                                    args.repeat))
+        step("rust_after", lambda: best(lambda: m("rust", warm, logdir=logdir), args.repeat))
     if not args.keep:
         shutil.rmtree(logdir, ignore_errors=True)
     shutil.rmtree(warm, ignore_errors=True)
@@ -1845,11 +1971,15 @@ def main(argv=None) -> int:
     ap.add_argument("--reduce-sizes", default="", help="sizes at which to reduce (default: every size)")
     ap.add_argument("--small", action="store_true",
                     help="CI: 50 and 200 runs, a reduce of 6 runs at 200, 100 runs in a bucket, one 20 MB and one 100 MB file (about a minute and a half)")
-    ap.add_argument("--scratch", default=None, help="where to write the logdirs (default: a temp dir)")
+    ap.add_argument("--scratch", default=None,
+                    help="the folder in which the bench makes its own folder of logdirs (default: the temp folder); "
+                         "made, with its parents, when it does not exist (and removed at the end unless --keep)")
     ap.add_argument("--repeat", type=int, default=1, help="measure each phase this often, keep the best")
     ap.add_argument("--skip", default="", help="phases to leave out, e.g. reduce,plan_cold,cp_a")
     ap.add_argument("--time-limit", type=float, default=None,
-                    help="seconds allowed for one size; a phase still running then is stopped and said so")
+                    help="seconds allowed for the measured phases of one size (the clean-up between them, such as "
+                         "removing cp -a's copy or a scan cache, is not counted); a phase still running then is "
+                         "stopped and said so, and each later one gets 1 s")
     ap.add_argument("--profile", default=None, help="write cProfile stats of each Python phase into this folder")
     ap.add_argument("--steps", type=int, default=100, help="scalar steps per run (default 100)")
     ap.add_argument("--hist-every", type=int, default=10,
@@ -1884,7 +2014,12 @@ def main(argv=None) -> int:
                          "started and ended and when the reduce reached each step (where the fixed part's "
                          "wall time goes)")
     ap.add_argument("--json", default=None, help="also write every measurement to this JSON file")
-    ap.add_argument("--keep", action="store_true", help="keep the generated logdirs (in --scratch)")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the bench's folder in --scratch with the logdirs of --sizes, each with a note of what "
+                         "it holds, and reuse a kept one a later --keep run finds there (the same --scratch, the same "
+                         "runs, --steps, --hist-every, --unique-backups and synth code; counted again, never one a "
+                         "reduce changed: with the reduce phase it is kept but generated again next time; "
+                         "--skip reduce keeps it reusable). The file-size and --tb-load logdirs are not kept")
     ap.add_argument("--_worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args._worker:
@@ -1902,7 +2037,21 @@ def main(argv=None) -> int:
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
         args.profile = os.path.abspath(args.profile)
-    scratch = tempfile.mkdtemp(prefix="tbfp-bench-scale-", dir=args.scratch)
+    made = None
+    if args.scratch:
+        args.scratch = os.path.abspath(args.scratch)
+        if not os.path.isdir(args.scratch):
+            if os.path.lexists(args.scratch):
+                ap.error(f"--scratch {args.scratch}: not a folder")
+            made = _make_scratch(args.scratch)
+            if isinstance(made, str):
+                ap.error(f"--scratch {args.scratch}: cannot make it: {made}")
+            print(f"--scratch {args.scratch}: made (it did not exist)", flush=True)
+    try:
+        scratch = tempfile.mkdtemp(prefix="tbfp-bench-scale-", dir=args.scratch)
+    except OSError as e:
+        ap.error(f"--scratch {args.scratch or tempfile.gettempdir()}: cannot make the bench's folder in it: "
+                 f"{e.strerror or e}")
     load_before = os.getloadavg()
     rows = []
     try:
@@ -1928,6 +2077,11 @@ def main(argv=None) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(scratch, ignore_errors=True)
+            for d in made or ():  # the folders --scratch made, deepest first, when nothing else is there
+                try:
+                    os.rmdir(d)
+                except OSError:
+                    break
     if buckets:
         ok &= bucket_report(buckets)
     if files:
@@ -1937,6 +2091,21 @@ def main(argv=None) -> int:
     print(_code_state())
     _write_json(args.json, rows, buckets, files, tbload, load_before)
     return 0 if ok else 1
+
+
+def _make_scratch(path: str):
+    """Make ``path`` and the parents it lacks: the folders made, deepest first (to remove them at
+    the end), or why it could not be made (a message)."""
+    made = []
+    d = path
+    while not os.path.lexists(d):
+        made.append(d)
+        d = os.path.dirname(d)
+    try:
+        os.makedirs(path)
+    except OSError as e:
+        return f"{e.strerror or e}" + (f" ({e.filename})" if e.filename else "")
+    return made
 
 
 def _write_json(path: Optional[str], rows, buckets, files, tbload, load_before) -> None:
