@@ -69,3 +69,20 @@ def test_a_bucket_operation_asked_for_again_by_its_op_id_is_said_already_restore
     with pytest.raises(api.TransactionError) as e:
         api.restore(url, op="20990101T000000-nosuchop")
     assert "no operation '20990101T000000-nosuchop' in the vault" in str(e.value)  # a disk's words (R21 PD10)
+
+
+def test_nothing_to_restore_is_said_in_the_same_words_with_the_same_code_on_a_disk_and_a_bucket(tmp_path, s3_bucket):
+    """One sentence for every store (review R21 PD5: each front wrote its own): a run nothing recorded,
+    on a disk and on a bucket holding the same files, is refused with the same words and code,
+    only the logdir named differs."""
+    logdir = tmp_path / "ld"
+    copy_real("tf/keras_profiled/train", logdir / "exp")
+    url = s3_bucket.upload(logdir, "words")
+    said = {}
+    for where in (str(logdir), url):
+        with pytest.raises(api.TransactionError) as e:
+            api.restore(where, run="nope")
+        said[where] = (str(e.value).replace(where, "LOGDIR"), str(e.value.code))
+    assert said[str(logdir)] == said[url], said
+    assert said[url] == ("nothing to restore for run 'nope' in LOGDIR (no kept backup of a verified reduction, "
+                         "no retirement)", "not_found"), said

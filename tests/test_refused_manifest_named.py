@@ -5,8 +5,8 @@ outside its run is never acted on (its backups kept). ``status`` named it, but `
 checking the other runs only and ``restore --all`` exited 0 restoring them, saying nothing of the
 run whose backups that manifest holds; a bucket's verify and restore name a damaged manifest as a
 failed row / ``restore_blocked`` outcome. Now a disk's do too (code of the refusal, its file, the
-bucket's words), and exit 1; a refused manifest another logdir sharing the vault wrote is that
-logdir's to name. Every verb runs the real CLI.
+bucket's words), and exit 1 (a check of another run named does not, when the refusal names its run);
+a refused manifest another logdir sharing the vault wrote is that logdir's to name. Every verb runs the real CLI.
 """
 import json
 import os
@@ -69,6 +69,11 @@ def test_verify_and_restore_all_name_a_refused_manifest(tmp_path, damage, code):
     assert f"[{code}]" in text.stdout and "not restored until it is mended or moved aside" in text.stdout, text.stdout
     named = cli("verify", logdir, "a", "--verify", "python")
     assert named.returncode == 1 and f"[{code}]" in named.stdout, named.stdout + named.stderr
+    # the other run's check: a refusal that names run a is a's, not b's; one that names no run may be
+    # any run's, b's included, and still fails b's check
+    other = cli("verify", logdir, "b", "--verify", "python")
+    assert (other.returncode, f"[{code}]" in other.stdout) == ((0, False) if code == "bad_manifest" else (1, True)), \
+        other.stdout + other.stderr
 
     rest = cli("restore", logdir, "--all", "--yes", "--json")
     assert rest.returncode == 1, rest.stdout + rest.stderr

@@ -341,4 +341,16 @@ def already_restored(m: dict, run: Optional[str] = None) -> RunOutcome:
                       bytes_before=m.get("bytes_before", 0), bytes_after=m.get("bytes_before", 0))
 
 
-__all__ = ["DEFAULT_BACKENDS", "Engine", "Progress", "already_restored", "refused_rows"]
+def nothing_to_restore(logdir: str, run: Optional[str], damage: Sequence[str], op: Optional[str] = None
+                       ) -> TransactionError:
+    """A restore of ``run`` (or of the operation ``op``, found but holding nothing) that found
+    nothing to put back: the one set of words for every store, each piece of ``damage`` (state
+    that may hide a backup) said after them and making it a refusal programs can tell
+    (``restore_blocked``) rather than ``not_found`` (review R21 PD5)."""
+    what = f"operation {op!r}" if op is not None else f"run {run!r}"
+    return TransactionError(f"nothing to restore for {what} in {logdir} (no kept backup of a verified reduction, no retirement)"
+                            + "".join(f"; {why}" for why in damage),
+                            Failure.RESTORE_BLOCKED if damage else Failure.NOT_FOUND)
+
+
+__all__ = ["DEFAULT_BACKENDS", "Engine", "Progress", "already_restored", "nothing_to_restore", "refused_rows"]

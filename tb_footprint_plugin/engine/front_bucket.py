@@ -16,7 +16,8 @@ from tb_footprint_plugin.engine import health, usage
 from tb_footprint_plugin.engine.bucket_objects import BucketState
 from tb_footprint_plugin.engine.catalogue_rules import backup_kept, is_kept, summarize_operations
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError
-from tb_footprint_plugin.engine.front_base import already_restored, DEFAULT_BACKENDS, Engine, Progress, refused_rows
+from tb_footprint_plugin.engine.front_base import (already_restored, DEFAULT_BACKENDS, Engine, nothing_to_restore,
+                                                   Progress, refused_rows)
 from tb_footprint_plugin.engine.history import HistoryPage
 from tb_footprint_plugin.engine.ledger import with_restores
 from tb_footprint_plugin.engine.plan_notes import bucket_cost, bucket_traces
@@ -319,12 +320,11 @@ class BucketEngine(Engine):
         if (op or run) and not todo and not unsure:
             # damage that may hide its backup is a refusal programs can tell (a code), as on a disk
             # the words a disk says (``LocalEngine.restore``, ``find_manifest``), and why
-            said = (f"no operation {op!r} in the vault of {self.logdir}" if op is not None and
-                    not any(op_view(m).get("op_id") == op for m in found)
-                    else f"nothing to restore for {'operation' if op is not None else 'run'} {op or run!r} in "
-                    f"{self.logdir} (no kept backup of a verified reduction, no retirement)")
-            raise TransactionError(said + "".join(f"; {w}" for w in damage),
-                                   Failure.RESTORE_BLOCKED if damage else Failure.NOT_FOUND)
+            if op is not None and not any(op_view(m).get("op_id") == op for m in found):
+                raise TransactionError(f"no operation {op!r} in the vault of {self.logdir}"
+                                       + "".join(f"; {w}" for w in damage),
+                                       Failure.RESTORE_BLOCKED if damage else Failure.NOT_FOUND)
+            raise nothing_to_restore(self.logdir, run, damage, op)
         from tb_footprint_plugin.engine.bucket_putback import forgets_at_end, release_note
 
         outcomes = []

@@ -20,7 +20,8 @@ from tb_footprint_plugin.engine.catalogue import (find_manifest, hiding_damage, 
 from tb_footprint_plugin.engine.checks import recheck, state_row, unread_state
 from tb_footprint_plugin.engine.compactor import BatchCompactor, compact_committed
 from tb_footprint_plugin.engine.context import CancelToken, Context, RunOutcome, TransactionError
-from tb_footprint_plugin.engine.front_base import already_restored, DEFAULT_BACKENDS, Engine, Progress, refused_rows
+from tb_footprint_plugin.engine.front_base import (already_restored, DEFAULT_BACKENDS, Engine, nothing_to_restore,
+                                                   Progress, refused_rows)
 from tb_footprint_plugin.engine.history import HistoryPage
 from tb_footprint_plugin.engine.interrupted import interrupted_rows, journal_records, rolled_back_rows, same_file
 from tb_footprint_plugin.engine.journal import pending_journals, RunLocked
@@ -377,14 +378,17 @@ class LocalEngine(Engine):
         results = recheck(ctx, run, op, progress=hook, cancel=cancel)
         if not op:
             reads = read_vaults(ctx)  # one read of the manifests for both
-            for p in self.unfinished(reads)["problems"]:
-                if p["code"] in (Finding.MANIFEST_LOST, Finding.MANIFEST_DAMAGED, Finding.ORPHAN_BLOBS,
-                                 Finding.IDENTITY_DAMAGED):
-                    results.append(state_row(p["code"], p["detail"], p.get("path"), p.get("line"), p["op_id"],
-                                             p["run"]))
             # a damaged piece of the operation log may have held manifests no check above saw: a
             # failed result naming it, never "all intact" or "nothing to verify" (review R22 F2)
-            results += unread_state(ctx, reads)
+            state = [state_row(p["code"], p["detail"], p.get("path"), p.get("line"), p["op_id"], p["run"])
+                     for p in self.unfinished(reads)["problems"]
+                     if p["code"] in (Finding.MANIFEST_LOST, Finding.MANIFEST_DAMAGED, Finding.ORPHAN_BLOBS,
+                                      Finding.IDENTITY_DAMAGED)]
+            state += unread_state(ctx, reads)
+            # a named run's check names damage that may be its own (no run said, or it or a parent
+            # retirement's), not a refused manifest of another run, as a bucket's does
+            results += [r for r in state if run is None or not isinstance(r["run"], str) or r["run"] in ("(vault)", ".", run)
+                        or run.startswith(r["run"].rstrip("/") + "/")]
         return results
 
     def restore(self, run: Optional[str], op: Optional[str],
@@ -430,10 +434,7 @@ class LocalEngine(Engine):
             done = [m for m in own_manifests(ctx) if takes_out(m, run) and m.get("restored_by")]
             if done:
                 return [said(already_restored(max(done, key=lambda m: m.get("started_at", 0)), run))]
-            hidden = hiding_damage(ctx)
-            raise TransactionError(f"nothing to restore for run {run!r} (no kept backup of a verified reduction, "
-                                   "no retirement)" + "".join(f"; {why}" for why in hidden),
-                                   Failure.RESTORE_BLOCKED if hidden else Failure.NOT_FOUND)
+            raise nothing_to_restore(self.logdir, run, hiding_damage(ctx))
         # one after the other, their pack copies let go together at the end (``restore_ops``)
         outcomes += restore_ops(ctx, ops, memo, each=lambda m, o: said(_name_remote_failures(m, o)), cancel=cancel,
                                 progress=progress)
