@@ -9,10 +9,12 @@ were offloaded to a remote vault (``--backup-dir s3://…``): a restore or verif
 missing while an index object is damaged looks through the packs (once per process), and
 ``rebuild_remote_indexes`` does it for ``recover``. On moto (tests/objstore_servers.py)."""
 import glob
+import json
 import os
 
 import pytest
 
+from helpers_cli import run_cli
 from test_restore_exact import assert_exact, snapshot
 from tb_footprint_plugin import api, codes, demo
 from tb_footprint_plugin.codes import Finding
@@ -225,10 +227,17 @@ def test_a_restore_from_a_remote_vault_whose_index_is_damaged_rebuilds_it(offloa
 
 
 def test_recover_rebuilds_a_damaged_remote_index(offloaded):
+    """The words of a restore that misses a blob say `tb-footprint recover` looks for it in the packs:
+    the verb does (before, only the function did: nothing called it); a start does not pay for it."""
     root, _before, url = offloaded
     keys = _damage_remote(url)
-    outs = rebuild_remote_indexes(Vault(state_dir(str(root))))
-    assert [o.code for o in outs] == [Finding.PACK_INDEX_REBUILT], [vars(o) for o in outs]
+    remote_vault._rebuilt.clear()
+    assert not [o for o in api.recover_logdir(str(root), thorough=False) if o.code == Finding.PACK_INDEX_REBUILT]
+    assert remote_vault.blobstore(url, fresh=True).damaged_index()
+    p = run_cli("recover", root, "--json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    outs = json.loads(p.stdout)
+    assert [o["code"] for o in outs if o["code"] == Finding.PACK_INDEX_REBUILT] == [Finding.PACK_INDEX_REBUILT], outs
     bs = remote_vault.blobstore(url, fresh=True)
     assert all(bs.has(s) for s in remote_vault.recorded_blobs(state_dir(str(root)), url))
     assert rebuild_remote_indexes(Vault(state_dir(str(root)))) == []  # nothing hidden now: no walk said

@@ -11,12 +11,20 @@ from tb_footprint_plugin.plugin import plugin
 
 
 def _summary(monkeypatch, tmp_path, outs):
-    monkeypatch.setattr(api, "recover_logdir", lambda logdir, backup_dir=None: outs)
+    asked = []
+
+    def recover_logdir(logdir, backup_dir=None, *, thorough=True):
+        asked.append(thorough)
+        return outs
+
+    monkeypatch.setattr(api, "recover_logdir", recover_logdir)
     monkeypatch.setattr(api, "unfinished", lambda logdir, backup_dir=None: {
         "unfinished_operations": [], "problems": [], "settle_command": None})
     rec = plugin.Recovery(str(tmp_path), None, enabled=True)
     rec._run()
     assert rec.state == "done"
+    # a start's steps: a remote vault's index is looked through by the verb, not at each TensorBoard start
+    assert asked == [False]
     return rec.detail
 
 

@@ -11,14 +11,15 @@ from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.plan.policies import get_policy
 
 
-def recover_logdir(logdir: str, backup_dir: Optional[str] = None) -> List[RecoveryOutcome]:
+def recover_logdir(logdir: str, backup_dir: Optional[str] = None, *, thorough: bool = True) -> List[RecoveryOutcome]:
     """What every start does (``tb-footprint recover``): settle unfinished operations (rolled
     back, or finished when their swap was recorded), rebuild lost manifests from the vault's
     log, finish killed purges, sweep scratch space of ended processes, salvage records written
     into backups after their reduction, release backups a restore kept on doubt once nothing
     claims them, and record as done the runs a gone worker's ledger left in flight although
-    they committed (``Engine.recover``). Each outcome has an action and a code."""
-    return open_engine(logdir, backup_dir).recover()
+    they committed; then, ``thorough`` (the verb's), what a start does not pay for: a remote
+    vault's damaged index rebuilt (``Engine.recover``). Each outcome has an action and a code."""
+    return open_engine(logdir, backup_dir).recover(thorough=thorough)
 
 
 def adopt_moved_state(logdir: str) -> Optional[dict]:

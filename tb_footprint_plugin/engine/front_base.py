@@ -35,9 +35,11 @@ class Engine(ABC):
 
     # -- settling ----------------------------------------------------------------------------
     @abstractmethod
-    def recover(self) -> List[RecoveryOutcome]:
+    def recover(self, thorough: bool = False) -> List[RecoveryOutcome]:
         """Settle what was left unfinished (every changing verb's first step): each outcome has an
-        action and a code."""
+        action and a code. ``thorough`` (the ``recover`` verb): also what costs a look at every
+        remote store this logdir's vaults used (a damaged index of a remote vault rebuilt),
+        never paid at every start."""
 
     @abstractmethod
     def unfinished(self) -> dict:

@@ -82,13 +82,13 @@ class BucketEngine(Engine):
         return bucket
 
     # -- settling ----------------------------------------------------------------------------
-    def recover(self) -> List[RecoveryOutcome]:
+    def recover(self, thorough: bool = False) -> List[RecoveryOutcome]:
         """Unfinished bucket operations settled from their journal objects, from any machine;
         then a damaged index object of the blob folder mended (``bucket_blob_index.recover_index``:
         only while one is); then the ledger objects a gone worker of this host left in flight are settled: ``done``
         when the commit is proven, ``pending`` when this recovery rolled the run back
         (``bucket_ledger.settle_stale``, as a disk's start settles its ledgers: one listing when
-        nothing is stale)."""
+        nothing is stale). ``thorough`` asks nothing more: a start pays all of it already."""
         from tb_footprint_plugin.engine import bucket_ledger
         from tb_footprint_plugin.engine.bucket_blob_index import recover_index
 

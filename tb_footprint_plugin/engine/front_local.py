@@ -29,6 +29,7 @@ from tb_footprint_plugin.engine.run_lock import folder_lock, run_lock
 from tb_footprint_plugin.engine.ledger import Ledger, ledger_path, ledger_paths, load_ledger, mark_recovered
 from tb_footprint_plugin.engine.local_batch import DiskLedger, run_batch
 from tb_footprint_plugin.engine.local_sample import sample as local_sample
+from tb_footprint_plugin.engine.pack_index_rebuilt import rebuild_remote_indexes
 from tb_footprint_plugin.engine.local_views import (disk_in_use, disk_in_use_after_scan, disk_numbers_view,
                                                     freed_after_purge, history_view, status_view)
 from tb_footprint_plugin.engine.plan_notes import freed_estimate, local_notes, offload_freed, plan_rewrites
@@ -112,11 +113,21 @@ class LocalEngine(Engine):
             self._ctx = local_context(self.logdir, self.backup_dir, *self._args)
         return self._ctx
 
-    def recover(self) -> List[RecoveryOutcome]:
+    def recover(self, thorough: bool = False) -> List[RecoveryOutcome]:
         """Every start-up step (``engine.upkeep.start``): journals settled, lost manifests rebuilt,
         purges, compactions and offloads finished, scratch swept, late records salvaged, kept
-        restores released, stale batch ledgers settled; one read of the manifests for the last three."""
-        return start(self.ctx, own_manifests)
+        restores released, stale batch ledgers settled; one read of the manifests for the last three.
+        ``thorough``: then each remote vault a vault of this logdir offloaded to, whose index has
+        a damaged object, has the blobs its records name found again in its packs and listed
+        (``pack_index_rebuilt.rebuild_remote_indexes``: a listing of each remote index, which a
+        start does not pay; a restore or verify that misses a blob does it by itself), as a
+        restore's words promise of ``recover``."""
+        ctx = self.ctx
+        outs = start(ctx, own_manifests)
+        if thorough:
+            for root in known_vaults(ctx):
+                outs += rebuild_remote_indexes(ctx.vault if root == ctx.vault.root else Vault(root))
+        return outs
 
     def adopt_moved_state(self) -> Optional[dict]:
         """``trust.adopt_moved_state`` of the logdir and its state folder, before any context is made

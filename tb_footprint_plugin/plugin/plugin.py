@@ -296,7 +296,9 @@ class Recovery:
                 self.problems = problems
                 return
             self.state = "running"
-            outs = api.recover_logdir(self.logdir, self.backup_dir)
+            # a start's steps: a remote vault's index is looked through by `recover`, or by a
+            # restore or verify that misses a blob, not at every TensorBoard start
+            outs = api.recover_logdir(self.logdir, self.backup_dir, thorough=False)
             self.outcomes = [{"op_id": o.op_id, "run": o.run, "action": o.action, "detail": o.detail,
                               "code": o.code} for o in outs]
             found = api.unfinished(self.logdir, self.backup_dir)
