@@ -249,8 +249,9 @@ def mark_reduced(logdir: str) -> None:
 def find_kept(where: str, shape: dict) -> tuple:
     """``(logdir, why)``: a logdir an earlier ``--keep`` run left in ``where``'s bench folders
     (``tbfp-bench-scale-*``, newest first) holding exactly ``shape`` and never reduced, its files
-    counted again (their number and bytes as generated, nothing else at its top: no state folder);
-    ``(None, why not)`` otherwise."""
+    counted again (their number and bytes as generated, nothing else at its top: no state folder),
+    all of it this user's (another user's kept logdir in a shared temp folder is never measured,
+    let alone reduced); ``(None, why not)`` otherwise."""
     import glob
 
     name = f"logdir-{shape['n']}"
@@ -260,6 +261,13 @@ def find_kept(where: str, shape: dict) -> tuple:
     for marker in found:
         logdir = marker[:-len(SHAPE_SUFFIX)]
         try:
+            # a shared temp folder: only a bench folder of this user that no one else may write
+            # (mkdtemp's 0700) holding a note and a logdir of this user, no link, is one this bench kept
+            mine = [os.lstat(q) for q in (os.path.dirname(marker), marker, logdir)]
+            if (any(st.st_uid != os.getuid() or stat.S_ISLNK(st.st_mode) for st in mine)
+                    or mine[0].st_mode & 0o022):
+                why = f"{logdir}: not this user's own (another owner, a link, or writable by others)"
+                continue
             with open(marker, encoding="utf-8") as f:
                 doc = json.load(f)
             if {k: doc.get(k) for k in shape} != shape:

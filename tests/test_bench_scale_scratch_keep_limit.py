@@ -150,3 +150,34 @@ def test_without_keep_nothing_kept_is_reused_or_touched(tmp_path, monkeypatch):
     assert os.path.isdir(first / "logdir-3") and not (second / "logdir-3").exists()
     assert scale.find_kept(str(tmp_path), scale.logdir_shape(3, templates, _args(tmp_path)))[0] == str(
         first / "logdir-3")
+
+
+def test_a_kept_logdir_that_others_may_write_or_reached_through_a_link_is_not_reused(tmp_path, monkeypatch):
+    monkeypatch.setattr(scale, "measure", _fake_measure([]))
+    templates = scale._template_runs(str(tmp_path / "templates"))
+    real = tmp_path / "elsewhere" / "tbfp-bench-scale-first"
+    real.mkdir(parents=True, mode=0o700)
+    args = _args(tmp_path, keep=True)
+    scale.run_size(3, str(real), templates, args)
+    shape = scale.logdir_shape(3, templates, args)
+    assert scale.find_kept(str(real.parent), shape)[0] == str(real / "logdir-3")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.symlink(real, shared / "tbfp-bench-scale-planted")  # a link in a shared temp folder
+    got, why = scale.find_kept(str(shared), shape)
+    assert got is None and "not this user's own" in why
+    os.chmod(real, 0o777)  # a bench folder others may write: its note could be anyone's
+    got, why = scale.find_kept(str(real.parent), shape)
+    assert got is None and "not this user's own" in why
+    os.chmod(real, 0o700)
+    assert scale.find_kept(str(real.parent), shape)[0] == str(real / "logdir-3")
+    if os.geteuid() == 0:  # another user's bench folder (the suite runs as root, as CI does)
+        os.chown(real, 65534, 65534)
+        got, why = scale.find_kept(str(real.parent), shape)
+        assert got is None and "not this user's own" in why
+        os.chown(real, 0, 0)
+    note = str(real / "logdir-3") + scale.SHAPE_SUFFIX
+    os.rename(note, note + ".moved")
+    os.symlink(note + ".moved", note)  # the note a link: not the bench's own file
+    got, why = scale.find_kept(str(real.parent), shape)
+    assert got is None and "not this user's own" in why
