@@ -9,8 +9,8 @@ are the run's own refusal as before the journal (``restore_blocked``, naming the
 its owner and who may move it), nothing made or written there, the journal dropped (nothing was
 put back), and once the other user clears the name the run comes back byte for byte.
 
-A folder made in the instant between that look and the making of the run's folders is met once
-they are made, before any file moves: the journal stays (a folder of ours may be in it), and the
+A folder made in the instant between that look and the making of the run's folders is met as they
+are made, before any is made inside it, and before any file moves: the journal stays, and the
 restore says it finishes once the name is clear, which the next start then does.
 """
 from __future__ import annotations
@@ -117,10 +117,10 @@ def test_a_folder_made_in_the_instant_before_the_folders_are_made_keeps_the_jour
 
     real = disk_retire.make_dirs
 
-    def taken_first(ctx, dirs):  # uid 4242 takes the name after the restore's last look at it
+    def taken_first(ctx, dirs, retired=False):  # uid 4242 takes the name after the restore's last look at it
         os.mkdir(logdir / "train", 0o777)
         os.chown(logdir / "train", 4242, 4242)
-        return real(ctx, dirs)
+        return real(ctx, dirs, retired)
 
     monkeypatch.setattr(disk_retire, "make_dirs", taken_first)
     [o] = api.restore(str(logdir), run="train")
@@ -130,6 +130,9 @@ def test_a_folder_made_in_the_instant_before_the_folders_are_made_keeps_the_jour
     assert "the journal is kept and the next start finishes the restore once what stands in its way is gone" \
         in o.reason, o.reason
     assert files_under(logdir / "train") == [], "a retired file went into uid 4242's folder"
+    # nor a folder: the walk that makes them looks at whose folder it makes each in (before, the
+    # run's plugins/profile/… folders were made inside uid 4242's, then refused)
+    assert os.listdir(logdir / "train") == [], "folders were made inside uid 4242's folder"
     assert len(files_under(retired)) == len(original), "the vault let a retired file go"
     assert len(_journals(logdir)) == 1
 

@@ -34,10 +34,11 @@ from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path
 from tb_footprint_plugin.plan.model import Action, RunPlan
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
-from tb_footprint_plugin.storage.files import recorded_owner, sha256_stream
+from tb_footprint_plugin.storage.files import plausible_id, recorded_owner, sha256_stream
 from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256, plausible_mtime_ns
+from tb_footprint_plugin.storage.private import user_name
 from tb_footprint_plugin.storage.store import StoreFailure
 
 
@@ -393,19 +394,24 @@ def recorded_mtime_ns(rec: dict) -> Optional[int]:
     return plausible_mtime_ns(rec.get("mtime_ns"))
 
 
-def make_dirs(ctx: Context, dirs: List[dict]) -> List[str]:
+def make_dirs(ctx: Context, dirs: List[dict], retired: bool = False) -> List[str]:
     """Re-create the recorded folders that are missing, shallowest first, owner-writable while
     files go back in (``settle_dirs`` gives each its recorded mode and mtime afterwards).
     Returns the paths it made. Each is made in its parent as the logdir store's walk reaches it,
     following no link (``PosixStore.folder(create=True)``, which makes a missing parent the same
     way), and given 0700 through its own descriptor: a folder on the way that is, or is swapped
     for, a link to a folder outside the logdir never receives one (invariant 4): the walk refuses
-    it, ``TransactionError`` coded ``StoreError.SYMLINK`` naming the path."""
+    it, ``TransactionError`` coded ``StoreError.SYMLINK`` naming the path. ``retired``: the folders
+    of a retired run, whose name anyone may have taken since: nothing is made inside one that is
+    another user's (``_refuse_making_in_theirs``)."""
     made = []
+    # whose each recorded folder may be: this user's, or the owner its record names
+    owners = {d["path"]: plausible_id(d.get("uid")) for d in dirs} if retired else {}
     for d in sorted(dirs, key=lambda d: len(d["path"])):
         no_symlink(ctx, d["path"])
         try:
             with ctx.store.folder(ctx.key(d["path"]), create=True) as (pfd, name):
+                _refuse_making_in_theirs(pfd, os.path.dirname(d["path"]), owners)
                 if _make_dir_in(pfd, name):
                     made.append(d["path"])
         except StoreFailure as e:
@@ -415,6 +421,24 @@ def make_dirs(ctx: Context, dirs: List[dict]) -> List[str]:
                                    "nothing is put back into it",
                                    StoreError.SYMLINK if e.code == StoreError.SYMLINK else None) from None
     return made
+
+
+def _refuse_making_in_theirs(pfd: int, parent: str, owners: Dict[str, Optional[int]]) -> None:
+    """Nothing is made inside a recorded folder (``parent``, open at ``pfd``: the folder the walk
+    reached, so what is checked is what a folder would be made in) that is another user's than
+    this one and than its recorded owner: one planted at a retired run's freed name in the instant
+    after the restore's last look (review R22 F7's remainder) would otherwise receive our empty
+    folders before ``retire_tree.folders_not_ours`` refuses it. ``TransactionError`` coded
+    ``restore_blocked``, nothing made; a parent that is not a recorded folder (the logdir, a
+    folder above the run) is not asked."""
+    if parent not in owners:
+        return
+    uid = os.fstat(pfd).st_uid
+    if uid != os.geteuid() and uid != owners[parent]:
+        raise TransactionError(f"{parent} is a folder of {user_name(uid)}, made there since the retirement (not "
+                               "this user's, nor its recorded owner's): nothing is made or put back into it; the "
+                               "run stays in the vault; its owner (or root) must move it away, then restore again",
+                               Failure.RESTORE_BLOCKED)
 
 
 def _make_dir_in(pfd: int, name: str) -> bool:
