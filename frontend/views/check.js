@@ -480,7 +480,7 @@ export class CheckView {
       el('h2', {}, 'Before/after check — ', el('span', {class: 'mono', text: op.run})),
       el('div', {class: 'check-verdict ' + (ok ? 'ok' : 'bad')},
         ok ? (v.mode === 'unchanged' ? 'Verified ✓ — its event files are unchanged (sha256): TensorBoard reads the very same bytes'
-          : v.mode === 'listing' ? 'Verified ✓ — every removed file backed up (the store\'s checksum), nothing else in the run rewritten'
+          : v.mode === 'listing' ? 'Verified ✓ — every removed file backed up (the store\'s checksum), no event file rewritten'
           : 'Verified ✓ — TensorBoard\'s readers show the reduced run as the policy promised')
           : (op.outcome === 'rolled_back' ? 'Rolled back: ' + (op.reason || '') : 'Not verified' + (op.reason ? ': ' + op.reason : ''))),
       el('div', {class: 'muted', text: 'Operation ' + op.op_id + ' · policy ' + (op.policy || '—') + ' · ' + when(op.finished_at) +
@@ -529,9 +529,10 @@ export class CheckView {
       this.el.appendChild(el('p', {class: 'ok scalars-unchanged', text: 'Unchanged ✓ — the event files are the same ' +
         'bytes (sha256), so every curve is the one TensorBoard showed before.'}));
     } else if (v.mode === 'listing') {
-      // a bucket's drop-only reduction: no file rewritten, no reader started (the store checked it)
-      this.el.appendChild(el('p', {class: 'muted scalars-not-read', text: 'Not read: this reduction only removed files ' +
-        'and rewrote none, so TensorBoard reads the event files it read before.'}));
+      // a bucket's reduction that rewrote no event file (files removed, profile files gzipped): no
+      // reader started (the store and the hashes checked it)
+      this.el.appendChild(el('p', {class: 'muted scalars-not-read', text: 'Not read: this reduction rewrote no event file, ' +
+        'so TensorBoard reads the event files it read before.'}));
     } else if (!tags.length) {
       this.el.appendChild(el('p', {class: 'muted', text: 'This run has no scalars.'}));
     } else {

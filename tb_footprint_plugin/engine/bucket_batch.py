@@ -29,7 +29,7 @@ from tb_footprint_plugin.engine.bucket_lease import delegate
 from tb_footprint_plugin.engine.bucket_blobs import adding, backup_entries, is_blob_entry
 from tb_footprint_plugin.engine.bucket_history import note_shard_batch
 from tb_footprint_plugin.engine.bucket_op_records import create_manifest
-from tb_footprint_plugin.engine.bucket_verified import drop_verification, unverified
+from tb_footprint_plugin.engine.bucket_verified import drop_verification, listed, unverified
 from tb_footprint_plugin.engine.history import append_rolled_back, rolled_back_line
 from tb_footprint_plugin.engine.bucket_state import (ACTIVE_OPS, BucketState, BucketTxnError, BucketVault, failure_code,
                                                      listing_of_runs, must_close, must_delete, new_journal, now_s,
@@ -293,10 +293,13 @@ class ObjectBatchReduce(txn.Txn):
             unverified = failure_code(e)
             verification = {en["run"]: {"ok": False, "error": f"reduced, but the checking listing failed ({e}); "
                                         "run `verify` to check it"} for en in live}
+        checked = {op: (doc.get("verification") or {}).get("checks") or [] for op, _version, doc in self.noted}
         for en in live:
             o = outs[en["run"]]
             bad = verification.get(en["run"], {}).get("error")
             o.verification = verification.get(en["run"])
+            if not bad and o.verification is not None:  # the manifest's checks, then the listing's, as a rewrite's
+                o.verification = listed(o.verification, checked.get(en["op"], []))
             o.removed_files = [f["path"] for f in en["files"]]
             o.status = Outcome.VERIFIED if not bad else Outcome.FAILED
             if bad:

@@ -92,7 +92,7 @@ from tb_footprint_plugin.engine.bucket_steps import (
     rolled_back,
     verify_batch,
 )
-from tb_footprint_plugin.engine.bucket_verified import removed_files_check, rewrite_verification
+from tb_footprint_plugin.engine.bucket_verified import listed, removed_files_check, rewrite_verification
 from tb_footprint_plugin.engine.checks import compare_views
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError, new_op_id, reason_of
 from tb_footprint_plugin.engine.recovery_rules import CANCELLED_REASON, kept_words
@@ -209,6 +209,7 @@ class ObjectReduce(txn.Txn):
         self.code = None
         self.bytes_after = rp.bytes_before
         self.committed_at = 0.0
+        self.verified: dict = {}  # the manifest's verification (``verify``), said again by the outcome
         self.now_objs: Dict[str, ObjectInfo] = {}
         # entered by a step, left once the step that needs them is done (or on the way out):
         # the scratch space (stage to transform), then the vault's shared adding lock (backup to verify)
@@ -330,9 +331,10 @@ class ObjectReduce(txn.Txn):
             sum(f["new_size"] for f in files if f.get("tmp"))
         # dated with the time the commit record then carries (``finished_at``, as on a disk)
         self.committed_at = now_s()
+        self.verified = rewrite_verification(self.local)  # the outcome says these checks too
         create_manifest(self.ostore, self.vault, self.op_id, manifest_doc(
             self.ostore, self.en, rp, self.policy, self.bytes_after, self.vault, self.jnl.doc,
-            committed_at=self.committed_at, verification=rewrite_verification(self.local)))
+            committed_at=self.committed_at, verification=self.verified))
         self._adding.close()
 
     def last_look(self) -> None:
@@ -374,9 +376,7 @@ class ObjectReduce(txn.Txn):
         v = verify_batch(self.ostore, self.vault, [self.en], self.listing)[rp.run]
         if not v["ok"]:
             raise BucketTxnError(Failure.ERROR, v["error"])  # as a failed verification on a disk
-        v["checks"] = local["checks"] + [{"name": "store listing", "ok": True, "detail": (
-            f"{v['rewritten']} object(s) replaced and {v['removed']} removed, each holding exactly the staged "
-            f"bytes (the store's checksum); {v['unchanged_objects']} other object(s) unchanged")}]
+        v = listed(v, self.verified["checks"])
         v["checked_backends"] = local["backends"] + v["checked_backends"]
         for k in ("expectations", "record_substitutes"):
             if local.get(k):

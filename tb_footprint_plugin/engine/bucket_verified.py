@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-__all__ = ["MODE", "drop_verification", "plan_record", "removed_files_check", "rewrite_verification", "unverified"]
+__all__ = ["MODE", "drop_verification", "listed", "plan_record", "removed_files_check", "rewrite_verification",
+           "unverified"]
 
 #: ``verification.mode`` of a bucket drop-only reduction: checked by the store (checksums, listing)
 MODE = "listing"
@@ -46,21 +47,39 @@ def drop_verification(rp, files: List[dict], blob_folder: Optional[str]) -> dict
     return {"ok": True, "mode": MODE, "checks": checks, "failed": [], "backends": []}
 
 
-def rewrite_verification(staged_run: dict) -> Optional[dict]:
-    """The ``verification`` of a rewrite's manifest when TensorBoard's readers compared its staged
-    run with the original (``staged_run``: what ``bucket_rewrite`` staged — its ``checks``, the
-    readers' first, and ``backends``), as a disk's rewrite says it; None for a rewrite that only
-    compressed profile files (no reader read it: its verdict would be neither the readers' nor a
-    drop-only listing's, so it says nothing rather than the wrong one). The listing after the
-    swap comes later, as for a drop-only run (``unverified`` on the failure path)."""
+def rewrite_verification(staged_run: dict) -> dict:
+    """The ``verification`` of a rewrite's manifest: when TensorBoard's readers compared its staged
+    run with the original (``staged_run``: what ``bucket_rewrite`` staged, its ``checks`` (the
+    readers' first) and ``backends``), as a disk's rewrite says it. A rewrite that only compressed
+    profile files (no event file rewritten: no reader to start, as for a disk's run whose event
+    files stay) is checked by hashing and by the store, as a drop-only run is (``mode``
+    ``listing``): each compressed copy decompresses to the original (sha256) and was read back
+    through TensorBoard's own file reader after its upload, each removed file backed up, the
+    plan's lines; before, its manifest carried no verification and the tab's check page said "Not
+    verified" of a verified run. The listing after the swap comes later, as for a drop-only run
+    (``unverified`` on the failure path)."""
     backends = list(staged_run.get("backends") or [])
     if not backends:
-        return None
+        checks = list(staged_run.get("checks") or [])
+        if any(c.get("name") == "compress" for c in checks):
+            checks.append({"name": "read back", "ok": True, "detail": "each compressed copy, once uploaded, read "
+                           "back through TensorBoard's own file reader (gfile): the staged bytes (sha256)"})
+        return {"ok": True, "mode": MODE, "checks": checks, "failed": [], "backends": []}
     out = {"ok": True, "checks": list(staged_run.get("checks") or []), "failed": [], "backends": backends}
     for k in ("expectations", "record_substitutes"):
         if staged_run.get(k):
             out[k] = staged_run[k]
     return out
+
+
+def listed(v: dict, checks: List[dict]) -> dict:
+    """A run's outcome ``verification`` once the listing after its swap (``v``: ``verify_batch``'s
+    figures for the run) found it as planned: the manifest's ``checks`` (what was verified before
+    the swap), then the listing's own line, as a disk's outcome carries its manifest's checks
+    (a drop-only batch's outcome carried the listing's figures alone)."""
+    return dict(v, checks=list(checks) + [{"name": "store listing", "ok": True, "detail": (
+        f"{v['rewritten']} object(s) replaced and {v['removed']} removed, each holding exactly the staged bytes "
+        f"(the store's checksum); {v['unchanged_objects']} other object(s) unchanged")}])
 
 
 def plan_record(rp) -> dict:
