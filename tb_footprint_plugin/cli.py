@@ -1033,6 +1033,11 @@ def _no_unknown_runs(api, args, names: List[str], rows: List[dict]) -> None:
     recorded |= {a for o in api.summarize_operations(ops) for a in o.get("takes_along") or ()}
     typos = [n for n in unknown if n not in recorded]
     if typos:
+        # a name no readable record carries may be a run whose manifest is refused or unreadable:
+        # the engine's own refusal then names that damage (``restore_blocked``, exit 1), never "a typo"
+        refusal = api.restore_refusal(args.logdir, typos[0], backup_dir=args.backup_dir)
+        if refusal.code != Failure.NOT_FOUND:
+            raise refusal
         dash = " (`--yes` after `--` is taken as a run name)" if any(n.startswith("-") for n in typos) else ""
         raise UsageError(f"nothing to restore for run {shown(typos[0])!r}{dash}; nothing was restored (runs with "
                          f"something to restore: {', '.join(shown(n) for n in sorted(known)[:8]) or 'none'})")

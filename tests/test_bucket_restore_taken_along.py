@@ -86,3 +86,28 @@ def test_nothing_to_restore_is_said_in_the_same_words_with_the_same_code_on_a_di
     assert said[str(logdir)] == said[url], said
     assert said[url] == ("nothing to restore for run 'nope' in LOGDIR (no kept backup of a verified reduction, "
                          "no retirement)", "not_found"), said
+
+
+def test_a_bucket_runs_restore_names_its_refused_manifest_not_a_typo(tmp_path, s3_bucket):
+    """Review R24 F3: ``restore URL a`` of a run whose manifest the one schema refuses (``restored_by``
+    a number) was the CLI's usage error "nothing to restore for run 'a'" (exit 2), the engine never
+    asked; now the engine's refusal names the manifest (``restore_blocked``, exit 1), as on a disk."""
+    import json
+
+    from helpers_cli import run_cli
+
+    logdir = tmp_path / "ld"
+    copy_real("tf/keras_profiled/train", logdir / "a")
+    copy_real("tf/keras_profiled/train", logdir / "b")
+    url = s3_bucket.upload(logdir, "refused")
+    red = api.reduce_logdir(url, policy="archive", dry_run=False, quiet_period=0).outcomes
+    assert sorted(str(o.status) for o in red) == ["verified", "verified"], red
+    op = next(o.op_id for o in red if o.run == "a")
+    key = next(k for k in s3_bucket.fs.find(s3_bucket.key("refused/.tb-footprint/manifests")) if op in k)
+    m = json.loads(s3_bucket.fs.cat_file(key))
+    s3_bucket.fs.pipe_file(key, json.dumps(dict(m, restored_by=7)).encode())
+    p = run_cli("restore", url, "a", "--yes")
+    assert p.returncode == 1 and "[restore_blocked]" in p.stderr, p.stdout + p.stderr
+    assert op in p.stderr or "manifests" in p.stderr, p.stderr
+    typo = run_cli("restore", url, "zz", "--yes")
+    assert typo.returncode == 1 and "[restore_blocked]" in typo.stderr, typo.stdout + typo.stderr

@@ -75,6 +75,12 @@ def test_verify_and_restore_all_name_a_refused_manifest(tmp_path, damage, code):
     assert (other.returncode, f"[{code}]" in other.stdout) == ((0, False) if code == "bad_manifest" else (1, True)), \
         other.stdout + other.stderr
 
+    # the run's own restore: its refusal names the manifest (exit 1), not "no such run" (exit 2)
+    one = cli("restore", logdir, "a", "--yes")
+    assert one.returncode == 1 and "[restore_blocked]" in one.stderr, one.stdout + one.stderr
+    assert "not restored until it is mended or moved aside" in one.stderr and "a typo" not in one.stderr, one.stderr
+    # a name nothing recorded, while a refused manifest stands: that manifest may be its (refused
+    # before its run could be read), so the refusal names it too rather than calling the name a typo
     rest = cli("restore", logdir, "--all", "--yes", "--json")
     assert rest.returncode == 1, rest.stdout + rest.stderr
     outs = json.loads(rest.stdout)

@@ -70,8 +70,8 @@ _NAMES: dict[str, str] = {
     "api.survey": ("check_logdir confirmed_digests hold_to_confirmed ledger_skips NotALogdir plan plan_digest "
                    "select_runs selection_by_logdir shard_plan shard_sizes"),
     "api.reduce": "reduce_logdir reduce_logdirs",
-    "api.backups": ("NotRestorable purge restorable restore restore_target sample SampleUnavailable "
-                    "vault_lifecycle verify"),
+    "api.backups": ("NotRestorable purge restorable restore restore_refusal restore_target sample "
+                    "SampleUnavailable vault_lifecycle verify"),
     "api.retirement": "retire retire_plan retire_rule retired RetireReport",
 }
 #: names that are modules themselves: the verb groups, and the few modules front ends use whole
@@ -108,7 +108,7 @@ __all__ = [
     "unfinished", "pending_operations", "operation", "operations", "ReduceReport", "PurgeReport",
     "CancelToken", "summarize_operations", "operation_summary", "plan_run_view", "category_changes",
     "dashboards_note", "dashboards_summary", "labels_for", "sample", "SampleUnavailable", "custom_policy",
-    "history_csv", "overview", "disk_numbers", "restorable", "PolicyError", "SelectionError",
+    "history_csv", "overview", "disk_numbers", "restorable", "restore_refusal", "PolicyError", "SelectionError",
     "reduce_summary", "restore_summary", "restore_target", "NotRestorable", "retire", "retire_plan",
     "retire_rule", "retired", "RetireReport", "RetireRule", "select_runs", "check_logdir", "NotALogdir",
     "interrupted_state", "settle_interrupted", "Interrupted", "ledger_skips", "vault_lifecycle",

@@ -9,7 +9,7 @@ from typing import Callable, List, Optional, Sequence
 from tb_footprint_plugin.codes import Outcome
 from tb_footprint_plugin.engine.catalogue import is_kept
 from tb_footprint_plugin.engine import offload
-from tb_footprint_plugin.engine.context import CancelToken, RunOutcome
+from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError
 from tb_footprint_plugin.engine.front import open_engine
 from tb_footprint_plugin.engine.local_sample import SampleUnavailable
 from tb_footprint_plugin.engine.purge import PurgeReport
@@ -117,6 +117,14 @@ def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
     fraction)``: ``check`` while a run's backups are checked (a cancel is still honoured),
     ``restore`` once its first original goes back (from then on it is not)."""
     return open_engine(logdir, backup_dir).restore(run, op, on_outcome, cancel, progress)
+
+
+def restore_refusal(logdir: str, run: str, backup_dir: Optional[str] = None) -> TransactionError:
+    """Why a restore of ``run``, of which nothing restorable is recorded, puts nothing back,
+    changing nothing: a ``TransactionError`` coded ``not_found`` (a name nothing recorded), or
+    ``restore_blocked`` naming damage that may hide its backups (a manifest refused or unreadable),
+    in the words ``restore`` itself uses (``Engine.restore_refusal``)."""
+    return open_engine(logdir, backup_dir).restore_refusal(run)
 
 
 def restorable(logdir: str, run: Optional[str] = None, backup_dir: Optional[str] = None) -> List[dict]:

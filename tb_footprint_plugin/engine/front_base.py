@@ -151,6 +151,12 @@ class Engine(ABC):
         """What ``restore`` would put back, as operation summaries, newest first."""
 
     @abstractmethod
+    def restore_refusal(self, run: str) -> TransactionError:
+        """What a restore of ``run``, of which nothing restorable is recorded, is refused with,
+        changing nothing (``nothing_to_restore``): ``not_found`` when no damage may hide its
+        backups, else ``restore_blocked`` naming that damage (a manifest refused or unreadable)."""
+
+    @abstractmethod
     def backup_runs(self) -> List:
         """The run every operation's manifest names (untrusted: maybe not a string), for purge's
         selection among the runs with backups."""

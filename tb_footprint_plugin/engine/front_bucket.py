@@ -271,6 +271,16 @@ class BucketEngine(Engine):
         self.recover()
         return self.bk.recheck(self.ostore, self.vault, run=run, op=op, cancel=cancel)
 
+    def restore_refusal(self, run: str) -> TransactionError:
+        """``nothing_to_restore`` with the damaged manifests that may hide backups, as ``restore``
+        names them (an operation whose owner a failed listing could not tell: only when it is
+        ``run``'s)."""
+        damaged: List[dict] = []
+        self.bk.manifests(self.ostore, self.vault, damaged)
+        damage = [d["detail"] for d in damaged if d.get("code") != Finding.WHOSE_UNKNOWN
+                  or run == d.get("run") or run in d.get("takes_along", ())]
+        return nothing_to_restore(self.logdir, run, damage)
+
     def restore(self, run: Optional[str], op: Optional[str],
                 on_outcome: Optional[Callable[[RunOutcome], None]] = None,
                 cancel: Optional[CancelToken] = None,

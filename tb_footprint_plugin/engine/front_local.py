@@ -402,6 +402,10 @@ class LocalEngine(Engine):
                         or run.startswith(r["run"].rstrip("/") + "/")]
         return results
 
+    def restore_refusal(self, run: str) -> TransactionError:
+        """``nothing_to_restore`` with the state's damage that may hide backups (``hiding_damage``)."""
+        return nothing_to_restore(self.logdir, run, hiding_damage(self.ctx))
+
     def restore(self, run: Optional[str], op: Optional[str],
                 on_outcome: Optional[Callable[[RunOutcome], None]] = None,
                 cancel: Optional[CancelToken] = None,
@@ -445,7 +449,7 @@ class LocalEngine(Engine):
             done = [m for m in own_manifests(ctx) if takes_out(m, run) and m.get("restored_by")]
             if done:
                 return [said(already_restored(max(done, key=lambda m: m.get("started_at", 0)), run))]
-            raise nothing_to_restore(self.logdir, run, hiding_damage(ctx))
+            raise self.restore_refusal(run)
         # one after the other, their pack copies let go together at the end (``restore_ops``)
         outcomes += restore_ops(ctx, ops, memo, each=lambda m, o: said(_name_remote_failures(m, o)), cancel=cancel,
                                 progress=progress)
