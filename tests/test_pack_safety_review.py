@@ -83,7 +83,8 @@ def test_a_batch_end_deletes_no_pack_while_the_pack_index_folder_is_gone_or_a_fi
 def test_a_reduce_of_another_run_keeps_the_packs_an_absent_index_listed(tmp_path):
     """The same through an ordinary reduce of run b (its batch end merges and sweeps): b's
     compaction makes a new index folder listing only b's pack, a's pack stays (its backups are
-    listed nowhere and held nowhere else), and a restores exactly once its index is back."""
+    listed nowhere and held nowhere else: the reduce's start finds them again in it, each hashed,
+    and lists them: R23 T13), and a restores exactly once its index is back."""
     root = make_logdir(tmp_path / "logs", runs=("a",), files=10)
     before = snapshot(root / "a")
     reduce(root)
@@ -97,7 +98,7 @@ def test_a_reduce_of_another_run_keeps_the_packs_an_absent_index_listed(tmp_path
                             verify_backends=("python",))
     assert {o.status.value for o in rep.outcomes} == {"verified"}, rep.to_dict()
     assert set(a_pack) <= set(packs(root))
-    assert _index_problems(v)  # a's backups are listed by no index object: named, nothing swept
+    assert not _index_problems(v)  # a's backups found again by the start (each hashed) and listed
     for p in (v / "packs" / "index").iterdir():
         shutil.move(str(p), str(aside / p.name))
     (v / "packs" / "index").rmdir()

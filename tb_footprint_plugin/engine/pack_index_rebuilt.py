@@ -26,8 +26,10 @@ def rebuilt_outcomes(got: Optional[Salvage], index_root: str, where: str, *,
     removing the damaged object while a backup is still found nowhere: it may be what lists it,
     and once it is gone a forget may delete what only it listed (review R22, F6's sequel).
     ``unlisted``: no index object was damaged; the backups were in data objects no index object
-    listed any more (one removed: ``bucket_blob_index.unlisted_objects``)."""
+    listed any more (one removed: ``bucket_blob_index.unlisted_objects``); also when the rebuild
+    says so itself (``Salvage.unlisted``: a disk's packs, ``Vault.rebuild_pack_index``)."""
     out: List[RecoveryOutcome] = []
+    unlisted = unlisted or (got is not None and got.unlisted)
     if got is not None and got.found and unlisted:
         names = ", ".join(os.path.join(index_root, k) for k in got.index)
         out.append(RecoveryOutcome("", "", Recovery.REBUILT, f"{len(got.found)} backup(s) the operations need were "

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
+import json
 import os
 import re
 import stat
@@ -18,7 +20,7 @@ from tb_footprint_plugin.codes import BlobError
 from tb_footprint_plugin.engine import faults, remote_vault
 from tb_footprint_plugin.engine.vault_base import KEPT_BUSY, KEPT_DAMAGED, PACKED, same_file
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.blob_salvage import Salvage, salvage
+from tb_footprint_plugin.storage.blob_salvage import Salvage, salvage, unlisted_objects
 from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobSource
 from tb_footprint_plugin.storage.files import sha256_file
 from tb_footprint_plugin.storage.lock import Locked, held as lock_held, release, try_exclusive
@@ -80,6 +82,21 @@ def damaged_index_problems(damaged: List[dict], root: str, hidden: Iterable[str]
     return [{"code": BlobError.DAMAGED_INDEX.value, "file": os.path.join(root, d["key"]),
              "message": f"the vault's pack index does not read ({d['message']}); {what}; no packed backup is "
                         "deleted while it stands"} for d in damaged]
+
+
+def unlisted_words(missing: Sequence[str], where: str = "") -> str:
+    """What ``status`` and a purge say of backups the operations need that no index object lists
+    while no index object is damaged (one removed or lost): the one set of words of a disk's packs
+    (``pack_index_gaps``) and a bucket's blob folder (``bucket_blob_index``). ``where``: what else
+    they were looked for in (", and are not in the blobs folder")."""
+    return (f"{len(missing)} backup(s) the operations need are listed by no index object{where} (sha256 "
+            f"{', '.join(s[:12] + '…' for s in missing[:3])}): an index object may be gone; no pack is deleted as "
+            "a leftover, since one may be their only copy")
+
+
+def _mark(objects: Iterable[str], backups: Iterable[str]) -> str:
+    """``VaultPacks._looked``'s digest of the objects walked and the backups looked for."""
+    return hashlib.sha256(json.dumps([sorted(objects), sorted(backups)]).encode()).hexdigest()
 
 
 class VaultPacks:
@@ -261,14 +278,17 @@ class VaultPacks:
         return [os.path.join(root, d["key"]) for d in damaged]
 
     def rebuild_pack_index(self, manifests: Optional[List[dict]] = None) -> Optional[Salvage]:
-        """While an index object of the vault's packs is damaged (only then: the rare path), the
+        """While an index object of the vault's packs is damaged, or a pack no index row lists
+        stands or one listed only in part (``blob_salvage.unlisted_objects``: an index object
+        removed or lost, R23 T13; a forget's gap looks alike, and costs the manifests' read), the
         backups the vault's manifests name (``manifests``: what ``manifests()`` returned a moment
-        ago, else read now) that no valid index object lists, found again in the packs and
-        listed in a new index object (``storage.blob_salvage``: every slice hashed and matched
-        to a manifest's sha256 and size; nothing deleted, the damaged object kept). None when no
-        index object is damaged, the vault has no packs or is not ours (``is_private``). Under the
-        pack lock, shared (an add is one too; a forget, which takes it alone, deletes nothing
-        while one is damaged).
+        ago, else read now) that no valid index object lists and the vault holds in no other form
+        (plain, compressed, offloaded: a ``.remote`` record), found again in the packs and
+        listed in a new index object (``storage.blob_salvage``: every slice hashed and matched to a
+        manifest's sha256 and size; nothing deleted, a damaged object kept; a look in vain not made
+        again for the same objects and backups, ``_looked``). None when neither stands (a start pays
+        one listing of ``index/`` and one of ``data/``, a pack of up to 16 MB each), the vault has
+        no packs or is not ours (``is_private``). Under the pack lock, shared.
         ``BlobFailure``/``StoreFailure``/``OSError`` as the store fails."""
         if not self.is_private():
             return None  # another user's vault, or one others may write: nothing written into it
@@ -276,7 +296,9 @@ class VaultPacks:
         if bs is None:
             return None
         bs.reload()  # a listing of index/: only objects not read yet in this process are read
-        if not bs.damaged_index():
+        damaged = bool(bs.damaged_index())
+        uncovered = [] if damaged else unlisted_objects(bs, gaps=True)
+        if not damaged and not uncovered:
             return None
         ms = self.manifests() if manifests is None else manifests
         wanted: Dict[str, int] = {}
@@ -295,7 +317,36 @@ class VaultPacks:
         with self.pack_lock(exclusive=False):
             bs.reload()
             hidden = set(self._hidden_packed(bs, wanted))
-            return salvage(bs, {s: n for s, n in wanted.items() if s in hidden}, known)
+            mark = None
+            if not damaged:  # an offloaded one is in its remote vault, not in a pack here
+                hidden = {s for s in hidden if remote_vault.read_record(self.root, s) is None}
+                if not hidden:
+                    return None
+                # these very objects walked for these very backups, found nowhere then: not at
+                # every start again (a backup lost for good beside a pack a forget left a gap in)
+                mark = _mark(uncovered, hidden)
+                if self._looked() == mark:
+                    return None
+            got = salvage(bs, {s: n for s, n in wanted.items() if s in hidden}, known)
+            if mark is not None:  # what the next start would look for, and where
+                self._looked(_mark(unlisted_objects(bs, gaps=True), got.missing) if got.missing else None)
+            return got
+
+    def _looked(self, mark: Optional[str] = "") -> Optional[str]:
+        """What ``rebuild_pack_index`` last walked the packs no row covers for in vain (a digest of
+        those objects and the backups it looked for; only ever skips a look), or None; with
+        ``mark``: that written instead (in the vault's private ``compact`` folder), None: removed."""
+        p = os.path.join(self.root, "compact", "packs-looked")
+        with contextlib.suppress(OSError):
+            if mark == "":
+                with os.fdopen(os.open(p, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
+                    return f.read(64).decode("ascii", "replace")
+            elif mark is None:
+                os.unlink(p)
+            else:
+                with os.fdopen(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "wb") as f:
+                    f.write(mark.encode("ascii"))
+        return None
 
     def pack_index_gaps(self, referenced: Optional[Iterable[str]] = None) -> List[dict]:
         """Why the packs' index cannot be trusted to list every packed backup, as ``pack_problems``
@@ -349,8 +400,9 @@ class VaultPacks:
             if bs.damaged_index():
                 return []  # named by pack_problems, and no forget deletes anything meanwhile
             listed = bs.has
-            keys = {r.key for ref in bs.refs() for r in bs.candidates(ref.sha)}
-            unlisted = any(e.key not in keys for e in bs.store.list("data"))
+            # a pack listed in part counts too: the batch end's sweep repacks one below its live
+            # share, copying only what its rows list
+            unlisted = bool(unlisted_objects(bs, 0, gaps=True))
         except (BlobFailure, StoreFailure, OSError) as e:
             return [gap(f"the vault's pack index does not read ({e}); no pack is deleted as a leftover")]
         if not unlisted:
@@ -367,9 +419,7 @@ class VaultPacks:
             if not held and not self._remote_holds(sha, remote):
                 missing.append(sha)
         if missing:
-            return [gap(f"{len(missing)} backup(s) the operations need are listed by no index object and are not in "
-                        f"the blobs folder (sha256 {', '.join(s[:12] + '…' for s in missing[:3])}): an index object "
-                        "may be gone; no pack is deleted as a leftover, since one may be their only copy")]
+            return [gap(unlisted_words(missing, " and are not in the blobs folder"))]
         return []
 
     def _remote_holds(self, sha: str, stores: Dict[str, object]) -> bool:

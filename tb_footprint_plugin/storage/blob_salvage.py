@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Dict, List, Mapping, Optional, Set, Tuple
 
 from tb_footprint_plugin.storage import zst
-from tb_footprint_plugin.storage.blobstore import DATA, PACK_MAGIC, BlobRef, BlobStore
+from tb_footprint_plugin.storage.blobstore import DATA, INDEX_EVERY, PACK_MAGIC, BlobRef, BlobStore, pack_covered
 from tb_footprint_plugin.storage.store import StoreFailure
 
 #: the largest pack read to look for blobs (a pack of this layout is ~16 MB; a bigger object is
@@ -43,13 +44,15 @@ _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 class Salvage:
     """What ``salvage`` did: ``found`` the refs listed anew, ``index`` the index objects written,
     ``missing`` the wanted shas found nowhere, ``unread`` the packs not read (too large, or the
-    store failed: each with why), ``packs_read`` how many packs were walked."""
+    store failed: each with why), ``packs_read`` how many packs were walked, ``unlisted`` when no
+    index object was damaged (the blobs were in data objects no row listed: one removed or lost)."""
 
     found: List[BlobRef] = field(default_factory=list)
     index: List[str] = field(default_factory=list)
     missing: List[str] = field(default_factory=list)
     unread: List[Tuple[str, str]] = field(default_factory=list)
     packs_read: int = 0
+    unlisted: bool = False
 
 
 def frame_length(data: bytes, p: int) -> Optional[int]:
@@ -207,14 +210,25 @@ class _Walk:
             q -= taken
 
 
-def _covered(refs: List[BlobRef], size: int) -> bool:
-    """Whether the valid rows of a pack cover it from the magic to its end."""
-    at = len(PACK_MAGIC)
-    for r in sorted(refs, key=lambda r: r.offset):
-        if r.offset > at:
-            return False
-        at = max(at, r.offset + r.length)
-    return at >= size
+#: a data object younger than this may be an add's not indexed yet (``BlobStore.add`` indexes what
+#: it verified every ``INDEX_EVERY`` seconds): never taken for one an index lost
+UNLISTED_AFTER = 2 * INDEX_EVERY
+
+
+def unlisted_objects(bs: BlobStore, min_age: float = UNLISTED_AFTER, *, gaps: bool = False) -> List[str]:
+    """The data objects of ``bs`` no valid index row points into, older than ``min_age`` (by the
+    listing's time; one that says none is young): what a removed or lost index object leaves, and
+    what a sweep would delete as leftovers. ``gaps``: also each pack whose rows do not cover it
+    (``pack_covered``: a pack an index object listed only in part, or one a forget left a gap in:
+    the two look alike). One listing of ``data/`` against the index as last read."""
+    rows: Dict[str, List[BlobRef]] = {}
+    for ref in bs.refs():
+        for r in bs.candidates(ref.sha):
+            rows.setdefault(r.key, []).append(r)
+    now = time.time()
+    return sorted(e.key for e in bs.store.list(DATA)
+                  if (e.key not in rows or (gaps and _PACK_KEY.match(e.key) and not pack_covered(rows[e.key], e.size)))
+                  and e.mtime > 0 and now - e.mtime >= min_age)
 
 
 def salvage(bs: BlobStore, wanted: Mapping[str, int], known: Optional[Mapping[str, int]] = None, *,
@@ -235,6 +249,7 @@ def salvage(bs: BlobStore, wanted: Mapping[str, int], known: Optional[Mapping[st
     if not want:
         return out
     damaged = bool(bs.damaged_index())
+    out.unlisted = not damaged
     by_key: Dict[str, List[BlobRef]] = {}
     for ref in bs.refs():
         for r in bs.candidates(ref.sha):
@@ -256,7 +271,7 @@ def salvage(bs: BlobStore, wanted: Mapping[str, int], known: Optional[Mapping[st
         if not want or not _PACK_KEY.match(e.key):
             continue
         refs = by_key.get(e.key, [])
-        if not damaged and _covered(refs, e.size):
+        if not damaged and pack_covered(refs, e.size):
             continue
         if e.size > SALVAGE_READ_LIMIT:
             out.unread.append((e.key, f"{e.size} bytes, more than {SALVAGE_READ_LIMIT} read to look for blobs"))
@@ -289,4 +304,5 @@ def salvage(bs: BlobStore, wanted: Mapping[str, int], known: Optional[Mapping[st
     return out
 
 
-__all__ = ["EMPTY_SHA", "SALVAGE_READ_LIMIT", "Salvage", "frame_length", "salvage"]
+__all__ = ["EMPTY_SHA", "SALVAGE_READ_LIMIT", "Salvage", "UNLISTED_AFTER", "frame_length", "salvage",
+           "unlisted_objects"]

@@ -752,6 +752,17 @@ def _built(docs: Dict[str, _Rows], prev) -> tuple:
     return refs, more, owners, where
 
 
+def pack_covered(refs: Iterable[BlobRef], size: int) -> bool:
+    """Whether the rows ``refs`` of a pack of ``size`` stored bytes account for every byte of it
+    from ``PACK_MAGIC`` to its end (no gap a blob no row lists may fill)."""
+    at = len(PACK_MAGIC)
+    for r in sorted(refs, key=lambda r: r.offset):
+        if r.offset > at:
+            return False
+        at = max(at, r.offset + r.length)
+    return at >= size
+
+
 def _take(docs: Dict[str, _Rows], keys: List[str], refs: dict, more: dict, owners: dict, where: dict,
           only: Optional[Set[str]]) -> None:
     """Add the rows of ``docs[k]`` for ``k`` in ``keys`` (sorted) — only those of ``only`` shas
@@ -1359,6 +1370,7 @@ class BlobStore:
     # --- forgetting (prune) -----------------------------------------------------------------
     def forget(self, shas: Iterable[str], *, grace_seconds: float = 3600,
                consolidate_above: Optional[int] = None, sweep: bool = True, small_packs: int = 0,
+               keep_unlisted: bool = False, keep_uncovered: bool = False,
                failpoint: Optional[Callable[[str], None]] = None) -> dict:
         """Drop this owner's claim on ``shas`` (a blob another owner added as well stays, counted
         in ``released``), and free what no live blob needs (restic's prune): the index objects
@@ -1377,7 +1389,17 @@ class BlobStore:
         only the objects the forgotten blobs live in are looked at (a ``stat`` each), so a
         release of one run's blobs costs what it touches, not the whole vault. ``failpoint``:
         this call's hook instead of the instance's. Returns figures.
-        Nothing is deleted while an index object is damaged (``blocked_by_damaged_index``)."""
+        Nothing is deleted while an index object is damaged (``blocked_by_damaged_index``).
+
+        ``keep_unlisted``: the caller knows (or cannot rule out) that a blob it needs is listed
+        by no index row (an index object removed or lost; another logdir sharing the store whose
+        records it cannot see): no data object no index row lists is deleted however old
+        (``unlisted_kept``, ``unlisted_kept_bytes``): it may hold that blob (restic's prune never
+        deletes a pack holding a blob still referenced). ``keep_uncovered``: nor is a pack whose
+        rows do not cover it from the magic to its end (``pack_covered``: bytes there no row
+        accounts for) repacked or deleted (``uncovered_kept``) — for a caller that looked for the
+        blob and found it nowhere; a forget's own gaps (a blob forgotten from a pack that stays)
+        look alike, so such packs stay until that blob is found."""
         hook = failpoint if failpoint is not None else self.failpoint
         self.reload()  # another process's adds since this instance listed the index count too
         fig = {"forgotten": 0, "released": 0, "live_blobs": 0, "index_written": 0, "index_deleted": 0,
@@ -1416,13 +1438,26 @@ class BlobStore:
         live_len = {k: sum(r.length for r in by_key[k]) for k in looked if k in by_key}
         fig["missing_objects"] = sorted(k for k in live_len if k not in objects)
         known_dead = touched - set(live_len)
+        uncovered: Set[str] = set()
+        if keep_unlisted:
+            fig["unlisted_kept"] = fig["unlisted_kept_bytes"] = 0
+        if keep_uncovered:
+            rows_in: Dict[str, List[BlobRef]] = {}  # every row, the forgotten ones included
+            for s in index:
+                for r in cands(s):
+                    rows_in.setdefault(r.key, []).append(r)
+            uncovered = {k for k in objects if k in rows_in and _PACK.match(k)
+                         and not pack_covered(rows_in[k], objects[k].size)}
+            fig["uncovered_kept"] = len(uncovered)
+            known_dead -= uncovered
         repack = sorted(k for k, n in live_len.items()
-                        if k in objects and _PACK.match(k) and n < REPACK_BELOW * objects[k].size)
+                        if k in objects and _PACK.match(k) and n < REPACK_BELOW * objects[k].size
+                        and k not in uncovered)
         if sweep and small_packs:
             # small packs go together into new ones, exactly as a half-dead pack's live blobs do
             # (new pack verified, then the index, then the old ones): at most one small one stays
             small = sorted(k for k in live_len if k in objects and _PACK.match(k) and k not in repack
-                           and objects[k].size < MIN_PACK)
+                           and k not in uncovered and objects[k].size < MIN_PACK)
             if len(small) >= max(2, small_packs):
                 fig["small_packs"] = len(small)
                 repack = sorted(repack + small)
@@ -1485,6 +1520,10 @@ class BlobStore:
                     continue
                 if not (_LONE.match(key) or _PACK.match(key)):
                     continue  # not a name this layout writes: not ours to delete
+                if keep_unlisted:  # it may hold a blob the caller needs and no row lists
+                    fig["unlisted_kept"] += 1
+                    fig["unlisted_kept_bytes"] += e.size
+                    continue
                 # a listing that says no time (0) says nothing of the object's age: young, kept
                 if e.mtime > 0 and now - e.mtime >= grace_seconds:
                     doomed.append(key)
@@ -1610,4 +1649,4 @@ class BlobStore:
 
 
 __all__ = ["PACK_BELOW", "PACK_TARGET", "MIN_PACK", "PACK_MAGIC", "BlobSource", "BlobRef", "BlobFailure", "BlobStore", "FAILPOINT",
-           "STEPS"]
+           "STEPS", "pack_covered"]
