@@ -135,9 +135,11 @@ def test_b_blobs_left_listed_by_nothing_are_found_after_bs_restore_said_so(s3_bu
     """t6's tail: B's damaged index object removed before B started (as 3bf6099's status advised),
     A purged: B's pack and lone blobs are listed by nothing (no object is damaged any more). A
     start does not list the folder's data objects (a ``stat`` of B's mark only): B's restore
-    refuses each run naming the data objects no index lists and ``recover``, and leaves the mark;
-    B's ``recover`` then finds them (hashed) and lists them; B's restore gives every object back."""
-    from tb_footprint_plugin.engine import bucket_blob_index
+    refuses each run naming the data objects no index lists and ``recover``, and leaves the mark
+    (its own look, ``find_hidden``, off here: it finds them itself since R23 T13,
+    test_unlisted_packs_kept); B's ``recover`` then finds them (hashed) and lists them; B's
+    restore gives every object back."""
+    from tb_footprint_plugin.engine import bucket_blob_index, bucket_restore
 
     b_dir = tmp_path / "demoB"
     shutil.copytree(demo_logdir, b_dir)
@@ -155,7 +157,12 @@ def test_b_blobs_left_listed_by_nothing_are_found_after_bs_restore_said_so(s3_bu
     assert not _b_claims_listed(b, folder)
     outs = api.recover_logdir(b, backup_dir=folder)  # no mark: no look
     assert not [o for o in outs if o.code == Finding.PACK_INDEX_REBUILT], [vars(o) for o in outs]
-    res = api.restore(b, backup_dir=folder)
+    look = bucket_restore.find_hidden
+    bucket_restore.find_hidden = lambda *a, **k: None
+    try:
+        res = api.restore(b, backup_dir=folder)
+    finally:
+        bucket_restore.find_hidden = look
     assert res and all(o.status == codes.Outcome.FAILED for o in res), [o.to_dict() for o in res]
     assert all(o.code == codes.Failure.BACKUP_INDEX_DAMAGED and "no index object lists" in o.reason
                and "recover" in o.reason for o in res), [o.to_dict() for o in res]

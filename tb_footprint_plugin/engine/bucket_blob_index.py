@@ -21,21 +21,23 @@ import os
 import time
 from typing import Dict, List, Optional, Set, Tuple
 
-from tb_footprint_plugin.codes import Finding, Recovery
+from tb_footprint_plugin.codes import Failure, Finding, Recovery
 from tb_footprint_plugin.engine import manifest
-from tb_footprint_plugin.engine.bucket_blobs import forget_lock, is_blob_entry
+from tb_footprint_plugin.engine.bucket_blobs import forget_let_go, forget_lock, is_blob_entry, names_in_bucket
 from tb_footprint_plugin.engine.bucket_identity import PLACES, entry_owner, place_record
 from tb_footprint_plugin.engine.bucket_state import BlobVault, BucketVault
 from tb_footprint_plugin.engine.catalogue_rules import entry_released
 from tb_footprint_plugin.engine.recovery_rules import RecoveryOutcome
 from tb_footprint_plugin.engine.pack_index_rebuilt import rebuilt_outcomes
 from tb_footprint_plugin.engine.remote_vault import hidden_words
-from tb_footprint_plugin.engine.vault_packs import damaged_index_problems
-from tb_footprint_plugin.storage.blob_salvage import Salvage, salvage
-from tb_footprint_plugin.storage.blobstore import DATA, INDEX_EVERY, BlobFailure
+from tb_footprint_plugin.engine.vault_packs import damaged_index_problems, unlisted_words
+from tb_footprint_plugin.storage.blob_salvage import UNLISTED_AFTER, Salvage, salvage
+from tb_footprint_plugin.storage.blob_salvage import unlisted_objects as blob_unlisted
+from tb_footprint_plugin.storage.blobstore import BlobFailure
 from tb_footprint_plugin.storage.paths import is_sha256
 from tb_footprint_plugin.storage.private import NotPrivate, check_private_dir
 from tb_footprint_plugin.storage.store import StoreFailure
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 #: what a look at the folder's index may raise (said as a failed step, never fatal to the verb)
 LOOK_FAILURES = (BlobFailure, StoreFailure, OSError, NotPrivate)
@@ -69,18 +71,24 @@ def blob_needs(bv: BlobVault, manifests: List[dict]) -> Tuple[Dict[str, int], Di
     still need (not purged, not released by a restore) with their sizes and the owners whose
     claim each needs (``entry_owner``: an entry naming another's owner needs nothing here), and
     the sizes of those let go (stepped over by the walk, never listed)."""
+    return needs_of(bv, ((f, not (m.get(manifest.BACKUP_PURGED) or entry_released(m, f)))
+                         for m in manifests for f in _entries(m)))
+
+
+def needs_of(bv: BlobVault, entries) -> Tuple[Dict[str, int], Dict[str, Set[str]], Dict[str, int]]:
+    """``blob_needs``'s ``(wanted, owners, known)`` from file entries, each with whether it is
+    still needed (a manifest's, or those ``bucket_blobs.names_in_bucket`` gives a purge)."""
     wanted: Dict[str, int] = {}
     owners: Dict[str, Set[str]] = {}
     known: Dict[str, int] = {}
-    for m in manifests:
-        purged = bool(m.get(manifest.BACKUP_PURGED))
-        for f in _entries(m):
-            if purged or entry_released(m, f):
-                known.setdefault(f["sha256"], f["size"])
-                continue
-            who = entry_owner(bv, f)
-            if who is None:
-                continue
+    for f, need in entries:
+        if not (is_blob_entry(f) and is_sha256(f.get("sha256")) and type(f.get("size")) is int and f["size"] >= 0):
+            continue
+        if not need:
+            known.setdefault(f["sha256"], f["size"])
+            continue
+        who = entry_owner(bv, f)
+        if who is not None:
             wanted.setdefault(f["sha256"], f["size"])
             owners.setdefault(f["sha256"], set()).add(who)
     return wanted, owners, {s: n for s, n in known.items() if s not in wanted}
@@ -130,9 +138,6 @@ def _claim_again(bv: BlobVault, unclaimed: Dict[str, Set[str]]) -> Tuple[List, L
     return found, index, bad
 
 
-#: a data object younger than this may be an add's not indexed yet (``BlobStore.add`` indexes
-#: what it verified every ``INDEX_EVERY`` seconds): never taken for one an index lost
-UNLISTED_AFTER = 2 * INDEX_EVERY
 #: the folder of marks a restore leaves when a claim it needs is listed nowhere while data objects
 #: no index object lists stand in the folder (one per owner, ``lost_mark``): the next start looks
 #: in them. A mark costs a start one ``stat``; without it no start lists ``data/`` (a folder of
@@ -158,11 +163,7 @@ def unlisted_objects(bv: BlobVault) -> List[str]:
     got = _UNLISTED.get(bv.folder)
     if got is not None and time.monotonic() - got[0] < 10:
         return list(got[1])
-    bs = bv.store
-    listed = {r.key for ref in bs.refs() for r in bs.candidates(ref.sha)}
-    now = time.time()
-    out = sorted(e.key for e in bs.store.list(DATA)
-                 if e.key not in listed and e.mtime > 0 and now - e.mtime >= UNLISTED_AFTER)
+    out = blob_unlisted(bv.store)
     _UNLISTED[bv.folder] = (time.monotonic(), out)
     return list(out)
 
@@ -260,7 +261,7 @@ def index_problems(vault: BucketVault, manifests) -> List[dict]:
         bv.store.reload()
         damaged = bv.store.damaged_index()
         if not damaged:
-            return []
+            return _unlisted_problems(bv, manifests)
         _wanted, owners, _known = blob_needs(bv, manifests())
         hidden = _hidden(bv, owners)
         others = shared_with(bv)
@@ -269,6 +270,58 @@ def index_problems(vault: BucketVault, manifests) -> List[dict]:
     return [{"code": Finding.DAMAGED_FILE, "op_id": None, "run": None, "bytes": 0, "path": p["file"],
              "detail": f"{p['file']}: {p['message']}"}
             for p in damaged_index_problems(damaged, bv.folder, hidden, shared=others)]
+
+
+def _unlisted_problems(bv: BlobVault, manifests) -> List[dict]:
+    """``status``'s row when no index object is damaged but backups the manifests need are listed
+    by no index row while data objects no row lists stand in the folder (an index object removed
+    or lost, R23 T13): ``Failure.BACKUP_INDEX_DAMAGED`` naming the folder's ``index`` and them, in
+    the disk's words (``vault_packs.unlisted_words``); a restore or purge finds them again. Cost:
+    one listing of the local folder's ``data/`` (``unlisted_objects``); the manifests are read
+    only when an unlisted object stands."""
+    if not unlisted_objects(bv):
+        return []
+    _wanted, owners, _known = blob_needs(bv, manifests())
+    hidden = sorted(s for s in owners if not bv.store.has(s))
+    if not hidden:
+        return []
+    where = os.path.join(bv.folder, "index")
+    return [{"code": Failure.BACKUP_INDEX_DAMAGED, "op_id": None, "run": None, "bytes": 0, "path": where,
+             "detail": f"{where}: {unlisted_words(hidden, ', while data objects no row lists stand in the folder')}; "
+                       "a restore or a purge finds them in those objects (each slice hashed) and lists them anew"}]
+
+
+def find_hidden(vault: BucketVault, m: dict, catalogue: List[dict] = ()) -> Optional[Salvage]:
+    """A restore's own look (R23 T13: "restore finds it again"): when a blob the manifest ``m``
+    needs is listed by no index row, no index object is damaged (the start's ``rebuild`` took that
+    case) and data objects no row lists (or lists in part) stand (``blob_salvage.unlisted_objects``),
+    every blob the bucket's manifests need (``catalogue``: the restore's reading of them,
+    ``blob_needs``; with ``m``) that no row lists is looked for in those objects in one walk
+    (``storage.blob_salvage.salvage``: each slice hashed against an entry's sha256 and size; the
+    others' sizes step over what no longer is needed) and listed anew under the owner each entry
+    records, under the folder's forget lock, shared. A blob listed for another owner only gets no
+    claim here (``rebuild``'s rule: not on a manifest's word alone). None when there was nothing
+    to look for, the folder is not ours, or the look failed (the restore then says why each blob
+    is missing, ``hidden_by_index``)."""
+    bv = vault.blobs
+    if not folder_ours(bv):
+        return None
+    try:
+        bs = bv.store
+        if all(bs.has(s) for s in blob_needs(bv, [m])[0]) or bs.damaged_index() \
+                or not blob_unlisted(bs, gaps=True):
+            return None
+        wanted, owners, known = blob_needs(bv, [*catalogue, m])
+        with forget_lock(bv, exclusive=False):
+            bs.reload()
+            want = {s: n for s, n in wanted.items() if not bs.has(s)}
+            if not want or bs.damaged_index():
+                return None
+            got = salvage(bs, want, known, owners={s: owners[s] for s in want}, store_as=bv.store_as)
+        _UNLISTED.pop(bv.folder, None)  # what it listed is no longer unlisted
+        return got
+    except LOOK_FAILURES:
+        return None
 
 
 def hidden_by_index(vault: BucketVault, f: dict) -> Optional[str]:
@@ -300,5 +353,95 @@ def hidden_by_index(vault: BucketVault, f: dict) -> Optional[str]:
     return hidden_words([os.path.join(bv.folder, d["key"]) for d in damaged])
 
 
-__all__ = ["LOOK_FAILURES", "blob_needs", "folder_ours", "hidden_by_index", "index_problems", "rebuild",
+def unlisted_guard(bv: BlobVault, needed: Set[str], entries) -> dict:
+    """What a purge's forget must keep (issue #26, R23 T12/T13, F3's remainder; restic's prune
+    never deletes a pack holding a blob still referenced): every blob a journal or manifest still
+    needs (``needed``, ``entries``) that no index row lists — an index object removed or lost,
+    garbled or not — is first looked for in the folder's data objects no row covers and listed
+    anew (``storage.blob_salvage.salvage``: each slice hashed against the entry's sha256 and size,
+    under the owner the entry records); one still found nowhere may be in a data object no row
+    lists, so none is swept (``keep_unlisted``), nor a pack with bytes no row accounts for
+    repacked or deleted (``keep_uncovered``, while one is ``missing``); nor is unlisted data swept
+    in a folder other logdirs share (``shared_with``): their manifests are not ours to read, and it
+    may be theirs (each add writes its own pack, listed in one index object: what another logdir
+    lost is a whole unlisted object).
+    The caller holds the exclusive forget lock and has just read the index. Returns ``{}`` (sweep
+    as before), or ``{"keep_unlisted": True, "missing": [...], "shared": [...]}``, with ``"found"``
+    (refs listed anew) and ``"index"`` (objects written) when a look found some. While an index
+    object is damaged nothing is deleted anyway (``BlobStore.forget``): no look then, the start's
+    rebuild does it. ``BlobFailure``/``StoreFailure``/``OSError`` as the folder fails."""
+    bs = bv.store
+    if bs.damaged_index():
+        return {}
+    out: dict = {}
+    hidden = sorted(s for s in needed if not bs.has(s))
+    if hidden:
+        wanted, owners, known = needs_of(bv, entries)
+        look = {s: wanted[s] for s in hidden if s in wanted}
+        if look and folder_ours(bv):
+            got = salvage(bs, look, known, owners={s: owners[s] for s in look}, store_as=bv.store_as)
+            out.update(found=got.found, index=got.index)
+        missing = sorted(s for s in hidden if not bs.has(s))
+        if missing:
+            out.update(keep_unlisted=True, missing=missing)
+    shared = shared_with(bv)
+    if shared:
+        out.update(keep_unlisted=True, shared=shared)
+    return out
+
+
+def kept_unlisted_row(bv: BlobVault, guard: dict, fig: dict) -> Optional[dict]:
+    """A purge's row (its ``refused``: said, never acted on) of the data objects its forget kept
+    for ``unlisted_guard``: with the backups found nowhere, ``Failure.BACKUP_INDEX_DAMAGED`` naming
+    the folder and them (nothing unlisted is swept until they are found, or their operations are
+    purged); in a shared folder, ``Finding.ORPHAN_BLOBS`` counting what stays. None when nothing
+    was kept."""
+    n, size = int(fig.get("unlisted_kept") or 0), int(fig.get("unlisted_kept_bytes") or 0)
+    n += int(fig.get("uncovered_kept") or 0)
+    missing, shared = guard.get("missing") or [], guard.get("shared") or []
+    what = f"kept: {n} data object(s) no index row lists ({size} bytes)"
+    if missing:
+        return {"code": Failure.BACKUP_INDEX_DAMAGED, "path": bv.folder, "op_id": None, "run": None, "bytes": size,
+                "detail": f"{bv.folder}: {unlisted_words(missing, ' nor found in a data object no row lists')} "
+                          f"({what})"}
+    if shared and n:
+        return {"code": Finding.ORPHAN_BLOBS, "path": bv.folder, "op_id": None, "run": None, "bytes": size,
+                "detail": f"{bv.folder}: {what}, in a folder shared with {len(shared)} other logdir(s) "
+                          f"({', '.join(shared[:3])}{', …' if len(shared) > 3 else ''}): their backups may be listed "
+                          "only by an index object now gone; each one's purge or `recover` lists its own anew"}
+    return None
+
+
+def collect(ostore: ObjectStore, vault: BucketVault) -> dict:
+    """Purge's step on the blob vault: under the exclusive forget lock, what the bucket's journals
+    and manifests need read (``names_in_bucket``; one that does not read blocks everything: it may
+    name any blob), the blobs they need that no index row lists found again first
+    (``unlisted_guard``: its one read of every manifest is the purge's own, so the check costs no
+    request more), then the claims they let go dropped (``bucket_blobs.forget_let_go``), no data
+    object no row lists swept while the guard says keep. Returns the blob store's figures, with
+    ``unlisted_row`` (``kept_unlisted_row``) when it kept some, ``rebuilt`` (the refs listed
+    anew) when it found some; or ``{"blocked": why}``."""
+    bv = vault.blobs
+    if bv is None or not os.path.isdir(bv.folder):
+        return {}  # no blob was ever added there
+    with forget_lock(bv, exclusive=True):
+        entries: list = []
+        named = names_in_bucket(ostore, vault, entries=entries)
+        if isinstance(named, str):
+            return {"blocked": f"{named} is not readable; nothing forgotten"}
+        needed, let_go = named
+        bv.store.reload()
+        guard = unlisted_guard(bv, needed, entries)
+        fig = forget_let_go(bv, needed, let_go, keep_unlisted=bool(guard.get("keep_unlisted")),
+                            keep_uncovered=bool(guard.get("missing")))
+        row = kept_unlisted_row(bv, guard, fig) if guard.get("keep_unlisted") else None
+        if row is not None:
+            fig["unlisted_row"] = row
+        if guard.get("found"):
+            fig["rebuilt"] = len(guard["found"])
+        return fig
+
+
+__all__ = ["LOOK_FAILURES", "blob_needs", "collect", "find_hidden", "folder_ours", "needs_of",
+           "kept_unlisted_row", "unlisted_guard", "hidden_by_index", "index_problems", "rebuild",
            "recover_index", "lost_mark", "shared_with", "unlisted_objects"]

@@ -370,12 +370,14 @@ def missing_blobs(vault: BucketVault, files: List[dict], reread: bool = True, *,
 
 
 def named_digests(doc, out: Set[str], let_go: Optional[Set[Tuple[Optional[str], str]]] = None,
-                  purged: bool = False) -> bool:
+                  purged: bool = False, entries: Optional[List[Tuple[dict, bool]]] = None) -> bool:
     """Add the digests a manifest or journal names to ``out``, and those it let go (``purged``:
     every one; else the entries its restore released) to ``let_go``, each with the owner its entry
     records (``let_go_owner``: None for 3f68b74's); False when it is not readable. The one rule of
-    what names a blob: the forget (``collect``) and the purge preview's figure
-    (``bucket_purge.folder_frees``) both ask it, and ``dropped_claims`` which claims go."""
+    what names a blob: the forget (``bucket_blob_index.collect``) and the purge preview's figure
+    (``bucket_purge.folder_frees``) both ask it, and ``dropped_claims`` which claims go.
+    ``entries``: each entry naming a digest appended with whether it is needed (its size and
+    owner: what a look for a blob no index row lists needs)."""
     if not isinstance(doc, dict) or doc.get("corrupt"):
         return False
     runs = doc.get("runs") if isinstance(doc.get("runs"), list) else [doc]
@@ -390,6 +392,8 @@ def named_digests(doc, out: Set[str], let_go: Optional[Set[Tuple[Optional[str], 
                     let_go.add((let_go_owner(f), f["sha256"]))
             else:
                 out.add(f["sha256"])
+            if entries is not None:
+                entries.append((f, not (purged or entry_released(doc, f))))
     return True
 
 
@@ -402,13 +406,15 @@ def _purged(doc, file: str) -> bool:
         return False
 
 
-def names_in_bucket(ostore: ObjectStore, vault: BucketVault, manifests_read: Optional[List[dict]] = None):
+def names_in_bucket(ostore: ObjectStore, vault: BucketVault, manifests_read: Optional[List[dict]] = None,
+                    entries: Optional[List[Tuple[dict, bool]]] = None):
     """``(needed, let_go)``: the digests a journal or a manifest (not purged) of the bucket names,
     and those a manifest lets go (marked purged, or an entry a restore released) with the owner its
     entry records (``named_digests``); the path of the
     first that is not readable instead (nothing may be forgotten then: it may name any blob).
     ``manifests_read``: the manifests as the caller read them in the one schema (``status``: no
-    read twice), else listed and read here. A forget's caller holds the exclusive forget lock."""
+    read twice), else listed and read here. A forget's caller holds the exclusive forget lock.
+    ``entries``: each file entry naming a digest, with whether it is needed (``named_digests``)."""
     st = BucketState(ostore)
     needed: Set[str] = set()
     let_go: Set[Tuple[Optional[str], str]] = set()
@@ -425,57 +431,53 @@ def names_in_bucket(ostore: ObjectStore, vault: BucketVault, manifests_read: Opt
             continue
         is_manifest = path.startswith(manifests + "/")
         # only a manifest's word lets a blob go: a journal names what it names, nothing more
-        if not named_digests(doc, needed, let_go if is_manifest else None, is_manifest and _purged(doc, path)):
+        if not named_digests(doc, needed, let_go if is_manifest else None, is_manifest and _purged(doc, path),
+                             entries):
             return path
     for m in manifests_read or []:
-        named_digests(m, needed, let_go, bool(m.get(manifest.BACKUP_PURGED)))
+        named_digests(m, needed, let_go, bool(m.get(manifest.BACKUP_PURGED)), entries)
     return needed, let_go
 
 
-def collect(ostore: ObjectStore, vault: BucketVault) -> dict:
-    """Purge's step on the blob vault: under the exclusive lock, drop this logdir's claims
-    (``dropped_claims``) on the blobs a manifest in the bucket lets go (marked purged: by a purge,
-    or a restore's release; or an entry a restore released) and no manifest (not purged) or
-    journal names; a blob goes when no owner claims it any more. Positive evidence only (review
-    R9 F8): a blob nothing names at all (its manifest gone without a purge: a sync with
-    ``--delete``, a lifecycle rule, a tidy by hand; an operation rolled back) may be the only copy
-    of a run: an orphan, kept and counted (``orphans``, ``orphan_bytes``), as a disk vault keeps
-    its ``orphan_blobs``. Claims made at an earlier location of this logdir (moved since) are
-    never dropped (review R11 G2: a copy of it may still need them), counted (``earlier_location``).
-    Returns the blob store's figures, or ``{"blocked": why}`` when a manifest or journal could not
-    be read."""
-    bv = vault.blobs
-    if bv is None or not os.path.isdir(bv.folder):
-        return {}  # no blob was ever added there
-    with forget_lock(bv, exclusive=True):
-        named = names_in_bucket(ostore, vault)
-        if isinstance(named, str):
-            return {"blocked": f"{named} is not readable; nothing forgotten"}
-        needed, let_go = named
-        bv.store.reload()
-        mine, earlier = claimed_here(bv)
-        drops = dropped_claims(bv, needed, let_go)
-        gone = {sha for _, sha in let_go}
-        orphans = [r for r in mine if r.sha not in gone and r.sha not in needed]
-        kept = {"orphans": len(orphans), "orphan_bytes": sum(r.size for r in orphans)}
-        if earlier:
-            kept["earlier_location"] = len(earlier)
-        if not drops:
-            return {"forgotten": 0, **kept}
-        total: dict = {}
-        try:
-            for owner, shas in drops.items():
-                for k, v in bv.store_as(owner).forget(shas).items():
-                    total[k] = total[k] + v if isinstance(v, (int, list)) and k in total else v
-            if len(drops) > 1:
-                bv.store.reload()
-            return {**total, **kept}
-        except BlobFailure as e:
-            n = sum(len(v) for v in drops.values())
-            raise BucketTxnError(Failure.STORE_ERROR, f"{bv.folder}: the blob vault could not forget "
-                                 f"{n} purged backup(s) yet ({e}); the next purge does it") from None
+def forget_let_go(bv: BlobVault, needed: Set[str], let_go: Set[Tuple[Optional[str], str]], *,
+                  keep_unlisted: bool = False, keep_uncovered: bool = False) -> dict:
+    """A purge's forget on the blob vault (``bucket_blob_index.collect``, under the exclusive
+    forget lock, the index just read): drop this logdir's claims (``dropped_claims``) on the blobs
+    a manifest in the bucket lets go (marked purged: by a purge, or a restore's release; or an
+    entry a restore released) and no manifest (not purged) or journal names (``needed``); a blob
+    goes when no owner claims it any more. Positive evidence only (review R9 F8): a blob nothing
+    names at all (its manifest gone without a purge: a sync with ``--delete``, a lifecycle rule, a
+    tidy by hand; an operation rolled back) may be the only copy of a run: an orphan, kept and
+    counted (``orphans``, ``orphan_bytes``), as a disk vault keeps its ``orphan_blobs``. Claims
+    made at an earlier location of this logdir (moved since) are never dropped (review R11 G2: a
+    copy of it may still need them), counted (``earlier_location``). ``keep_unlisted``,
+    ``keep_uncovered``: ``BlobStore.forget``'s (no data object no index row lists swept; no pack
+    with bytes no row accounts for repacked or deleted): one may hold a needed blob.
+    Returns the blob store's figures."""
+    mine, earlier = claimed_here(bv)
+    drops = dropped_claims(bv, needed, let_go)
+    gone = {sha for _, sha in let_go}
+    orphans = [r for r in mine if r.sha not in gone and r.sha not in needed]
+    kept = {"orphans": len(orphans), "orphan_bytes": sum(r.size for r in orphans)}
+    if earlier:
+        kept["earlier_location"] = len(earlier)
+    if not drops:
+        return {"forgotten": 0, **kept}
+    total: dict = {}
+    try:
+        for owner, shas in drops.items():
+            for k, v in bv.store_as(owner).forget(shas, keep_unlisted=keep_unlisted,
+                                                    keep_uncovered=keep_uncovered).items():
+                total[k] = total[k] + v if isinstance(v, (int, list)) and k in total else v
+        if len(drops) > 1:
+            bv.store.reload()
+        return {**total, **kept}
+    except BlobFailure as e:
+        n = sum(len(v) for v in drops.values())
+        raise BucketTxnError(Failure.STORE_ERROR, f"{bv.folder}: the blob vault could not forget "
+                             f"{n} purged backup(s) yet ({e}); the next purge does it") from None
 
 
 __all__ = ["LEFT_AS_IT_WAS", "adding", "backup_entries", "blobs_of", "check_entry",
-           "copy_from_blobs", "collect", "entry_failure", "entry_ok", "forget_lock", "is_blob_entry", "missing_blobs", "named_digests", "names_in_bucket", "names_our_backup", "plain_under",
+           "copy_from_blobs", "entry_failure", "entry_ok", "forget_let_go", "forget_lock", "is_blob_entry", "missing_blobs", "named_digests", "names_in_bucket", "names_our_backup", "plain_under",
            "put_back"]

@@ -19,7 +19,8 @@ from tb_footprint_plugin.engine.bucket_purge_journal import purge_journal_first,
 from tb_footprint_plugin.engine.bucket_putback import delete_copies, store_delete_batch
 from tb_footprint_plugin.engine.context import CancelToken
 from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_by_restore, kept_row, originals_lost
-from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry, named_digests
+from tb_footprint_plugin.engine.bucket_blob_index import collect
+from tb_footprint_plugin.engine.bucket_blobs import is_blob_entry, named_digests
 from tb_footprint_plugin.engine.bucket_identity import dropped_claims
 from tb_footprint_plugin.engine.catalogue_rules import copies_bytes, is_rolled_back_keeping
 from tb_footprint_plugin.engine.bucket_manifests import manifests, own_manifests
@@ -245,6 +246,8 @@ class BucketCopies(purge_run.PurgeLayout):
             return
         fig = collect(ostore, vault)
         self.folder_freed = int(fig.get("bytes_deleted") or 0)
+        if fig.get("unlisted_row"):  # data objects no index row lists kept: said, never acted on
+            self.refused_rows.append(fig["unlisted_row"])
         if fig.get("blocked"):
             raise BucketTxnError(Failure.STORE_ERROR, f"{vault.blobs.folder}: {fig['blocked']}")
         if fig.get("blocked_by_damaged_index"):

@@ -16,7 +16,8 @@ from typing import Dict, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Skip, StoreError
 from tb_footprint_plugin.engine import lease, manifest, purge_run
-from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry, names_our_backup
+from tb_footprint_plugin.engine.bucket_blob_index import collect
+from tb_footprint_plugin.engine.bucket_blobs import is_blob_entry, names_our_backup
 from tb_footprint_plugin.engine.catalogue_rules import entry_released
 from tb_footprint_plugin.engine.bucket_state import (
     STORE_FAILURES,

@@ -18,7 +18,8 @@ from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, StoreError
 from tb_footprint_plugin.engine import txn
-from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry
+from tb_footprint_plugin.engine.bucket_blob_index import collect
+from tb_footprint_plugin.engine.bucket_blobs import is_blob_entry
 from tb_footprint_plugin.engine.bucket_purge_journal import purge_journal_first, renew
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,

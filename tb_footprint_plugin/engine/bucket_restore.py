@@ -21,7 +21,7 @@ from typing import Callable, Dict, List, Optional
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import faults, putback, txn
 from tb_footprint_plugin.engine.bucket_blob_folder import with_recorded_folder
-from tb_footprint_plugin.engine.bucket_blob_index import hidden_by_index
+from tb_footprint_plugin.engine.bucket_blob_index import find_hidden, hidden_by_index
 from tb_footprint_plugin.engine.bucket_blobs import blobs_of, check_entry, is_blob_entry, names_our_backup, put_back
 from tb_footprint_plugin.engine.bucket_moved import MOVED_FROM, marked_afresh, not_ours_refusal, outside_words, restore_doc
 from tb_footprint_plugin.engine.bucket_kept import (grown_key, journaled_standing, keep_grown, keep_standing, late_from_kept,
@@ -110,6 +110,8 @@ def restore_op(ostore: ObjectStore, vault: BucketVault, manifest: dict, resume: 
     except BucketTxnError as e:
         out.code, out.reason = e.code, f"{e}; nothing was changed"
         return out
+    # blobs an index object removed or lost left listed by nothing: found again first (R23 T13)
+    find_hidden(vault, manifest, catalogue or ())
     txn.run(ObjectRestore(ostore, vault, manifest, resume, out), cancel or CancelToken(),
             (lambda step, frac: progress(out.run, step, frac)) if progress is not None else None)
     return out
