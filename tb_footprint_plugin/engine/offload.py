@@ -317,12 +317,32 @@ def merge_remote_packs(vault: Vault) -> dict:
     except (Locked, OSError):
         return {}
     try:
-        return remote_vault.blobstore(url, fresh=True).forget([], consolidate_above=1, sweep=True,
-                                                             small_packs=SMALL_PACKS)
+        bs = remote_vault.blobstore(url, fresh=True)
+        lost = listed_again(vault, url, bs)
+        if lost:
+            # a blob a record needs is in no listed object: the sweep would take its pack for a
+            # leftover (review R24 F2), so nothing is merged or swept until it is found
+            return {"kept_unlisted": len(lost)}
+        return bs.forget([], consolidate_above=1, sweep=True, small_packs=SMALL_PACKS)
     except Exception:  # noqa: BLE001 - the packs stay as they are, every one still listed and read
         return {}
     finally:
         release(fd)
+
+
+def listed_again(vault: Vault, url: str, bs) -> List[str]:
+    """Before the remote vault at ``url`` (``bs``, its ``BlobStore`` as just read) deletes
+    anything: the blobs this vault's records say are there and no index object lists (an index
+    object lost, removed or damaged: ``remote_vault.unlisted_records``) are looked for in its
+    packs, each slice hashed, and listed anew (``remote_vault.rebuild_remote_index``); returns
+    those still listed nowhere, whose packs a sweep must then not delete. The rule a disk's
+    packs keep (``vault_packs.pack_index_gaps``): a record is the evidence a pack no index lists
+    may be a backup's only copy. Costs a listing of the vault's ``blobs/`` folders when every
+    record is listed."""
+    if not remote_vault.unlisted_records(vault.root, url, bs):
+        return []
+    remote_vault.rebuild_remote_index(vault.root, url)
+    return sorted(remote_vault.unlisted_records(vault.root, url, remote_vault.blobstore(url, fresh=True)))
 
 
 def forget_remote(vault: Vault, shas: Iterable[str], keep_now: Optional[Callable[[], set]] = None) -> int:
@@ -354,7 +374,11 @@ def _forget_locked(vault: Vault, shas: List[str]) -> int:
     n = 0
     for url, group in by_url.items():
         try:
-            fig = remote_vault.blobstore(url).forget(group, small_packs=SMALL_PACKS)
+            bs = remote_vault.blobstore(url, fresh=True)
+            # a backup listed nowhere (an index object lost): found again first; while one is
+            # still unfound, no unlisted object is swept (it may be its only copy, review R24 F2)
+            lost = listed_again(vault, url, bs)
+            fig = remote_vault.blobstore(url).forget(group, small_packs=SMALL_PACKS, sweep=not lost)
         except BlobFailure as e:  # an OSError for the callers: named, and finished by the next start
             raise remote_vault.RemoteReadError(e.code, url, f"{url}: the remote vault could not delete {len(group)} "
                                                f"purged backup(s) yet ({e}); the next start does it") from None
@@ -495,4 +519,5 @@ def lifecycle_rules(store_urls: List[str], days: int = LIFECYCLE_DAYS) -> dict:
 __all__ = ["OFFLOADED", "ALREADY_REMOTE", "KEPT_OPEN", "KEPT_SHARED", "KEPT_IN_USE", "KEPT_DAMAGED", "KEPT_REMOTE_BAD",
            "FAILED",
            "MISSING", "OffloadError", "LIFECYCLE_DAYS", "lifecycle_rule", "lifecycle_rules", "vaults_under", "configure", "remote_url", "note_offload", "pending_offloads", "done_offload",
-           "offload_operation", "offload_blobs", "merge_remote_packs", "forget_remote", "forget_released", "remote_stats"]
+           "offload_operation", "offload_blobs", "merge_remote_packs", "listed_again", "forget_remote", "forget_released",
+           "remote_stats"]

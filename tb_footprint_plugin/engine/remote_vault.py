@@ -314,10 +314,40 @@ def recorded_blobs(vault_root: str, url: str) -> Dict[str, int]:
     return out
 
 
+def unlisted_records(vault_root: str, url: str, bs: BlobStore) -> Dict[str, int]:
+    """sha256 -> size of the blobs this vault's records say it offloaded to ``url`` that no valid
+    index object of ``bs`` (that remote vault, as last read) lists: what a lost or removed index
+    object leaves (review R24 F2, R23 T13's remote twin). A record is named by its digest, so a
+    vault whose every record is listed costs one listing of its ``blobs/`` folders and no read;
+    only an unlisted digest's record is read (its URL must be ``url``)."""
+    out: Dict[str, int] = {}
+    base = os.path.join(vault_root, "blobs")
+    try:
+        shards = sorted(os.listdir(base))
+    except OSError:
+        return out
+    for sub in shards:
+        if len(sub) != 2:
+            continue
+        try:
+            names = os.listdir(os.path.join(base, sub))
+        except OSError:
+            continue
+        for n in names:
+            sha = n[:-len(REMOTE_SUFFIX)]
+            if not n.endswith(REMOTE_SUFFIX) or not is_sha256(sha) or bs.has(sha):
+                continue
+            rec = read_record(vault_root, sha)
+            if rec is not None and rec["url"] == url:
+                out[rec["sha"]] = rec["size"]
+    return out
+
+
 def rebuild_remote_index(vault_root: str, url: str) -> Optional[Salvage]:
-    """While an index object of the remote vault at ``url`` is damaged (only then), the blobs this
-    vault's records say it holds there (``recorded_blobs``) that no valid index object lists,
-    found again in its packs and listed anew (``storage.blob_salvage.salvage``: every slice
+    """While an index object of the remote vault at ``url`` is damaged, or a blob this vault's
+    records say it holds there is listed by no index object (one lost or removed:
+    ``unlisted_records``), the blobs its records name (``recorded_blobs``) that no valid index
+    object lists, found again in its packs and listed anew (``storage.blob_salvage.salvage``: every slice
     hashed and matched to a record's sha256 and size; nothing deleted, the damaged object kept,
     and while it stands no forget deletes anything). None when nothing is damaged, ``url`` is
     not a remote vault this vault offloaded to (``known_urls``) or the vault is not a folder of
@@ -334,9 +364,10 @@ def rebuild_remote_index(vault_root: str, url: str) -> Optional[Salvage]:
     except (NotPrivate, OSError):
         return None
     bs = blobstore(url, fresh=True)
-    if not bs.damaged_index():
+    wanted = recorded_blobs(vault_root, url) if bs.damaged_index() else unlisted_records(vault_root, url, bs)
+    if not wanted:
         return None
-    got = salvage(bs, recorded_blobs(vault_root, url))
+    got = salvage(bs, wanted)
     with _stores_lock:
         _rebuilt.add((vault_root, url))
     return got
@@ -750,9 +781,10 @@ def open_remote(vault_root: str, sha: str) -> BinaryIO:
         bs = blobstore(rec["url"])
         if bs.ref(sha) is None:
             bs = blobstore(rec["url"], fresh=True)
-        if bs.ref(sha) is None and bs.damaged_index() and (vault_root, rec["url"]) not in _rebuilt:
-            # a damaged index object may hide it (review R22 F3): the index was just read anyway,
-            # so the packs are looked through here, once per process and remote vault
+        if bs.ref(sha) is None and (vault_root, rec["url"]) not in _rebuilt:
+            # a damaged index object may hide it (review R22 F3), or a lost one (R24 F2): the index
+            # was just read anyway, so the packs are looked through here, once per process and
+            # remote vault
             rebuild_remote_index(vault_root, rec["url"])
             bs = blobstore(rec["url"])
         name = object_name(rec, bs)
@@ -816,4 +848,4 @@ __all__ = ["PACKS_DIR", "PACK_STEPS", "tighten_pack_dirs", "packs_root", "has_pa
            "open_packed", "check_packed", "REMOTE_SUFFIX", "REMOTE_CONFIG", "RemoteReadError", "record_path", "read_record", "has_record",
            "write_record", "drop_record", "configured_url", "known_urls", "set_configured_url", "blobstore", "open_remote",
            "check_remote", "object_name", "last_failure", "read_twice", "hidden_words", "recorded_blobs",
-           "rebuild_remote_index"]
+           "rebuild_remote_index", "unlisted_records"]
