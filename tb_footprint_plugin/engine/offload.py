@@ -28,6 +28,11 @@ end (``merge_remote_packs``) and a purge repack the packs under ``blobstore.MIN_
 The remote vault of a logdir is a prefix of its own under the URL the user gave
 (``<url>/tbfp-<16 hex>``, remembered in the vault's ``remote.json``): a purge forgets blobs by
 digest, and another logdir offloading to the same URL must never lose a blob it still needs.
+
+Why one module: the offload's steps, the next start's finishing of a killed one and the remote
+vault's deletes (a purge's forget, a batch end's merge, each after ``listed_again``) hold one lock
+(``offload/.lock``) and read one record format; apart, a delete could be written that an offload
+under way, or a record no index lists, does not stop.
 """
 from __future__ import annotations
 

@@ -4,6 +4,11 @@ small packs and the pack index's problems and gaps.
 
 A part of ``engine.vault.Vault`` (the format is described there); ``Vault._pack_candidates`` and
 ``Vault._packable`` stay in ``engine.vault`` (they read names set on that module).
+
+Why one module: the sweeps that delete packs (a purge's forget, a batch end's merge) and the rule
+that stops them (``pack_index_gaps``: a backup a record or an unreadable manifest may need is
+listed by no row) are one rule over one ``BlobStore`` and one lock; apart, a new sweep could be
+written without the look that guards it.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 from tb_footprint_plugin.codes import BlobError
 from tb_footprint_plugin.engine import faults, remote_vault
 from tb_footprint_plugin.engine.vault_base import KEPT_BUSY, KEPT_DAMAGED, PACKED, same_file
+from tb_footprint_plugin.engine.vault_manifests import EveryBlob
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.blob_salvage import Salvage, salvage, unlisted_objects
 from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobSource
@@ -257,6 +263,8 @@ class VaultPacks:
         """The backups ``referenced`` (default: ``referenced_blobs()``) that no valid index object
         lists and the vault holds neither plain nor compressed: what a damaged index may hide."""
         refs = self.referenced_blobs() if referenced is None else referenced
+        # (every blob, while a manifest does not read: only the digests known are counted here; the
+        # words say to keep the index until no damaged manifest is named, and no sweep runs then)
         return sorted(s for s in set(refs) if is_sha256(s) and not bs.has(s) and not self.held_outside_packs(s))
 
     def hidden_by_damaged_index(self, sha: str) -> List[str]:
@@ -407,9 +415,16 @@ class VaultPacks:
             return [gap(f"the vault's pack index does not read ({e}); no pack is deleted as a leftover")]
         if not unlisted:
             return []  # no leftover to take for one: a backup missing here is health's "missing" alone
+        refs = self.referenced_blobs() if referenced is None else referenced
+        if isinstance(refs, EveryBlob):
+            # a manifest may be unreadable (a damaged piece of the operation log): which backups it
+            # names is unknown, so any data object no row lists may be its only copy (review R24 F1:
+            # ``set()`` of every blob kept only the readable manifests' digests, and the sweep took it)
+            return [gap("a manifest that does not read may name backups no index object lists (see its problem); "
+                        "no pack is deleted as a leftover until it is mended or moved aside")]
         missing = []
         remote: Dict[str, object] = {}  # URL -> its blob store (None: it does not read now)
-        for sha in sorted(set(self.referenced_blobs() if referenced is None else referenced)):
+        for sha in sorted(set(refs)):
             if not is_sha256(sha) or listed(sha):
                 continue
             held = False
