@@ -247,3 +247,38 @@ def test_keep_unlisted_keeps_every_leftover_past_its_grace(tmp_path):
         if keep:
             assert fig["unlisted_kept"] == 1 and fig["unlisted_kept_bytes"] == os.path.getsize(
                 os.path.join(root, refs[0].key)), fig
+
+
+def test_a_pack_listed_in_part_verify_names_it_and_restore_finds_the_rest(s3_bucket, demo_logdir, tmp_path):
+    """T12's other form: one reduce (one pack, one index object); the object removed after a rebuild
+    that could not read Y's manifest listed every other run's rows anew: Y's blobs sit in a pack
+    other rows list. verify names them as listed by no index object (not a lost backup), and a
+    restore finds them in that pack (each hashed): every run back byte for byte."""
+    from tb_footprint_plugin.engine.bucket_identity import BLOB_OWNER
+    from tb_footprint_plugin.engine.front_bucket import bucket_of
+
+    prefix = f"unl{next(_n)}"
+    url = s3_bucket.upload(demo_logdir, prefix)
+    folder = str(tmp_path / "blobs")
+    before = _user(s3_bucket, prefix)
+    rep = api.reduce_logdir(url, backup_dir=folder, policy=DROP, dry_run=False, quiet_period=0)
+    assert len([o for o in rep.outcomes if o.status == codes.Outcome.VERIFIED]) >= 3, rep.to_dict()
+    ops = _ops(url, folder)
+    y = sorted(ops)[0]
+    owner = {f["sha256"]: f[BLOB_OWNER] for m in ops.values() for f in m["files"] if f.get("kept_in") == "blobstore"}
+    y_shas = {f["sha256"] for f in ops[y]["files"] if f.get("kept_in") == "blobstore"}
+    refs = list(BlobStore(PosixStore(folder)).refs())
+    assert any(r.sha in y_shas and r.key.endswith(".pack") for r in refs)
+    for p in _index_objects(folder):
+        os.unlink(p)
+    _age(folder)
+    bv = bucket_of(url, folder)[1].blobs
+    for who in sorted(set(owner.values())):
+        bv.store_as(who).index_found([r for r in refs if r.sha not in y_shas and owner.get(r.sha) == who])
+    rows = {r["run"]: r for r in api.verify(url, backup_dir=folder)}
+    assert rows[y].get("code") == codes.Failure.BACKUP_INDEX_DAMAGED, rows[y]
+    assert all("listed by no index object" in d for d in rows[y]["damaged_backups"]), rows[y]
+    assert all(r.get("ok") for run, r in rows.items() if run != y), rows
+    res = api.restore(url, backup_dir=folder)
+    assert res and {o.status for o in res} == {codes.Outcome.RESTORED}, [o.to_dict() for o in res]
+    assert _user(s3_bucket, prefix) == before

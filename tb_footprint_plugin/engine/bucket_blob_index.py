@@ -151,20 +151,22 @@ def lost_mark(bv: BlobVault) -> str:
 
 
 #: folder -> (monotonic time, ``unlisted_objects``): a restore's every missing blob asks (one listing)
-_UNLISTED: Dict[str, Tuple[float, List[str]]] = {}
+_UNLISTED: Dict[Tuple[str, bool], Tuple[float, List[str]]] = {}
 
 
-def unlisted_objects(bv: BlobVault) -> List[str]:
+def unlisted_objects(bv: BlobVault, gaps: bool = False) -> List[str]:
     """The folder's data objects no valid index row points into, older than ``UNLISTED_AFTER``:
     what a removed (or lost) index object leaves (review R23 T5, t6: a logdir's pack listed by
-    nothing once another logdir's status had called its damaged index removable). One listing of
-    the local folder's ``data/`` against the index as last read (the same answer for 10 s: a
-    restore asks it for each blob it misses)."""
-    got = _UNLISTED.get(bv.folder)
+    nothing once another logdir's status had called its damaged index removable); ``gaps``: and
+    the packs rows list only in part (an index object removed after a rebuild listed the others'
+    rows: R23 T12). One listing of the local folder's ``data/`` against the index as last read
+    (``blob_salvage.unlisted_objects``; the same answer for 10 s: a verify asks it for each blob
+    it misses)."""
+    got = _UNLISTED.get((bv.folder, gaps))
     if got is not None and time.monotonic() - got[0] < 10:
         return list(got[1])
-    out = blob_unlisted(bv.store)
-    _UNLISTED[bv.folder] = (time.monotonic(), out)
+    out = blob_unlisted(bv.store, gaps=gaps)
+    _UNLISTED[(bv.folder, gaps)] = (time.monotonic(), out)
     return list(out)
 
 
@@ -318,7 +320,8 @@ def find_hidden(vault: BucketVault, m: dict, catalogue: List[dict] = ()) -> Opti
             if not want or bs.damaged_index():
                 return None
             got = salvage(bs, want, known, owners={s: owners[s] for s in want}, store_as=bv.store_as)
-        _UNLISTED.pop(bv.folder, None)  # what it listed is no longer unlisted
+        for gaps in (False, True):  # what it listed is no longer unlisted
+            _UNLISTED.pop((bv.folder, gaps), None)
         return got
     except LOOK_FAILURES:
         return None
@@ -340,14 +343,14 @@ def hidden_by_index(vault: BucketVault, f: dict) -> Optional[str]:
             return None  # listed and claimed: its failure is its own
         damaged = bv.store.damaged_index()
         if not damaged:
-            lost = unlisted_objects(bv)
+            lost = unlisted_objects(bv, gaps=True)
             if not lost:
                 return None
             os.makedirs(os.path.dirname(lost_mark(bv)), mode=0o700, exist_ok=True)
             os.close(os.open(lost_mark(bv), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
             return (f"listed by no index object of {bv.folder}, where {len(lost)} data object(s) no index object "
-                    "lists stand (one removed?) and may hold it: `tb-footprint recover` looks for it in them (each "
-                    "slice hashed) and lists it anew")
+                    "lists whole stand (one removed?) and may hold it: `tb-footprint recover` looks for it in them "
+                    "(each slice hashed) and lists it anew")
     except LOOK_FAILURES:
         return None
     return hidden_words([os.path.join(bv.folder, d["key"]) for d in damaged])
