@@ -73,9 +73,15 @@ def test_while_a_lost_blob_is_found_nowhere_the_batch_end_and_purge_sweep_nothin
 def test_recover_and_restore_find_a_lost_index_objects_blobs(offloaded):  # noqa: F811
     root, before, url = offloaded
     _lose_index(url)
+    # status names them (it said only "stored for 0 backup(s)"), and the verb that finds them
+    said = [p for p in api.status(str(root))["problems"] if p.get("path") == url]
+    assert len(said) == 1 and "listed by no index object" in said[0]["detail"] and "recover" in said[0]["detail"], \
+        api.status(str(root))["problems"]
+    assert said[0]["code"] == Finding.DAMAGED_FILE
     remote_vault._rebuilt.clear()
     outs = api.recover_logdir(str(root))
     assert [o for o in outs if o.code == Finding.PACK_INDEX_REBUILT], [vars(o) for o in outs]
+    assert not [p for p in api.status(str(root))["problems"] if p.get("path") == url]
     _lose_index(url)  # again: this time the restore meets it first
     remote_vault._rebuilt.clear()
     res = api.restore(str(root))

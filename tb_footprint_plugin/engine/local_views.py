@@ -8,7 +8,7 @@ import math
 import os
 from typing import List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Outcome
+from tb_footprint_plugin.codes import Finding, Outcome
 from tb_footprint_plugin.engine import health, lease, trust, usage
 from tb_footprint_plugin.engine.catalogue import (known_vaults, own_manifests, own_manifests_of, read_vaults,
                                                   vault_problems)
@@ -21,6 +21,7 @@ from tb_footprint_plugin.engine.restore import kept_blobs
 from tb_footprint_plugin.engine.retire_rules import is_restorable_retirement
 from tb_footprint_plugin.engine.retire_tree import OP_ID_RE, check_retired_dir, retired_dir, tree_size
 from tb_footprint_plugin.engine.vault import Vault
+from tb_footprint_plugin.engine.vault_packs import unlisted_words
 from tb_footprint_plugin.engine.vault_reads import VaultRead
 from tb_footprint_plugin.storage.paths import state_dir
 
@@ -74,6 +75,14 @@ def status_view(ctx: Context, found: dict, reads: Optional[List[VaultRead]] = No
             problems.insert(0, e.to_dict())
     freed_now, kept_ops = _freed_now(ctx, manifests, vaults)
     retired = retired_after_purge(manifests, vaults)
+    remote = usage.remote_usage(vaults)
+    # backups offloaded to a remote vault that no index object there lists any more (one lost or
+    # removed): named, as a disk's packs name theirs (``vault_packs.unlisted_words``), with the verb
+    # that finds them again; no delete there takes their packs meanwhile (``offload.listed_again``)
+    problems += [{"code": Finding.DAMAGED_FILE, "op_id": None, "run": None, "bytes": 0, "path": u["url"],
+                  "detail": f"{u['url']}: {unlisted_words(u['sha256'])}; `tb-footprint recover` looks for them in "
+                            "its packs (each slice hashed) and lists them anew"}
+                 for u in (remote or {}).get("unlisted", [])]
     return {"logdir": ctx.logdir, "state_dir": ctx.state, "vaults": vaults,
             "vault_bytes": vault_bytes,
             # the same numbers a reduce reports: disk in use now (logdir + vaults, as ``du``
@@ -82,7 +91,7 @@ def status_view(ctx: Context, found: dict, reads: Optional[List[VaultRead]] = No
             "vault_elsewhere": vault_elsewhere(ctx, vaults),
             "freed_after_purge_bytes": freed_after_purge(ctx, kept_ops, reads) + retired,
             # backups offloaded to a bucket: what it stores, apart from the local disk (None: no remote vault)
-            "remote_vault": usage.remote_usage(vaults),
+            "remote_vault": remote,
             "unfinished_operations": pending, "operations": ops,
             "ledger": led, "batch": with_restores(merged(paths, ctx.logdir), ops) if paths else None,
             "unfinished": found["unfinished_operations"],

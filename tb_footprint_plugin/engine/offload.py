@@ -417,13 +417,16 @@ def forget_released(vault: Vault, manifests: Iterable[dict], keep_now: Callable[
 
 
 def remote_stats(vault: Vault) -> Optional[dict]:
-    """``BlobStore.stats()`` of the remote vault plus its ``url``, None without one; a store
-    that cannot be reached gives ``{"url", "error"}``."""
+    """``BlobStore.stats()`` of the remote vault plus its ``url``, and ``unlisted``: the digests
+    this vault's records say are there that no index object lists (``remote_vault.unlisted_records``:
+    an index object lost or removed; a listing of the vault's ``blobs/`` folders, no request more);
+    None without one; a store that cannot be reached gives ``{"url", "error"}``."""
     url = remote_url(vault)
     if url is None:
         return None
     try:
-        return dict(remote_vault.blobstore(url, fresh=True).stats(), url=url)
+        bs = remote_vault.blobstore(url, fresh=True)
+        return dict(bs.stats(), url=url, unlisted=sorted(remote_vault.unlisted_records(vault.root, url, bs)))
     except (OSError, BlobFailure) as e:
         return {"url": url, "error": str(e)}
 

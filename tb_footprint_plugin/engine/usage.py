@@ -381,8 +381,10 @@ class _Head:
 def remote_usage(vault_roots: Sequence[str]) -> Optional[dict]:
     """What the remote vault(s) of these local vaults store, as the bucket bills it:
     ``{"remote_vault_bytes", "remote_blobs", "original_bytes", "urls", "errors",
-    "offloads_pending"}`` from each
-    store's ``BlobStore.stats()`` (one listing of its index); None when no vault offloads.
+    "offloads_pending", "unlisted"}`` from each
+    store's ``BlobStore.stats()`` (one listing of its index); ``unlisted``: ``{url, sha256}`` of
+    each store where backups this vault recorded there are listed by no index object (one lost:
+    ``offload.remote_stats``); None when no vault offloads.
     A store that cannot be reached is named in ``errors`` (its bytes unknown, not zero)."""
     out = None
     seen = set()
@@ -392,13 +394,15 @@ def remote_usage(vault_roots: Sequence[str]) -> Optional[dict]:
             continue
         seen.add(st["url"])
         out = out or {"remote_vault_bytes": 0, "remote_blobs": 0, "original_bytes": 0, "urls": [], "errors": [],
-                      "offloads_pending": 0}
+                      "offloads_pending": 0, "unlisted": []}
         # operations whose backups are still (partly) local: a writer, a busy run or a failed store
         out["offloads_pending"] += len(offload.pending_offloads(Vault(root)))
         out["urls"].append(st["url"])
         if "error" in st:
             out["errors"].append({"url": st["url"], "error": st["error"]})
             continue
+        if st.get("unlisted"):
+            out["unlisted"].append({"url": st["url"], "sha256": st["unlisted"]})
         out["remote_vault_bytes"] += int(st.get("stored_bytes", 0))
         out["remote_blobs"] += int(st.get("blobs", 0))
         out["original_bytes"] += int(st.get("original_bytes", 0))
