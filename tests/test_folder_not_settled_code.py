@@ -41,8 +41,8 @@ def test_a_restored_retirement_codes_a_folder_it_could_not_settle(tmp_path, monk
     mode = os.stat(outside).st_mode
     real = retire.make_dirs
 
-    def made(ctx, dirs, retired=False):  # the folders made; then one of them becomes a link outside
-        got = real(ctx, dirs, retired)
+    def made(ctx, dirs, refuse_theirs=False):  # the folders made; then one of them becomes a link outside
+        got = real(ctx, dirs, refuse_theirs)
         os.rmdir(logdir / "train" / "empty")
         os.symlink(outside, logdir / "train" / "empty")
         return got

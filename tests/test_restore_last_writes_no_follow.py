@@ -114,9 +114,9 @@ def test_a_recorded_folder_is_made_again_nowhere_through_a_link(tmp_path, monkey
     before = _tree(outside)
     real_make, real_look, inside, done = restore.make_dirs, swap.no_symlink, [], []
 
-    def make(ctx, dirs):
+    def make(ctx, dirs, refuse_theirs=False):
         inside.append(dirs)
-        return real_make(ctx, dirs)
+        return real_make(ctx, dirs, refuse_theirs)
 
     def look(ctx, r):
         real_look(ctx, r)

@@ -117,10 +117,10 @@ def test_a_folder_made_in_the_instant_before_the_folders_are_made_keeps_the_jour
 
     real = disk_retire.make_dirs
 
-    def taken_first(ctx, dirs, retired=False):  # uid 4242 takes the name after the restore's last look at it
+    def taken_first(ctx, dirs, refuse_theirs=False):  # uid 4242 takes the name after the restore's last look at it
         os.mkdir(logdir / "train", 0o777)
         os.chown(logdir / "train", 4242, 4242)
-        return real(ctx, dirs, retired)
+        return real(ctx, dirs, refuse_theirs)
 
     monkeypatch.setattr(disk_retire, "make_dirs", taken_first)
     [o] = api.restore(str(logdir), run="train")

@@ -48,8 +48,8 @@ from tb_footprint_plugin.engine.putback import (backups_refusal, begins_with, ho
                                                  restore_refusal, restored_said, writer_met)
 from tb_footprint_plugin.engine.journal import Journal, RunLocked
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
-from tb_footprint_plugin.engine.swap import (copies_begun, folder_times, make_dirs, put_back, put_back_token,
-                                             settle_dirs, settle_folder_times, unsettled_note)
+from tb_footprint_plugin.engine.swap import (copies_begun, folder_times, folders_theirs, make_dirs, put_back,
+                                             put_back_token, settle_dirs, settle_folder_times, unsettled_note)
 from tb_footprint_plugin.engine.placement import folder_at, holds_whole
 from tb_footprint_plugin.engine.relink import Relinks, first_name, peer_index
 from tb_footprint_plugin.engine.retire_rules import KIND as RETIRE_KIND
@@ -192,6 +192,9 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
     mine = own_manifests(ctx, read_roots(known_vaults(ctx), True, memo,
                                          where=lambda r, kind: r == run or kind == "retire"))
     refusal = restore_refusal(manifest, mine)  # newer reduction, purged, retired: the rule of every store
+    theirs = None if refusal else folders_theirs(ctx, manifest.get("removed_dirs", []))
+    if theirs:
+        refusal = Failure.RESTORE_BLOCKED, theirs
     if refusal:
         out.code, out.reason = refusal
         return out
@@ -530,7 +533,7 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
                 f"{len(removed)} temporary cop{'y' if len(removed) == 1 else 'ies'} removed, the run left as it was")
     remove_restore_temps(ctx, manifest, token, spare=prepared)
     # folders owner-writable while files go back in; their recorded modes and mtimes at the end
-    remade = make_dirs(ctx, manifest.get("removed_dirs", []))
+    remade = make_dirs(ctx, manifest.get("removed_dirs", []), refuse_theirs=True)
     faults.hit("restore.dirs")
     created = {c["path"]: c for c in manifest.get("created", [])}
     # what this restore found in an original's place, recorded in the reduction's manifest

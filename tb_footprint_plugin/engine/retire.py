@@ -559,7 +559,7 @@ def rollback_retire(ctx: Context, records: List[dict], reason: str, journal: Opt
         raise TransactionError(f"retirement {op_id} is recorded as verified in {vault.root}: the run is retired; "
                                "its files are not taken out of the vault on a journal's word", Failure.REFUSED)
     check_retired_dir(vault, op_id)
-    make_dirs(ctx, begin["dirs"], retired=True)  # a restore's one folder rule: the no-follow walk, 0700
+    make_dirs(ctx, begin["dirs"], refuse_theirs=True)  # a restore's one folder rule: the no-follow walk, 0700
     _refuse_folders_not_ours(ctx, begin["dirs"])
     if journal is None:
         journal = Journal(os.path.join(ctx.journal_dir, f"{op_id}.jsonl"), may_create=False)
@@ -894,7 +894,7 @@ def unretire_put_back(ctx: Context, records: List[dict], grown: Optional[Dict[in
         return None
     op_id = m["op_id"]
     check_retired_dir(vault, op_id)
-    make_dirs(ctx, m["dirs"], retired=True)
+    make_dirs(ctx, m["dirs"], refuse_theirs=True)
     _refuse_folders_not_ours(ctx, m["dirs"])
     same_fs = m.get("same_fs") and vault.same_filesystem(ctx.logdir)
     # where the folder does not rename, each copy is journaled first (``copying``), and a partial

@@ -394,19 +394,20 @@ def recorded_mtime_ns(rec: dict) -> Optional[int]:
     return plausible_mtime_ns(rec.get("mtime_ns"))
 
 
-def make_dirs(ctx: Context, dirs: List[dict], retired: bool = False) -> List[str]:
+def make_dirs(ctx: Context, dirs: List[dict], refuse_theirs: bool = False) -> List[str]:
     """Re-create the recorded folders that are missing, shallowest first, owner-writable while
     files go back in (``settle_dirs`` gives each its recorded mode and mtime afterwards).
     Returns the paths it made. Each is made in its parent as the logdir store's walk reaches it,
     following no link (``PosixStore.folder(create=True)``, which makes a missing parent the same
     way), and given 0700 through its own descriptor: a folder on the way that is, or is swapped
     for, a link to a folder outside the logdir never receives one (invariant 4): the walk refuses
-    it, ``TransactionError`` coded ``StoreError.SYMLINK`` naming the path. ``retired``: the folders
-    of a retired run, whose name anyone may have taken since: nothing is made inside one that is
-    another user's (``_refuse_making_in_theirs``)."""
+    it, ``TransactionError`` coded ``StoreError.SYMLINK`` naming the path. ``refuse_theirs`` (a
+    restore's: a retired run's folders, or those a reduction removed, whose names anyone who may
+    write in the folder above may have taken since): nothing is made inside one that is another
+    user's (``_refuse_making_in_theirs``)."""
     made = []
     # whose each recorded folder may be: this user's, or the owner its record names
-    owners = {d["path"]: plausible_id(d.get("uid")) for d in dirs} if retired else {}
+    owners = {d["path"]: plausible_id(d.get("uid")) for d in dirs} if refuse_theirs else {}
     for d in sorted(dirs, key=lambda d: len(d["path"])):
         no_symlink(ctx, d["path"])
         try:
@@ -423,19 +424,42 @@ def make_dirs(ctx: Context, dirs: List[dict], retired: bool = False) -> List[str
     return made
 
 
+def folders_theirs(ctx: Context, dirs: List[dict]) -> Optional[str]:
+    """Why a reduction's originals may not go back into the folders it removed, or None: one of
+    them stands again and is another user's than this one and than its recorded owner (made since
+    by someone who may write in the folder above: a shared group, a 0777 run). Put back there,
+    the only copy of an original would sit where that user decides who reaches it, and the
+    vault's copy is let go (review R24 F7). Asked before a restore's journal, nothing changed;
+    ``make_dirs(refuse_theirs=True)`` asks again, through the folder's descriptor, as it makes
+    each one. Coded ``restore_blocked`` by the caller."""
+    me = os.geteuid()
+    for d in sorted((d for d in dirs if isinstance(d, dict) and isinstance(d.get("path"), str)),
+                    key=lambda d: len(d["path"])):
+        try:
+            st = os.lstat(ctx.abs(d["path"]))
+        except OSError:
+            continue  # absent (made by the restore), or not reached: the walk refuses a link on the way
+        if stat.S_ISDIR(st.st_mode) and st.st_uid not in (me, plausible_id(d.get("uid"))):
+            return (f"{d['path']} is a folder of {user_name(st.st_uid)}, made there since the reduction removed "
+                    "it: nothing is put back into another user's folder (they could hide or delete the "
+                    "originals); nothing was changed, the backups stay in the vault; its owner (or root) must "
+                    "move it away, then restore again")
+    return None
+
+
 def _refuse_making_in_theirs(pfd: int, parent: str, owners: Dict[str, Optional[int]]) -> None:
     """Nothing is made inside a recorded folder (``parent``, open at ``pfd``: the folder the walk
     reached, so what is checked is what a folder would be made in) that is another user's than
-    this one and than its recorded owner: one planted at a retired run's freed name in the instant
-    after the restore's last look (review R22 F7's remainder) would otherwise receive our empty
-    folders before ``retire_tree.folders_not_ours`` refuses it. ``TransactionError`` coded
+    this one and than its recorded owner: one planted at a retired run's freed name (or a folder a
+    reduction removed) in the instant after the restore's last look (review R22 F7's remainder,
+    R24 F7) would otherwise receive our folders before the files' look refuses it. ``TransactionError`` coded
     ``restore_blocked``, nothing made; a parent that is not a recorded folder (the logdir, a
     folder above the run) is not asked."""
     if parent not in owners:
         return
     uid = os.fstat(pfd).st_uid
     if uid != os.geteuid() and uid != owners[parent]:
-        raise TransactionError(f"{parent} is a folder of {user_name(uid)}, made there since the retirement (not "
+        raise TransactionError(f"{parent} is a folder of {user_name(uid)}, made there since (not "
                                "this user's, nor its recorded owner's): nothing is made or put back into it; the "
                                "run stays in the vault; its owner (or root) must move it away, then restore again",
                                Failure.RESTORE_BLOCKED)

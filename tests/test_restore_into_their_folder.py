@@ -1,0 +1,68 @@
+"""Review R24 F7: a reduction removed ``train/plugins`` (its profile data went into the vault); another
+user then made ``train/plugins`` (the run folder is writable by them: a shared group, a 0777 run).
+A restore put the originals back inside that user's folder and freed the vault's copy: the only copy
+sat where they decide who reaches it. 0a2dbc5 refused this for a retired run only. Now a reduction's
+restore refuses too (``restore_blocked``, naming the folder and its owner, nothing put back, the
+vault's copy kept), before its journal; and made in the instant after that look, the folder-making
+walk refuses to make anything inside it. Once the name is clear, the restore is exact."""
+import os
+import shutil
+
+import pytest
+
+from test_restore_exact import assert_exact, snapshot
+from test_unretire_foreign_folder import _run
+
+from tb_footprint_plugin import api
+from tb_footprint_plugin.engine import restore as disk_restore
+
+pytestmark = [pytest.mark.usefixtures("disarm_faults"),
+              pytest.mark.skipif(os.geteuid() != 0, reason="chowns a folder to another uid: CI runs as root")]
+
+
+def _reduced(tmp_path):
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    _run(logdir)
+    before = snapshot(logdir)
+    (o,) = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, quiet_period=0,
+                             verify_backends=("python",)).outcomes
+    assert str(o.status) == "verified" and not (logdir / "train" / "plugins").exists(), o.reason
+    vault = sorted(p for p in (logdir / ".tb-footprint").rglob("*") if p.is_file() and "blobs" in p.parts
+                   or p.suffix == ".pack")
+    return logdir, before, vault
+
+
+def _theirs(path):
+    os.mkdir(path, 0o777)
+    os.chown(path, 4242, 4242)
+
+
+def test_a_reductions_restore_puts_nothing_into_a_folder_another_user_made_at_a_removed_name(tmp_path):
+    logdir, before, vault = _reduced(tmp_path)
+    _theirs(logdir / "train" / "plugins")
+    (o,) = api.restore(str(logdir), run="train")
+    assert (str(o.status), str(o.code)) == ("failed", "restore_blocked"), o.to_dict()
+    assert "train/plugins is a folder of uid 4242" in o.reason and "nothing was changed" in o.reason, o.reason
+    assert os.listdir(logdir / "train" / "plugins") == []
+    assert [p for p in vault if p.exists()] == vault, "the vault let a backup go"
+    assert api.restorable(str(logdir)), "the reduction is no longer restorable"
+    shutil.rmtree(logdir / "train" / "plugins")
+    (o,) = api.restore(str(logdir), run="train")
+    assert str(o.status) == "restored", o.reason
+    assert_exact(logdir, before)
+
+
+def test_one_made_in_the_instant_after_the_look_gets_nothing_made_inside(tmp_path, monkeypatch):
+    logdir, _before, vault = _reduced(tmp_path)
+    real = disk_restore.make_dirs
+
+    def taken_first(ctx, dirs, refuse_theirs=False):  # uid 4242 takes the name after the restore's look
+        _theirs(logdir / "train" / "plugins")
+        return real(ctx, dirs, refuse_theirs)
+
+    monkeypatch.setattr(disk_restore, "make_dirs", taken_first)
+    (o,) = api.restore(str(logdir), run="train")
+    assert str(o.status) == "failed" and "uid 4242" in o.reason, o.to_dict()
+    assert os.listdir(logdir / "train" / "plugins") == [], "folders were made inside uid 4242's folder"
+    assert [p for p in vault if p.exists()] == vault, "the vault let a backup go"
