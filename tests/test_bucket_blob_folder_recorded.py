@@ -88,3 +88,36 @@ def test_a_manifest_naming_another_users_folder_is_refused_and_nothing_there_is_
     # given with --backup-dir, the folder of ours still restores every run byte for byte
     res = api.restore(url, backup_dir=folder)
     assert res and {o.status.value for o in res} == {"restored"}, [o.to_dict() for o in res]
+
+
+def test_purge_without_backup_dir_frees_what_it_says_in_the_folder_the_manifests_record(reduced):
+    """Review R24 F4: a purge given no ``--backup-dir`` said "freed N" and left every blob in the
+    recorded folder (a later purge given the folder freed them); now it takes the folder a restore
+    takes, and frees there what it says."""
+    from tb_footprint_plugin.storage.blobstore import BlobStore
+    from tb_footprint_plugin.storage.store_posix import PosixStore
+
+    url, folder, _before, _prefix = reduced
+    held = sum(r.length for r in BlobStore(PosixStore(folder)).refs())
+    assert held > 0
+    rep = api.purge(url, yes=True)
+    assert rep.ops and rep.freed_bytes > 0, rep.to_dict()
+    left = sum(r.length for r in BlobStore(PosixStore(folder)).refs())
+    assert left < held, (held, left)
+    assert (rep.folder_freed_bytes or 0) > 0, rep.to_dict()  # said as the folder's, as with --backup-dir
+
+
+def test_a_retired_runs_restore_without_backup_dir_uses_the_folder_its_retirement_records(s3_bucket, demo_logdir,
+                                                                                          tmp_path):
+    """A retirement's entries are under ``runs``: the recorded folder was looked for in its top-level
+    ``files`` only, so its restore asked for ``--backup-dir`` where a reduction's did not (R24 F4's note)."""
+    prefix = f"rec{next(_n)}"
+    url = s3_bucket.upload(demo_logdir, prefix)
+    folder = str(tmp_path / "blobs")
+    before = s3_bucket.hashes(prefix, skip=(STATE + "/",))
+    (o,) = api.retire(url, api.retire_rule(runs=["jax_profile"]), dry_run=False, backup_dir=folder,
+                      quiet_period=0).outcomes
+    assert o.status == codes.Outcome.VERIFIED, o.reason
+    (back,) = api.restore(url, run="jax_profile")
+    assert back.status == codes.Outcome.RESTORED, back.to_dict()
+    assert s3_bucket.hashes(prefix, skip=(STATE + "/",)) == before

@@ -169,17 +169,24 @@ def test_restore_never_overwrites_an_object_written_since(bucket, sweep_logdir, 
 
 
 def test_restore_without_the_folder_is_refused_and_changes_nothing(s3_bucket, sweep_logdir, tmp_path):
-    """A retirement into a folder restored without ``--backup-dir``: refused with a code, naming
-    the option, nothing put back; given the folder, every byte comes back."""
+    """A retirement into a folder restored without ``--backup-dir`` while the folder its manifest
+    records is not one of ours (others may write in it): refused with a code, naming the folder and
+    the option, nothing put back. Once it is ours again, the recorded folder is used without the
+    option, as a reduction's restore uses it (R21 PD20; review R24 F4's note), every byte back."""
     url = s3_bucket.upload(sweep_logdir, "logs")
     vault = str(tmp_path / "vault")
     before = _user(s3_bucket)
     assert _retire(url, "sweep/lr1", vault).status == Outcome.VERIFIED
     after = _user(s3_bucket)
-    (r,) = api.restore(url, run="sweep/lr1")
-    assert r.status == Outcome.FAILED and "--backup-dir" in r.reason, r.reason
+    os.chmod(vault, 0o777)
+    try:
+        (r,) = api.restore(url, run="sweep/lr1")
+    finally:
+        os.chmod(vault, 0o700)
+    assert (r.status, str(r.code)) == (Outcome.FAILED, "state_not_ours"), r.to_dict()
+    assert vault in r.reason and "--backup-dir" in r.reason and "nothing was changed" in r.reason, r.reason
     assert _user(s3_bucket) == after and not api.status(url)["unfinished_operations"]
-    (r,) = api.restore(url, run="sweep/lr1", backup_dir=vault)
+    (r,) = api.restore(url, run="sweep/lr1")
     assert r.status == Outcome.RESTORED, r.reason
     assert _user(s3_bucket) == before
 

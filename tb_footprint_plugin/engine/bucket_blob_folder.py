@@ -27,9 +27,11 @@ def recorded_folder(manifest: dict) -> Optional[str]:
     """The blob folder ``manifest`` records for this host, when it keeps a backup there (a blob
     entry) and the folder is an absolute path; None otherwise (another host's, or none)."""
     folder, host = manifest.get("blob_folder"), manifest.get("host")
-    files = manifest.get("files")
+    # a reduction's entries, or a retirement's under each run it took (review R24 F4's note)
+    runs = manifest.get("runs") if isinstance(manifest.get("runs"), list) else [manifest]
+    files = [f for r in runs if isinstance(r, dict) and isinstance(r.get("files"), list) for f in r["files"]]
     if not (isinstance(folder, str) and os.path.isabs(folder) and "\0" not in folder and host == socket.gethostname()
-            and isinstance(files, list) and any(is_blob_entry(f) for f in files)):
+            and any(is_blob_entry(f) for f in files)):
         return None
     return os.path.normpath(folder)
 

@@ -19,6 +19,7 @@ from tb_footprint_plugin.engine.bucket_purge_journal import purge_journal_first,
 from tb_footprint_plugin.engine.bucket_putback import delete_copies, store_delete_batch
 from tb_footprint_plugin.engine.context import CancelToken
 from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_by_restore, kept_row, originals_lost
+from tb_footprint_plugin.engine.bucket_blob_folder import recorded_folder, with_recorded_folder
 from tb_footprint_plugin.engine.bucket_blob_index import collect
 from tb_footprint_plugin.engine.bucket_blobs import is_blob_entry, named_digests
 from tb_footprint_plugin.engine.bucket_identity import dropped_claims
@@ -117,6 +118,13 @@ class BucketCopies(purge_run.PurgeLayout):
         # another logdir), is listed and left as it is; the other operations are purged
         refused: List[dict] = self.refused_rows
         every = self.every = own_manifests(ostore, vault, manifests(ostore, vault, refused), refused)
+        if vault.blobs is None:
+            # no --backup-dir: the blob folder the manifests record for this host, as a restore takes
+            # it (review R24 F4: the purge said "freed" and left every blob in that folder); one not
+            # ours refuses the purge naming it (``with_recorded_folder``), nothing read or written there
+            folders = {recorded_folder(m) for m in every} - {None}
+            if len(folders) == 1:
+                vault = self.vault = with_recorded_folder(vault, next(m for m in every if recorded_folder(m)))
         if every and not vault.root.startswith(ostore.root + "/"):
             # a vault elsewhere, and no logdir here (or none that can be told): perhaps one moved
             # away, whose only copies these are

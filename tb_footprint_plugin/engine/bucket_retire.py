@@ -63,6 +63,7 @@ from tb_footprint_plugin.engine.bucket_moved import (MADE_AT, MOVED_FROM, marked
                                                      not_ours_refusal, outside_words, restore_doc)
 from tb_footprint_plugin.engine.bucket_blobs import (KEPT_IN, adding, backup_entries, blobs_of, entry_failure,
                                                       entry_ok, is_blob_entry, put_back)
+from tb_footprint_plugin.engine.bucket_blob_folder import with_recorded_folder
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
     BucketState,
@@ -616,6 +617,11 @@ def unretire(ostore: ObjectStore, vault: BucketVault, m: dict, resume: bool = Fa
     says restored: one stopped midway is finished by the next start (``engine.bucket_recover``
     calls this with ``resume``, through the same steps). Idempotent: an object already back with
     its bytes counts as back."""
+    try:  # no --backup-dir: the blob folder its manifest records, once it is ours (R21 PD20), as a reduction's
+        vault = with_recorded_folder(vault, m)
+    except BucketTxnError as e:
+        return RunOutcome(run=m["run"], status=Outcome.FAILED, code=e.code, op_id=m["op_id"],
+                          reason=f"{e}; nothing was changed")
     return one_unretire.unretire(BucketUnretire(ostore, vault, m, resume))
 
 
