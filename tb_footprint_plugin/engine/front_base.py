@@ -356,8 +356,11 @@ def nothing_to_restore(logdir: str, run: Optional[str], damage: Sequence[str], o
     that may hide a backup) said after them and making it a refusal programs can tell
     (``restore_blocked``) rather than ``not_found`` (review R21 PD5)."""
     what = f"operation {op!r}" if op is not None else f"run {run!r}"
-    return TransactionError(f"nothing to restore for {what} in {logdir} (no kept backup of a verified reduction, no retirement)"
-                            + "".join(f"; {why}" for why in damage),
+    # with damage, what is known is only what the readable records say (review R24's wording note:
+    # "no kept backup" beside "its backups are kept" read as a contradiction)
+    none = ("no readable record of a kept backup or a retirement of it" if damage
+            else "no kept backup of a verified reduction, no retirement")
+    return TransactionError(f"nothing to restore for {what} in {logdir} ({none})" + "".join(f"; {why}" for why in damage),
                             Failure.RESTORE_BLOCKED if damage else Failure.NOT_FOUND)
 
 

@@ -381,9 +381,11 @@ def _forget_locked(vault: Vault, shas: List[str]) -> int:
         try:
             bs = remote_vault.blobstore(url, fresh=True)
             # a backup listed nowhere (an index object lost): found again first; while one is
-            # still unfound, no unlisted object is swept (it may be its only copy, review R24 F2)
+            # still unfound, no unlisted object is swept, nor a pack listed in part repacked (it may
+            # be its only copy, review R24 F2; helper F's note)
             lost = listed_again(vault, url, bs)
-            fig = remote_vault.blobstore(url).forget(group, small_packs=SMALL_PACKS, sweep=not lost)
+            fig = remote_vault.blobstore(url).forget(group, small_packs=SMALL_PACKS, sweep=not lost,
+                                                     keep_uncovered=bool(lost))
         except BlobFailure as e:  # an OSError for the callers: named, and finished by the next start
             raise remote_vault.RemoteReadError(e.code, url, f"{url}: the remote vault could not delete {len(group)} "
                                                f"purged backup(s) yet ({e}); the next start does it") from None

@@ -22,7 +22,7 @@ import stat
 from typing import Dict, Iterable, List, Optional, Sequence
 
 from tb_footprint_plugin.codes import BlobError
-from tb_footprint_plugin.engine import faults, remote_vault
+from tb_footprint_plugin.engine import faults, manifest, remote_vault
 from tb_footprint_plugin.engine.vault_base import KEPT_BUSY, KEPT_DAMAGED, PACKED, same_file
 from tb_footprint_plugin.engine.vault_manifests import EveryBlob
 from tb_footprint_plugin.storage import throttle as fsops
@@ -433,9 +433,29 @@ class VaultPacks:
                     held = held or stat.S_ISREG(os.lstat(p).st_mode)
             if not held and not self._remote_holds(sha, remote):
                 missing.append(sha)
+        missing = self._still_needed(missing) if missing else missing
         if missing:
             return [gap(unlisted_words(missing, " and are not in the blobs folder"))]
         return []
+
+    def _still_needed(self, shas: List[str]) -> List[str]:
+        """Those of ``shas`` some manifest not purged still needs: a digest every manifest naming it
+        lists as let go by its restore (``manifest.released``: the original stands again; its row
+        went in the release's forget, which leaves such a gap in a pack) is no missing backup. One
+        named by no manifest's files (a damaged record's digest) stays: keeping is the safe way."""
+        want, named = set(shas), set()
+        need = set()
+        for m in self.manifests():
+            if m.get("backup_purged") is True:
+                continue
+            let_go = manifest.released(m)
+            for f in m.get("files", []):
+                s = f.get("sha256") if isinstance(f, dict) else None
+                if s in want:
+                    named.add(s)
+                    if s not in let_go:
+                        need.add(s)
+        return [s for s in shas if s in need or s not in named]
 
     def _remote_holds(self, sha: str, stores: Dict[str, object]) -> bool:
         """Whether ``sha``'s ``.remote`` record stands for a copy: a record is untrusted input (a
