@@ -1174,14 +1174,52 @@ def _bucket_upload(bucket, prefix: str, n: int, templates, only=None) -> int:
     return len(items)
 
 
+#: list requests the server was sent, by what they list (``_list_kind``), since the last ``_counted``
+_LISTS: Dict[str, int] = {}
+_LISTS_LOCK = threading.Lock()
+
+
+def _list_kind(path: str) -> str:
+    """What a list request lists: its prefix with run and group names and ids made generic
+    (``expN/runN``, ``<id>``), its delimiter, and whether it is a page after the first."""
+    from urllib.parse import parse_qs, urlsplit
+
+    q = parse_qs(urlsplit(path).query)
+    pre = q.get("prefix", [""])[0]
+    pre = re.sub(r"run\d{6}", "runN", re.sub(r"exp\d{4}", "expN", pre))
+    pre = re.sub(r"[0-9a-f]{12,}|\d{10,}", "<id>", pre)
+    return pre + (f" delimiter={q['delimiter'][0]}" if q.get("delimiter") else "") \
+        + (" (next page)" if q.get("continuation-token") or q.get("marker") else "")
+
+
+def _count_lists(faulty_proxy) -> None:
+    """Have the proxy note each list request's kind in ``_LISTS`` (its verbs are counted as before)."""
+    verb_of = faulty_proxy._s3_verb
+
+    def verb(method, path, headers):
+        v = verb_of(method, path, headers)
+        if v == "list":
+            kind = _list_kind(path)
+            with _LISTS_LOCK:
+                _LISTS[kind] = _LISTS.get(kind, 0) + 1
+        return v
+
+    faulty_proxy._s3_verb = verb
+
+
 def _counted(proxy, fn) -> tuple:
-    """Run ``fn`` and return the requests the server was sent meanwhile, per verb, and the time."""
+    """Run ``fn`` and return the requests the server was sent meanwhile, per verb (the list
+    requests also by what they list), and the time."""
     proxy.reset()
+    with _LISTS_LOCK:
+        _LISTS.clear()
     cpu = _cpu()
     t = time.perf_counter()
     res = fn()
+    with _LISTS_LOCK:
+        lists = dict(sorted(_LISTS.items(), key=lambda kv: -kv[1]))
     out = {"seconds": time.perf_counter() - t, "cpu": _cpu() - cpu, "counts": dict(proxy.counts),
-           "bytes_down": proxy.bytes_down}
+           "bytes_down": proxy.bytes_down, "lists": lists}
     out["requests"] = sum(out["counts"].values())
     return out, res
 
@@ -1221,8 +1259,11 @@ def bucket_bench(n: int, templates, workers: int, timeout: float, small: bool = 
     drop-only reduce (archive: the event files stay, the profile sessions go) next to a naive
     delete of the same objects, and 4 shard workers read back as one batch by ``status``."""
     sys.path.insert(0, os.path.join(REPO, "tests"))
+    import faulty_proxy
     import objstore_servers as servers
     from faulty_proxy import FaultyProxy
+
+    _count_lists(faulty_proxy)
 
     srv = servers.start_moto()
     proxy = None
@@ -1258,6 +1299,7 @@ def bucket_bench(n: int, templates, workers: int, timeout: float, small: bool = 
                 row[name], res = _counted(proxy, fn)
                 row[name]["pages"] = -(-listed // 1000)  # the logdir and its state objects (the scan cache)
                 print(f"  {name:<10} {row[name]['seconds']:7.2f} s  {row[name]['counts']}", flush=True)
+                _print_lists(row[name])
             row["plan"]["drop_only"] = sum(1 for rp in res.runs if rp.actions and not rp.skipped
                                            and all(a.kind == "delete" for a in rp.actions))
             row["plan"]["deleted_objects"] = sum(1 for rp in res.runs if not rp.skipped for a in rp.actions
@@ -1273,6 +1315,7 @@ def bucket_bench(n: int, templates, workers: int, timeout: float, small: bool = 
             removed = [p for o in rep.outcomes for p in (o.removed_files or [])]
             row["reduce"]["removed"] = len(removed)
             print(f"  {'reduce':<10} {row['reduce']['seconds']:7.2f} s  {row['reduce']['counts']} {statuses}", flush=True)
+            _print_lists(row['reduce'])
 
             # the naive deletes of the same objects, put back first (straight to the server)
             profile = {rel for tpl in templates for rel in tpl if rel.startswith("plugins/")}
@@ -1321,6 +1364,7 @@ def bucket_bench(n: int, templates, workers: int, timeout: float, small: bool = 
             row["shards"], sh = _counted(proxy, lambda: _shard_workers(url_b, workers, env, timeout))
             row["shards"].update(sh)
             print(f"  {workers} shards  {row['shards']['seconds']:7.2f} s  {row['shards']['counts']}", flush=True)
+            _print_lists(row['shards'])
             row["status"], st = _counted(proxy, lambda: api.status(url_b))
             b = st.get("batch") or {}
             ops = st.get("operations") or []  # one per manifest, as api.operations lists them
@@ -1337,6 +1381,7 @@ def bucket_bench(n: int, templates, workers: int, timeout: float, small: bool = 
                                  unfinished=len(st.get("unfinished_operations") or []),
                                  shard_runs_cover=sorted(plan_of) == sorted(run_name(i) for i in range(n)))
             print(f"  status     {row['status']['seconds']:7.2f} s  {row['status']['counts']}", flush=True)
+            _print_lists(row['status'])
     except Exception as e:  # noqa: BLE001 - a bench reports what stopped it and goes on
         import traceback
 
@@ -1353,6 +1398,12 @@ def bucket_bench(n: int, templates, workers: int, timeout: float, small: bool = 
             else:
                 os.environ[k] = v
     return row
+
+
+def _print_lists(r: dict) -> None:
+    """The list requests of a bucket phase by what they listed (``_list_kind``)."""
+    for kind, k in (r.get("lists") or {}).items():
+        print(f"      list {k:6d}  {kind or '(whole bucket)'}", flush=True)
 
 
 def _verbs(counts: dict) -> str:
