@@ -10,7 +10,7 @@ from typing import Callable, List, Mapping, Optional, Sequence
 
 from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.engine.context import Context
-from tb_footprint_plugin.engine.front import bucket_of, DEFAULT_BACKENDS, local_context, split_backup_dir  # noqa: F401 - re-exported
+from tb_footprint_plugin.engine.front import DEFAULT_BACKENDS, local_context, split_backup_dir  # noqa: F401 - re-exported
 from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD
 from tb_footprint_plugin.storage.remote import is_remote
 
@@ -54,3 +54,12 @@ def say_taken(o, note: str, vault: Optional[str]) -> None:
     vault holds it, for people (``reason``) and programs (finding ``others_run_taken``, the vault)."""
     o.reason = note if not o.reason else f"{o.reason}; {note}"
     o.findings.append({"code": Finding.OTHERS_RUN_TAKEN, "path": vault})
+
+
+def __getattr__(name: str):
+    """``bucket_of``, re-exported from the engine front at first use (it loads the bucket engine)."""
+    if name == "bucket_of":
+        from tb_footprint_plugin.engine import front
+
+        return front.bucket_of
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
