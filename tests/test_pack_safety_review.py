@@ -3,6 +3,7 @@ one finding where a packed backup's only copy was lost, or an intact one refused
 that it no longer is."""
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -150,18 +151,25 @@ def test_an_index_object_deleted_outright_keeps_every_pack(tmp_path):
 def test_a_killed_compactions_unindexed_pack_is_still_swept_past_the_grace(tmp_path):
     """A pack no index lists whose blobs are held elsewhere (a compaction killed before its
     index: its blobs are still plain) is a leftover: the batch end deletes it once past the
-    grace, and reports nothing."""
+    grace, and reports nothing. (Since R24 F5 such a write first leaves a pending note naming the
+    pack, which is what proves it a leftover: written here as the killed compaction left it.)"""
     root = make_logdir(tmp_path / "logs", runs=("a",), files=5)
     reduce(root)
     v = Path(state_dir(str(root)))
     held = packs(root)
-    stray = v / "packs" / "data" / "ab" / f"{secrets.token_hex(16)}.pack"
+    name = secrets.token_hex(16)
+    note = v / "packs" / "pending" / f"{secrets.token_hex(16)}.json"
+    note.parent.mkdir(mode=0o700, exist_ok=True)
+    note.write_text(json.dumps({"v": 1, "created": 0, "keys": [f"data/{name[:2]}/{name}.pack"]}))
+    stray = v / "packs" / "data" / name[:2] / f"{name}.pack"
     stray.parent.mkdir(mode=0o700, exist_ok=True)
     stray.write_bytes(PACK_MAGIC + b"x" * 100)
     _age_packs(v)
+    os.utime(note, (time.time() - 3 * 3600,) * 2)
     assert not _index_problems(v)
     Vault(str(v)).merge_pack_index()
     assert not stray.exists()
+    assert not note.exists()
     assert packs(root) == held
 
 

@@ -6,6 +6,7 @@ Layout under the store's root::
     data/<sha[:2]>/<sha>          one blob of PACK_BELOW bytes or more ("lone"), raw or one zstd frame
     data/<xx>/<random id>.pack    PACK_MAGIC, then small blobs of one ``add`` call (each raw or a zstd frame)
     index/<random id>.json        sha -> key, offset, length, form, size, owners; written if absent, never changed
+    pending/<random id>.json      the data keys a write not yet listed may write (removed once listed)
 
 Why it is safe (invariant 1: the caller deletes an original only after ``add`` returned its ref):
 
@@ -14,6 +15,19 @@ Why it is safe (invariant 1: the caller deletes an original only after ``add`` r
   and ``add`` returns only once that index is durable. A blob stored already is read back too
   before its ref is returned again. A crash anywhere leaves at worst data objects no index lists
   ("leftovers"): the caller got no ref and kept its originals.
+* a data object no index lists is not always a leftover: the index object listing it may be
+  lost (garbled and removed, deleted by a lifecycle rule), and when its blobs are orphans (their
+  manifest went missing) no caller's guard knows they are needed (review R24 F5). So a leftover
+  is PROVEN, never guessed: every write of data objects not yet listed (``add``, a repack's new
+  pack) first makes a create-only note ``pending/<id>.json`` naming the data keys it may write
+  durable (one per batch, none when nothing new is written), and removes it once the index
+  object listing them is durable. A sweep deletes an unlisted data object only when a note
+  older than the grace names it and the object (past the grace too) is not older than the note
+  (one there before was someone else's), then drops the note; every other unlisted object is
+  kept and counted (``unlisted_kept``, ``unlisted_kept_bytes``) however old. Notes are untrusted
+  input: a malformed one (``pending_damaged``) or a name in it that is no data object name
+  proves nothing, and a listed key is never swept whatever names it. Leftovers of versions that
+  wrote no notes stay: space, not bytes.
 * ``forget`` (restic's prune) writes anew, without the forgotten blobs, only the index objects
   that list one (or a blob whose owners change, or that a repack moves) first, then deletes the
   index objects they replace, then the data objects no live blob needs; every other index object
@@ -25,9 +39,9 @@ Why it is safe (invariant 1: the caller deletes an original only after ``add`` r
   only after. A sweeping ``forget`` asked to (``small_packs``) also repacks the packs smaller
   than ``MIN_PACK`` together, once there are that many (each ``add`` writes its own pack: a run's
   offload of a few small files leaves one of a few KB, which S3 never moves to a colder class).
-  Leftovers are deleted only when older than ``grace_seconds`` (another process may be
-  between its data upload and its index write), and nothing at all is deleted while an index
-  object is damaged (its blobs would look unreferenced).
+  Proven leftovers (above) are deleted only when older than ``grace_seconds`` (another process
+  may be between its data upload and its index write), and nothing at all is deleted while an
+  index object is damaged (its blobs would look unreferenced).
 * index objects are untrusted input: one that does not parse is skipped and reported
   (``stats()["damaged_index"]``), an entry whose key is not a data object name of this layout or
   whose offsets are impossible is ignored, never followed. A sha listed at several places (two
@@ -147,11 +161,16 @@ PRIVATE = 0o600
 #: the first bytes of every pack: a pack is recognisable, and never an empty object (some stores
 #: drop those) even when it holds only empty blobs
 PACK_MAGIC = b"tb-footprint pack v1\n"
-#: the two folders (listing prefixes)
+#: the two folders (listing prefixes), and the third: the notes of writes not yet listed
 DATA = "data"
 INDEX = "index"
+PENDING = "pending"
+#: the largest pending note read (a planted huge one must not exhaust memory): one names at most
+#: ``PENDING_KEYS`` data keys (~60 bytes each)
+PENDING_READ_LIMIT = 4 << 20
+PENDING_KEYS = 20_000
 #: the steps a failpoint is called after
-STEPS = ("add.data_written", "add.verified", "add.index_written", "forget.pack_written",
+STEPS = ("add.data_written", "add.verified", "add.index_written", "add.pending_removed", "forget.pack_written",
          "forget.index_written", "forget.old_index_deleted", "forget.objects_deleted")
 
 #: tests set this to a callable(step) that raises to simulate a crash right after ``step``
@@ -161,6 +180,7 @@ _SHA = re.compile(r"[0-9a-f]{64}\Z")
 _LONE = re.compile(r"data/([0-9a-f]{2})/([0-9a-f]{64})\Z")
 _PACK = re.compile(r"data/([0-9a-f]{2})/([0-9a-f]{32})\.pack\Z")
 _INDEX = re.compile(r"index/[0-9a-f]{32}\.json\Z")
+_NOTE = re.compile(r"pending/[0-9a-f]{32}\.json\Z")
 _OWNER = re.compile(r"[A-Za-z0-9._:@/+=-]{0,128}\Z")
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
@@ -786,6 +806,73 @@ def _take(docs: Dict[str, _Rows], keys: List[str], refs: dict, more: dict, owner
                 w.append(key)
 
 
+def _new_pack_key() -> str:
+    pid = secrets.token_hex(16)
+    return f"{DATA}/{pid[:2]}/{pid}.pack"
+
+
+class _Pending:
+    """The pending notes of one write of data objects no index lists yet (an ``add``, a repack):
+    ``pending/<id>.json`` naming the data keys it may write, written create-only and durable
+    before the first of them (nothing is written when nothing new is: a call whose blobs are all
+    stored costs no request), removed by ``done`` once the index objects listing them are
+    durable. The lone keys are known from the sources; pack keys are drawn here, ``packs`` of them
+    at first (an upper bound of what the call writes), more in a further note if ever short."""
+
+    def __init__(self, store: Store, lone: Iterable[str] = (), packs: int = 1) -> None:
+        self.store = store
+        self.lone = set(lone)
+        self.spare: List[str] = [_new_pack_key() for _ in range(max(1, min(packs, PENDING_KEYS)))]
+        self.named: Set[str] = set()
+        self.notes: List[str] = []
+
+    def _note(self, keys: Iterable[str], kind: str = "write") -> None:
+        keys = sorted(set(keys))
+        for i in range(0, len(keys), PENDING_KEYS):
+            key = f"{PENDING}/{secrets.token_hex(16)}.json"
+            doc = {"v": 1, "created": time.time(), "keys": keys[i:i + PENDING_KEYS]}
+            if kind != "write":
+                doc["kind"] = kind
+            try:
+                self.store.put(key, json.dumps(doc, separators=(",", ":")).encode(), if_absent=True, mode=PRIVATE)
+            except StoreFailure as e:
+                raise _fail("", key, e) from None  # no data object written: nothing to sweep
+            self.notes.append(key)
+        self.named.update(keys)
+
+    def lone_key(self, key: str) -> None:
+        """Before ``key`` (a lone blob's) is written: named by a durable note."""
+        if key not in self.named:
+            self._note(self.lone | set(self.spare) if not self.notes else [key])
+
+    def pack_key(self) -> str:
+        """A pack key named by a durable note, to write a new pack at."""
+        if not self.spare:
+            self.spare = [_new_pack_key() for _ in range(8)]
+            self._note(self.spare)
+        elif not self.notes:
+            self._note(self.lone | set(self.spare))
+        return self.spare.pop(0)
+
+    def release(self, keys: List[str]) -> None:
+        """Before a ``forget`` un-lists data objects it will delete (it deletes the index objects
+        listing them): a note naming them, so that a crash before their delete leaves them proven
+        leftovers (``kind: release``: they are older than the note, and dead by the index the
+        forget read)."""
+        if keys:
+            self._note(keys, kind="release")
+
+    def done(self) -> None:
+        """The index objects listing what this write wrote are durable: its notes go (one that
+        stays is dropped by a sweep past the grace, its keys found listed)."""
+        if self.notes:
+            try:
+                self.store.delete(self.notes)
+            except StoreFailure:
+                pass  # said nothing wrong: the note only lets a sweep delete what no index lists
+            self.notes = []
+
+
 class BlobStore:
     """Content-addressed blobs on ``store`` (see the module docstring): ``add`` verified originals,
     ``open``/``check`` them by sha256, ``forget`` those no longer needed."""
@@ -1047,8 +1134,17 @@ class BlobStore:
         for ``forget``; a retry adopts lone ones). A blob stored already is not uploaded again; if
         it is listed again (with this owner's claim) in this call's index. A long call indexes what it verified
         every ``INDEX_EVERY`` seconds, so that no object of it stays unindexed for anywhere near
-        ``forget``'s grace."""
+        ``forget``'s grace. Before its first data object, a pending note naming the data keys it
+        may write is made durable (``_Pending``); it goes once the index listing them is."""
         index = self._index()
+        items = list(items)  # light (a sha, a size, an opener each): the note names the keys first
+        big = sum(1 for src in items if isinstance(src.size, int) and src.size >= self.pack_below and src.size)
+        small = sum(src.size for src in items if isinstance(src.size, int) and 0 <= src.size < self.pack_below)
+        pending = _Pending(self.store, lone=[f"{DATA}/{src.sha[:2]}/{src.sha}" for src in items
+                                             if isinstance(src.sha, str) and _SHA.match(src.sha)
+                                             and isinstance(src.size, int) and src.size >= self.pack_below
+                                             and src.size],
+                           packs=min(len(items) - big, small // max(1, self.pack_target) + 1))
         out: List[BlobRef] = []
         new: Dict[str, BlobRef] = {}
         claims: Dict[str, BlobRef] = {}  # stored blobs this owner now claims too
@@ -1086,7 +1182,7 @@ class BlobStore:
         def flush() -> None:
             nonlocal pack, pack_bytes
             if pack:
-                for ref in self._write_pack(pack):
+                for ref in self._write_pack(pack, key=pending.pack_key()):
                     new[ref.sha] = ref
                 pack, pack_bytes = [], 0
                 wrote()
@@ -1117,7 +1213,7 @@ class BlobStore:
                 if pack_bytes >= self.pack_target:
                     flush()
             else:
-                ref = self._lone(src)
+                ref = self._lone(src, pending)
                 new[ref.sha] = ref
                 out.append(ref)
                 wrote()
@@ -1128,6 +1224,8 @@ class BlobStore:
         if len(indexed) < len(set(new) | set(claims)):
             write_index()
             _hit(self.failpoint, "add.index_written")
+        pending.done()
+        _hit(self.failpoint, "add.pending_removed")
         return out
 
     def _record(self, rows: List[BlobRef]) -> None:
@@ -1201,8 +1299,10 @@ class BlobStore:
             return "zst", z
         return "raw", data
 
-    def _lone(self, src: BlobSource) -> BlobRef:
+    def _lone(self, src: BlobSource, pending: Optional[_Pending] = None) -> BlobRef:
         key = f"{DATA}/{src.sha[:2]}/{src.sha}"
+        if pending is not None:
+            pending.lone_key(key)
         framed = src.takes_frame()
         with (src.frame if framed else src.open)() as f:
             if framed:  # compressed already: sent as it is, decoded and hashed on the way
@@ -1262,11 +1362,10 @@ class BlobStore:
                           sha=src.sha, key=key)
 
     def _write_pack(self, blobs: List[Tuple[BlobRef, bytes]], step: str = "add.data_written",
-                    hook: Optional[Callable[[str], None]] = None) -> List[BlobRef]:
-        """Write one pack of ``blobs`` (their offsets relative to the pack's first blob) if absent,
-        read it back and verify every blob in it."""
-        pid = secrets.token_hex(16)
-        key = f"{DATA}/{pid[:2]}/{pid}.pack"
+                    hook: Optional[Callable[[str], None]] = None, key: str = "") -> List[BlobRef]:
+        """Write one pack of ``blobs`` (their offsets relative to the pack's first blob) at ``key``
+        (one a pending note names) if absent, read it back and verify every blob in it."""
+        key = key or _new_pack_key()
         try:
             self.store.put(key, PACK_MAGIC + b"".join(b for _, b in blobs), if_absent=True, mode=PRIVATE)
         except StoreFailure as e:
@@ -1384,8 +1483,9 @@ class BlobStore:
         ``sweep`` (one listing of every data object): also repack any pack below its live share,
         with ``small_packs`` (0: never) every pack smaller than ``MIN_PACK`` together once there
         are at least that many (and two; then at most one small pack stays: restic's prune of
-        small packs, at a batch's end), and delete leftovers (objects no index lists) older than
-        ``grace_seconds``; without it
+        small packs, at a batch's end), and delete leftovers older than ``grace_seconds``: objects
+        no index lists that an old pending note proves a killed write's (the module docstring);
+        every other unlisted object is kept and counted (``unlisted_kept``, bytes); without it
         only the objects the forgotten blobs live in are looked at (a ``stat`` each), so a
         release of one run's blobs costs what it touches, not the whole vault. ``failpoint``:
         this call's hook instead of the instance's. Returns figures.
@@ -1464,6 +1564,8 @@ class BlobStore:
 
         moved: Dict[str, BlobRef] = {}
         repacked: List[str] = []
+        pending: Optional[_Pending] = None
+        release: Optional[_Pending] = None
         if repack:
             # a blob listed twice need not be copied if its other copy stays and reads back well
             # (checked: the other entry may be a planted or stale one)
@@ -1472,7 +1574,8 @@ class BlobStore:
             exists = set(objects) | set(seen)
             elsewhere = {s for s in twice if any(
                 r.key in exists and r.key not in repack and self._verify(r) is None for r in cands(s))}
-            moved, repacked = self._repack(repack, {k: by_key[k] for k in repack}, elsewhere, fig, hook)
+            pending = _Pending(self.store, packs=len(repack))
+            moved, repacked = self._repack(repack, {k: by_key[k] for k in repack}, elsewhere, fig, hook, pending)
         gone = set(repacked)
 
         # the index objects to write anew: those listing a changed blob, and the small ones to merge
@@ -1504,6 +1607,13 @@ class BlobStore:
             written = [k for k, _ in self._write_index(ordered)]
             fig["index_written"] = len(written)
             _hit(hook, "forget.index_written")
+            if pending is not None:
+                pending.done()  # the new packs are listed: their note goes
+            # what this forget deletes once the old index objects are gone is named first: killed
+            # in between, those objects are unlisted, and only a note proves them leftovers
+            release = _Pending(self.store)
+            release.release([k for k in sorted(known_dead | gone)
+                             if k in objects and (_LONE.match(k) or _PACK.match(k))])
             for ik in self._delete(affected, fig, "index_deleted"):
                 # a superseded index object stays and still lists forgotten and moved blobs: their
                 # objects stay with it (the next forget of them deletes both)
@@ -1513,8 +1623,15 @@ class BlobStore:
         now = time.time()
         doomed = [k for k in sorted(known_dead | gone)
                   if k in objects and k not in still and (_LONE.match(k) or _PACK.match(k))]
+        notes: Dict[str, Tuple[float, List[str]]] = {}
         if sweep:
             listed = set(by_key) | {r.key for r in moved.values()} | still
+            fig["unlisted_kept"] = fig["unlisted_kept_bytes"] = 0
+            notes = self._old_notes(now, grace_seconds, fig)
+            proven: Dict[str, float] = {}  # data key -> the earliest time of an old note naming it
+            for when, keys in notes.values():
+                for k in keys:
+                    proven[k] = min(when, proven.get(k, when))
             for key, e in sorted(objects.items()):
                 if key in listed or key in known_dead or key in gone:
                     continue
@@ -1525,22 +1642,44 @@ class BlobStore:
                     fig["unlisted_kept_bytes"] += e.size
                     continue
                 # a listing that says no time (0) says nothing of the object's age: young, kept
-                if e.mtime > 0 and now - e.mtime >= grace_seconds:
+                if not (e.mtime > 0 and now - e.mtime >= grace_seconds):
+                    fig["leftovers_kept_young"] += 1  # maybe another add between its upload and its index
+                elif key in proven and e.mtime >= proven[key]:
+                    # a killed write's leftover: an old note named it before it was written (an
+                    # object older than the note was there before: someone's, kept)
                     doomed.append(key)
                     fig["leftovers_deleted"] += 1
                 else:
-                    fig["leftovers_kept_young"] += 1  # maybe another add between its upload and its index
+                    # no note proves it a leftover: an index object listing it may be lost (an
+                    # orphan's only copy), or it predates the notes: kept, counted, never deleted
+                    fig["unlisted_kept"] += 1
+                    fig["unlisted_kept_bytes"] += e.size
+        kept_listed: Set[str] = set()
         if doomed:
             # an add elsewhere may have indexed one of them since this forget listed the index (it
             # adopted an old leftover, or claimed a blob): look once more, just before deleting
             mine = set(old_index) | set(written)
-            kept = self._keys_listed_by_new_index(mine) & set(doomed)
+            kept = kept_listed = self._keys_listed_by_new_index(mine) & set(doomed)
             if kept:
                 doomed = [k for k in doomed if k not in kept]
                 fig["kept_for_new_index"] = len(kept)
+        failed: List[str] = []
         if doomed:
             fig["bytes_deleted"] = sum(objects[k].size for k in doomed if k in objects)
-            self._delete(doomed, fig, "objects_deleted")
+            failed = self._delete(doomed, fig, "objects_deleted")
+        if notes:
+            # an old note goes once nothing it proves a leftover stays: each key it names is listed,
+            # absent, deleted now, or older than the note (not this write's)
+            gone_now = set(doomed) - set(failed)
+            stays = {k for k in objects if k not in gone_now}
+            settled = [nk for nk, (when, keys) in sorted(notes.items())
+                       if not any(k in stays and k not in listed and k not in kept_listed
+                                  and objects[k].mtime >= when for k in keys)]
+            if settled:
+                fig["pending_dropped"] = 0
+                self._delete(settled, fig, "pending_dropped")
+        if release is not None and not failed:
+            release.done()  # what it named is deleted, or listed by an index object that stays
         _hit(hook, "forget.objects_deleted")
         fig["forgotten"] = len(drop)
         fig["released"] = len(released)
@@ -1548,6 +1687,35 @@ class BlobStore:
         fig["index_kept"] = len(old_index) - len(affected)
         self.reload()
         return fig
+
+    def _old_notes(self, now: float, grace_seconds: float, fig: dict) -> Dict[str, Tuple[float, List[str]]]:
+        """The pending notes older than the grace (one listing of ``pending/``; only those are
+        read): note key -> (the time an object it names must not predate, the data keys it
+        names): a write's note, its own time; a forget's release note (``kind: release``: it
+        names objects older than itself), none. Notes are untrusted: one that does not read as a
+        note of this layout (``pending_damaged``), or a key in it that is no data object name
+        this layout writes, proves nothing; and a listed key is never swept whatever names it."""
+        out: Dict[str, Tuple[float, List[str]]] = {}
+        for e in self.store.list(PENDING):
+            if not _NOTE.match(e.key):
+                continue
+            if not (e.mtime > 0 and now - e.mtime >= grace_seconds):
+                fig["pending_young"] = fig.get("pending_young", 0) + 1
+                continue
+            try:
+                doc = jsondoc.loads(self.store.read_all(e.key, PENDING_READ_LIMIT))
+                keys = doc.get("keys") if isinstance(doc, dict) and doc.get("v") == 1 else None
+                kind = doc.get("kind", "write") if isinstance(doc, dict) else None
+                if not (kind in ("write", "release") and isinstance(keys, list) and len(keys) <= PENDING_KEYS
+                        and all(isinstance(k, str) and (_LONE.match(k) or _PACK.match(k)) for k in keys)):
+                    raise ValueError("not a pending note of this layout")
+            except (ValueError, UnicodeDecodeError, StoreFailure) as err:
+                if isinstance(err, StoreFailure) and err.code == StoreError.NOT_FOUND:
+                    continue  # removed since the listing (its write finished)
+                fig.setdefault("pending_damaged", []).append({"key": e.key, "message": f"{e.key}: {err}"})
+                continue
+            out[e.key] = (e.mtime if kind == "write" else float("-inf"), keys)
+        return out
 
     def _stat_all(self, keys: Iterable[str]) -> Dict[str, object]:
         """key -> its ``Entry`` for those of ``keys`` that exist (a ``stat`` each)."""
@@ -1562,7 +1730,8 @@ class BlobStore:
         return out
 
     def _repack(self, packs: List[str], by_key: Dict[str, List[BlobRef]], elsewhere: set, fig: dict,
-                hook: Optional[Callable[[str], None]] = None) -> Tuple[Dict[str, BlobRef], List[str]]:
+                hook: Optional[Callable[[str], None]] = None,
+                pending: Optional[_Pending] = None) -> Tuple[Dict[str, BlobRef], List[str]]:
         """Copy the live blobs of ``packs`` (as stored, each verified first) into new packs that
         are read back and verified; returns the moved refs and the packs fully moved out. Blobs
         also listed in an object that stays (``elsewhere``) are not copied again. A pack with a
@@ -1577,7 +1746,8 @@ class BlobStore:
         def flush() -> None:
             nonlocal batch, batch_from, size
             if batch:
-                for ref in self._write_pack(batch, step="forget.pack_written", hook=hook):
+                for ref in self._write_pack(batch, step="forget.pack_written", hook=hook,
+                                            key=pending.pack_key() if pending is not None else ""):
                     moved[ref.sha] = ref
                 fig["bytes_written"] += size
             done.extend(batch_from)

@@ -70,7 +70,8 @@ DATAS = ns["make_items"]()
 SRCS = [BlobSource(hashlib.sha256(d).hexdigest(), len(d), (lambda d=d: io.BytesIO(d))) for d in DATAS]
 
 _prefixes = itertools.count()
-CASES = [("posix", s) for s in ("add.data_written", "add.verified", "add.index_written", "forget.pack_written",
+CASES = [("posix", s) for s in ("add.data_written", "add.verified", "add.index_written", "add.pending_removed",
+                                "forget.pack_written",
                                 "forget.index_written", "forget.old_index_deleted", "forget.objects_deleted")]
 CASES += [(k, s) for k in ("s3", "gs", "az") for s in ("add.verified", "forget.index_written")]
 
@@ -134,6 +135,7 @@ def test_sigkill_at_each_step_leaves_every_listed_blob_whole_and_the_next_run_fi
     needed = sorted({c.key for r in after.refs() for c in after.candidates(r.sha)})
     assert sorted(e.key for e in store.list("data")) == needed
     assert after.damaged_index() == []  # no half-written index object either
+    assert [e.key for e in store.list("pending")] == []  # the kill's pending notes dropped (R24 F5)
     every_listed_blob_reads_back(store)
     store.close()
 
