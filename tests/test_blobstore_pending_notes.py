@@ -218,3 +218,34 @@ def test_a_sweep_on_a_store_of_old_vaults_keeps_their_leftovers(tmp_path):
 
 def test_steps_name_the_note_removal():
     assert "add.pending_removed" in STEPS
+
+
+def test_add_takes_its_sources_one_at_a_time_never_ahead(tmp_path):
+    """The notes are written as each blob's key is drawn, not from a list of every source made first
+    (12c3f17 did ``list(items)``): a caller streams each original through a scratch file it removes
+    once the next source is asked for (``bucket_blobs.backup_entries``), and memory must not grow
+    with the number of blobs. Each source here is opened before the next one is asked for."""
+    import hashlib
+    import io
+
+    (tmp_path / "store").mkdir()
+    bs = BlobStore(PosixStore(str(tmp_path / "store")))
+    events = []
+
+    def sources():
+        for i in range(6):
+            data = os.urandom(bs.pack_below + 10 if i % 2 else 100)
+            sha = hashlib.sha256(data).hexdigest()
+
+            def opener(data=data, i=i):
+                events.append(("open", i))
+                return io.BytesIO(data)
+
+            events.append(("yield", i))
+            yield BlobSource(sha=sha, size=len(data), open=opener)
+
+    refs = bs.add(sources())
+    assert len(refs) == 6 and all(r is not None for r in refs)
+    for i in range(5):
+        assert events.index(("open", i)) < events.index(("yield", i + 1)), events
+    assert not [e for e in bs.store.list("pending")], "a pending note was left after the add"

@@ -841,9 +841,10 @@ class _Pending:
         self.named.update(keys)
 
     def lone_key(self, key: str) -> None:
-        """Before ``key`` (a lone blob's) is written: named by a durable note."""
+        """Before ``key`` (a lone blob's) is written: named by a durable note (the first note of
+        the call names the spare pack keys too)."""
         if key not in self.named:
-            self._note(self.lone | set(self.spare) if not self.notes else [key])
+            self._note(self.lone | {key} | (set(self.spare) if not self.notes else set()))
 
     def pack_key(self) -> str:
         """A pack key named by a durable note, to write a new pack at."""
@@ -1137,14 +1138,11 @@ class BlobStore:
         ``forget``'s grace. Before its first data object, a pending note naming the data keys it
         may write is made durable (``_Pending``); it goes once the index listing them is."""
         index = self._index()
-        items = list(items)  # light (a sha, a size, an opener each): the note names the keys first
-        big = sum(1 for src in items if isinstance(src.size, int) and src.size >= self.pack_below and src.size)
-        small = sum(src.size for src in items if isinstance(src.size, int) and 0 <= src.size < self.pack_below)
-        pending = _Pending(self.store, lone=[f"{DATA}/{src.sha[:2]}/{src.sha}" for src in items
-                                             if isinstance(src.sha, str) and _SHA.match(src.sha)
-                                             and isinstance(src.size, int) and src.size >= self.pack_below
-                                             and src.size],
-                           packs=min(len(items) - big, small // max(1, self.pack_target) + 1))
+        # ``items`` is consumed one source at a time, never ahead: a caller streams each original
+        # through a scratch file it removes once the next is asked for, and memory must not grow
+        # with the number of blobs. So a lone blob's key is named by a note of its own right
+        # before it is written, and pack keys are drawn from spares a note names (``_Pending``)
+        pending = _Pending(self.store, packs=2)
         out: List[BlobRef] = []
         new: Dict[str, BlobRef] = {}
         claims: Dict[str, BlobRef] = {}  # stored blobs this owner now claims too
