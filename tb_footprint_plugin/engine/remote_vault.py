@@ -290,36 +290,9 @@ def hidden_words(names: List[str]) -> str:
 _rebuilt: set = set()
 
 
-def recorded_blobs(vault_root: str, url: str) -> Dict[str, int]:
-    """sha256 -> size of every record of this vault (``read_record``'s checks) naming ``url``:
-    the blobs the vault offloaded there and has not forgotten (a forget drops the record)."""
-    out: Dict[str, int] = {}
-    base = os.path.join(vault_root, "blobs")
-    try:
-        shards = sorted(os.listdir(base))
-    except OSError:
-        return out
-    for sub in shards:
-        if len(sub) != 2:
-            continue
-        try:
-            names = os.listdir(os.path.join(base, sub))
-        except OSError:
-            continue
-        for n in names:
-            if n.endswith(REMOTE_SUFFIX):
-                rec = read_record(vault_root, n[:-len(REMOTE_SUFFIX)])
-                if rec is not None and rec["url"] == url:
-                    out[rec["sha"]] = rec["size"]
-    return out
-
-
-def unlisted_records(vault_root: str, url: str, bs: BlobStore) -> Dict[str, int]:
-    """sha256 -> size of the blobs this vault's records say it offloaded to ``url`` that no valid
-    index object of ``bs`` (that remote vault, as last read) lists: what a lost or removed index
-    object leaves (review R24 F2, R23 T13's remote twin). A record is named by its digest, so a
-    vault whose every record is listed costs one listing of its ``blobs/`` folders and no read;
-    only an unlisted digest's record is read (its URL must be ``url``)."""
+def _recorded(vault_root: str, url: str, skip=lambda sha: False) -> Dict[str, int]:
+    """sha256 -> size of the records of this vault (``read_record``'s checks) naming ``url``,
+    but those whose digest ``skip`` says (asked of the file's name, before its record is read)."""
     out: Dict[str, int] = {}
     base = os.path.join(vault_root, "blobs")
     try:
@@ -335,12 +308,27 @@ def unlisted_records(vault_root: str, url: str, bs: BlobStore) -> Dict[str, int]
             continue
         for n in names:
             sha = n[:-len(REMOTE_SUFFIX)]
-            if not n.endswith(REMOTE_SUFFIX) or not is_sha256(sha) or bs.has(sha):
+            if not n.endswith(REMOTE_SUFFIX) or skip(sha):
                 continue
             rec = read_record(vault_root, sha)
             if rec is not None and rec["url"] == url:
                 out[rec["sha"]] = rec["size"]
     return out
+
+
+def recorded_blobs(vault_root: str, url: str) -> Dict[str, int]:
+    """sha256 -> size of every record of this vault (``read_record``'s checks) naming ``url``:
+    the blobs the vault offloaded there and has not forgotten (a forget drops the record)."""
+    return _recorded(vault_root, url)
+
+
+def unlisted_records(vault_root: str, url: str, bs: BlobStore) -> Dict[str, int]:
+    """sha256 -> size of the blobs this vault's records say it offloaded to ``url`` that no valid
+    index object of ``bs`` (that remote vault, as last read) lists: what a lost or removed index
+    object leaves (review R24 F2, R23 T13's remote twin). A record is named by its digest, so a
+    vault whose every record is listed costs one listing of its ``blobs/`` folders and no read;
+    only an unlisted digest's record is read (its URL must be ``url``)."""
+    return _recorded(vault_root, url, skip=lambda sha: not is_sha256(sha) or bs.has(sha))
 
 
 def rebuild_remote_index(vault_root: str, url: str) -> Optional[Salvage]:
