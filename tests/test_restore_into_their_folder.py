@@ -66,3 +66,42 @@ def test_one_made_in_the_instant_after_the_look_gets_nothing_made_inside(tmp_pat
     assert str(o.status) == "failed" and "uid 4242" in o.reason, o.to_dict()
     assert os.listdir(logdir / "train" / "plugins") == [], "folders were made inside uid 4242's folder"
     assert [p for p in vault if p.exists()] == vault, "the vault let a backup go"
+
+
+def test_nor_into_a_folder_that_was_not_removed_but_is_now_another_users(tmp_path):
+    """R24 F7b: the rule of every folder on the way to an original below the run's own, not only
+    those the reduction removed: keep-latest removes the older of two profile sessions, so
+    ``train/plugins/profile`` stays; another user's folder put in its place is refused the same way,
+    nothing put back, the vault's copy kept; once ours again, the restore is exact."""
+    from tb_footprint_plugin import synth
+
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    _run(logdir)
+    synth.write_profile_session(str(logdir / "train"), synth.session_name_for(synth.DEFAULT_TIMESTAMP - 86400),
+                                n_events=200, seed=4)
+    for d, dirs, names in os.walk(logdir):
+        for n in dirs + names:
+            os.utime(os.path.join(d, n), (1_600_000_000, 1_600_000_000))
+    before = snapshot(logdir)
+    (o,) = api.reduce_logdir(str(logdir), policy="keep-latest", dry_run=False, quiet_period=0,
+                             verify_backends=("python",)).outcomes
+    assert str(o.status) == "verified", o.reason
+    profile = logdir / "train" / "plugins" / "profile"
+    assert len(os.listdir(profile)) == 1, os.listdir(profile)
+    vault = sorted(p for p in (logdir / ".tb-footprint").rglob("*") if p.is_file() and "blobs" in p.parts
+                   or p.suffix == ".pack")
+    st = os.stat(profile)
+    os.chown(profile, 4242, 4242)
+    try:
+        (o,) = api.restore(str(logdir), run="train")
+    finally:
+        os.chown(profile, st.st_uid, st.st_gid)
+        os.utime(profile, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (str(o.status), str(o.code)) == ("failed", "restore_blocked"), o.to_dict()
+    assert "train/plugins/profile is a folder of uid 4242" in o.reason and "nothing was changed" in o.reason, o.reason
+    assert len(os.listdir(profile)) == 1, "a session was put back into uid 4242's folder"
+    assert [p for p in vault if p.exists()] == vault, "the vault let a backup go"
+    (o,) = api.restore(str(logdir), run="train")
+    assert str(o.status) == "restored", o.reason
+    assert_exact(logdir, before)

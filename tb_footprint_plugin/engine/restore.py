@@ -192,7 +192,8 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
     mine = own_manifests(ctx, read_roots(known_vaults(ctx), True, memo,
                                          where=lambda r, kind: r == run or kind == "retire"))
     refusal = restore_refusal(manifest, mine)  # newer reduction, purged, retired: the rule of every store
-    theirs = None if refusal else folders_theirs(ctx, manifest.get("removed_dirs", []))
+    theirs = None if refusal else folders_theirs(ctx, manifest.get("removed_dirs", []), manifest.get("files", []),
+                                                 run)
     if theirs:
         refusal = Failure.RESTORE_BLOCKED, theirs
     if refusal:

@@ -16,7 +16,7 @@ import hashlib
 import os
 import secrets
 import stat
-from typing import Callable, Collection, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Callable, Collection, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from tb_footprint_plugin.codes import Failure, Skip, StoreError
 from tb_footprint_plugin.engine import faults
@@ -424,26 +424,42 @@ def make_dirs(ctx: Context, dirs: List[dict], refuse_theirs: bool = False) -> Li
     return made
 
 
-def folders_theirs(ctx: Context, dirs: List[dict]) -> Optional[str]:
-    """Why a reduction's originals may not go back into the folders it removed, or None: one of
-    them stands again and is another user's than this one and than its recorded owner (made since
-    by someone who may write in the folder above: a shared group, a 0777 run). Put back there,
-    the only copy of an original would sit where that user decides who reaches it, and the
-    vault's copy is let go (review R24 F7). Asked before a restore's journal, nothing changed;
-    ``make_dirs(refuse_theirs=True)`` asks again, through the folder's descriptor, as it makes
-    each one. Coded ``restore_blocked`` by the caller."""
+def folders_theirs(ctx: Context, dirs: List[dict], files: Iterable[dict] = (), run: str = "") -> Optional[str]:
+    """Why a reduction's originals may not go back where they were, or None: a folder on the way to
+    one of them, below the run's own folder (the folders it removed, ``dirs``, and those that hold
+    its ``files``), stands and is another user's than this one and than the owners its records
+    name (a removed folder's, the files' put back under it): made, or put in place of ours, since
+    by someone who may write in the folder above (a shared group, a 0777 run). Put back there, the
+    only copy of an original would sit where that user decides who reaches it, and the vault's copy
+    is let go (review R24 F7, F7b). Asked before a restore's journal, nothing changed;
+    ``make_dirs(refuse_theirs=True)`` asks again, through the folder's descriptor, as it makes each
+    removed one. Coded ``restore_blocked`` by the caller."""
     me = os.geteuid()
-    for d in sorted((d for d in dirs if isinstance(d, dict) and isinstance(d.get("path"), str)),
-                    key=lambda d: len(d["path"])):
+    owners: Dict[str, Set[Optional[int]]] = {}  # folder -> the owners its records allow besides this user
+    for d in dirs:
+        if isinstance(d, dict) and isinstance(d.get("path"), str):
+            owners.setdefault(d["path"], set()).add(plausible_id(d.get("uid")))
+    # the folders below the run's own: the run's folder itself may be another user's run taken on
+    # request (``plan.owners``), and in a sticky shared logdir no one else can put one in its place
+    top = run.rstrip("/") if run not in ("", ".") else ""
+    for f in files:
+        path = f.get("path") if isinstance(f, dict) else None
+        if not isinstance(path, str):
+            continue
+        folder = os.path.dirname(path)
+        while folder and folder != top and (not top or folder.startswith(top + "/")):
+            owners.setdefault(folder, set()).add(plausible_id(f.get("uid")))
+            folder = os.path.dirname(folder)
+    for path in sorted(owners, key=len):
         try:
-            st = os.lstat(ctx.abs(d["path"]))
+            st = os.lstat(ctx.abs(path))
         except OSError:
             continue  # absent (made by the restore), or not reached: the walk refuses a link on the way
-        if stat.S_ISDIR(st.st_mode) and st.st_uid not in (me, plausible_id(d.get("uid"))):
-            return (f"{d['path']} is a folder of {user_name(st.st_uid)}, made there since the reduction removed "
-                    "it: nothing is put back into another user's folder (they could hide or delete the "
-                    "originals); nothing was changed, the backups stay in the vault; its owner (or root) must "
-                    "move it away, then restore again")
+        if stat.S_ISDIR(st.st_mode) and st.st_uid != me and st.st_uid not in owners[path]:
+            return (f"{path} is a folder of {user_name(st.st_uid)}, not this user's nor the recorded owner's of "
+                    "what goes back into it (made or put there since the reduction): nothing is put back into "
+                    "another user's folder (they could hide or delete the originals); nothing was changed, the "
+                    "backups stay in the vault; its owner (or root) must move it away, then restore again")
     return None
 
 
