@@ -60,8 +60,8 @@ def _retirable(logdir):
 def _link_after_make_dirs(monkeypatch, module, logdir, outside):
     real = module.make_dirs
 
-    def made(ctx, dirs):  # the folders made; then the empty one becomes a link outside
-        got = real(ctx, dirs)
+    def made(ctx, dirs, refuse_theirs=False):  # the folders made; then the empty one becomes a link outside
+        got = real(ctx, dirs, refuse_theirs)
         if not os.path.islink(logdir / "train" / "empty"):
             os.rmdir(logdir / "train" / "empty")
             os.symlink(outside, logdir / "train" / "empty")
