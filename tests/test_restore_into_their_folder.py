@@ -105,3 +105,58 @@ def test_nor_into_a_folder_that_was_not_removed_but_is_now_another_users(tmp_pat
     (o,) = api.restore(str(logdir), run="train")
     assert str(o.status) == "restored", o.reason
     assert_exact(logdir, before)
+
+
+@pytest.mark.parametrize("which", ["profile", "session"])
+def test_one_put_in_place_after_the_look_while_nothing_was_made_in_it_receives_nothing(tmp_path, monkeypatch, which):
+    """R24 F7's residual: another user's folder put on an original's way in the instant after the
+    restore's first look, where the restore has nothing to make (the folder it would make in
+    stands already): each put-back asks whose the folders on its way are again (the one it places
+    in through its descriptor), so nothing goes into it, nor into a folder of ours inside it
+    (``profile``: its owner could move the session out of our reach). The restore stops
+    ``restore_blocked``, naming it; the originals stay in the vault; once the folder is ours again
+    ``recover`` finishes the restore, exact."""
+    from tb_footprint_plugin import synth
+
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    _run(logdir)
+    synth.write_profile_session(str(logdir / "train"), synth.session_name_for(synth.DEFAULT_TIMESTAMP - 86400),
+                                n_events=200, seed=4)
+    for d, dirs, names in os.walk(logdir):
+        for n in dirs + names:
+            os.utime(os.path.join(d, n), (1_600_000_000, 1_600_000_000))
+    before = snapshot(logdir)
+    (o,) = api.reduce_logdir(str(logdir), policy="keep-latest", dry_run=False, quiet_period=0,
+                             verify_backends=("python",)).outcomes
+    assert str(o.status) == "verified", o.reason
+    profile = logdir / "train" / "plugins" / "profile"
+    vault = sorted(p for p in (logdir / ".tb-footprint").rglob("*") if p.is_file() and "blobs" in p.parts
+                   or p.suffix == ".pack")
+    real, taken = disk_restore.make_dirs, {}
+
+    def taken_after(ctx, dirs, refuse_theirs=False):  # uid 4242 takes the folder once it stands
+        made = real(ctx, dirs, refuse_theirs)
+        (session,) = [d for d in dirs if os.path.dirname(d["path"]) == "train/plugins/profile"]
+        target = profile if which == "profile" else logdir / session["path"]
+        st = os.stat(target)
+        taken.update(path=target, st=st, session=logdir / session["path"])
+        os.chown(target, 4242, 4242)
+        return made
+
+    monkeypatch.setattr(disk_restore, "make_dirs", taken_after)
+    try:
+        (o,) = api.restore(str(logdir), run="train")
+    finally:
+        st = taken["st"]
+        os.chown(taken["path"], st.st_uid, st.st_gid)
+    assert (str(o.status), str(o.code)) == ("failed", "restore_blocked"), o.to_dict()
+    name = "train/plugins/profile" if which == "profile" else os.path.relpath(taken["session"], logdir)
+    assert f"{name} is a folder of uid 4242" in o.reason and "nothing is lost" in o.reason, o.reason
+    assert os.listdir(taken["session"]) == [], "an original was put back into or under uid 4242's folder"
+    assert [p for p in vault if p.exists()] == vault, "the vault let a backup go"
+    monkeypatch.undo()
+    os.utime(taken["path"], ns=(taken["st"].st_atime_ns, taken["st"].st_mtime_ns))
+    api.recover_logdir(str(logdir))
+    assert not api.restorable(str(logdir)), "the restore was not finished by recover"
+    assert_exact(logdir, before)

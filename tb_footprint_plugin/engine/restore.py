@@ -48,8 +48,9 @@ from tb_footprint_plugin.engine.putback import (backups_refusal, begins_with, ho
                                                  restore_refusal, restored_said, writer_met)
 from tb_footprint_plugin.engine.journal import Journal, RunLocked
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
-from tb_footprint_plugin.engine.swap import (copies_begun, folder_times, folders_theirs, make_dirs, put_back,
-                                             put_back_token, settle_dirs, settle_folder_times, unsettled_note)
+from tb_footprint_plugin.engine.swap import (copies_begun, folder_owners, folder_times, folders_theirs, make_dirs,
+                                             put_back, put_back_token, settle_dirs, settle_folder_times,
+                                             unsettled_note)
 from tb_footprint_plugin.engine.placement import folder_at, holds_whole
 from tb_footprint_plugin.engine.relink import Relinks, first_name, peer_index
 from tb_footprint_plugin.engine.retire_rules import KIND as RETIRE_KIND
@@ -136,6 +137,11 @@ def stopped_half_way(ctx: Context, e: BaseException) -> Tuple[str, Code]:
         return (f"restore stopped: {reason_of(e)}; the run is partly restored, nothing is lost (its originals stay "
                 f"in the vault); once the link is replaced by the run's folder, `tb-footprint recover "
                 f"{shlex.quote(ctx.logdir)}` finishes it", StoreError.SYMLINK)
+    if isinstance(e, TransactionError) and e.code == Failure.RESTORE_BLOCKED:
+        # another user's folder put on an original's way after the first look: every start meets it
+        return (f"restore stopped: {reason_of(e)}; the run is partly restored, nothing is lost (its originals stay "
+                f"in the vault); once that folder is moved away, `tb-footprint recover {shlex.quote(ctx.logdir)}` "
+                "finishes it", Failure.RESTORE_BLOCKED)
     if is_permission_error(e):
         return (f"restore stopped: {reason_of(e)}; the run is partly restored, nothing is lost (its originals stay "
                 f"in the vault); once this user may write there, `tb-footprint recover {shlex.quote(ctx.logdir)}` "
@@ -550,6 +556,8 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
                                          if x.get("by") != begin["op_id"]] + displaced
         vault.write_manifest(manifest)
 
+    # whose each folder an original goes back into may be, asked again as each one takes its name
+    owners = folder_owners(manifest.get("removed_dirs", []), manifest["files"], manifest["run"])
     relinks = Relinks(ctx, manifest)
     if relinks.outside:  # names of its inodes in other runs: only then are the other reductions read
         relinks.join(releases.peers(ctx, memo) if releases is not None else
@@ -561,7 +569,7 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
         # bytes written there since the reduction are kept in the vault, never lost, and the
         # records among them go back into the run beside the original
         d = put_back(ctx, vault, f, created.get(f["path"]), on_displaced=remember, tmp_token=token,
-                     journal=journal, begun=begun)
+                     journal=journal, begun=begun, owners=owners)
         if d and d.get("kept_in_place"):
             displaced.append(d)
         faults.hit("restore.file")

@@ -424,23 +424,16 @@ def make_dirs(ctx: Context, dirs: List[dict], refuse_theirs: bool = False) -> Li
     return made
 
 
-def folders_theirs(ctx: Context, dirs: List[dict], files: Iterable[dict] = (), run: str = "") -> Optional[str]:
-    """Why a reduction's originals may not go back where they were, or None: a folder on the way to
-    one of them, below the run's own folder (the folders it removed, ``dirs``, and those that hold
-    its ``files``), stands and is another user's than this one and than the owners its records
-    name (a removed folder's, the files' put back under it): made, or put in place of ours, since
-    by someone who may write in the folder above (a shared group, a 0777 run). Put back there, the
-    only copy of an original would sit where that user decides who reaches it, and the vault's copy
-    is let go (review R24 F7, F7b). Asked before a restore's journal, nothing changed;
-    ``make_dirs(refuse_theirs=True)`` asks again, through the folder's descriptor, as it makes each
-    removed one. Coded ``restore_blocked`` by the caller."""
-    me = os.geteuid()
-    owners: Dict[str, Set[Optional[int]]] = {}  # folder -> the owners its records allow besides this user
+def folder_owners(dirs: List[dict], files: Iterable[dict] = (), run: str = "") -> Dict[str, Set[Optional[int]]]:
+    """The folders below the run's own on the way to a reduction's originals (the folders it
+    removed, ``dirs``, and those that hold its ``files``), each with the owners its records allow
+    besides this user: a removed folder's, and those of the files put back under it. The run's
+    folder itself is not one: it may be another user's run taken on request (``plan.owners``), and
+    in a sticky shared logdir no one else can put one in its place."""
+    owners: Dict[str, Set[Optional[int]]] = {}
     for d in dirs:
         if isinstance(d, dict) and isinstance(d.get("path"), str):
             owners.setdefault(d["path"], set()).add(plausible_id(d.get("uid")))
-    # the folders below the run's own: the run's folder itself may be another user's run taken on
-    # request (``plan.owners``), and in a sticky shared logdir no one else can put one in its place
     top = run.rstrip("/") if run not in ("", ".") else ""
     for f in files:
         path = f.get("path") if isinstance(f, dict) else None
@@ -450,17 +443,64 @@ def folders_theirs(ctx: Context, dirs: List[dict], files: Iterable[dict] = (), r
         while folder and folder != top and (not top or folder.startswith(top + "/")):
             owners.setdefault(folder, set()).add(plausible_id(f.get("uid")))
             folder = os.path.dirname(folder)
+    return owners
+
+
+def folders_theirs(ctx: Context, dirs: List[dict], files: Iterable[dict] = (), run: str = "") -> Optional[str]:
+    """Why a reduction's originals may not go back where they were, or None: a folder on the way to
+    one of them (``folder_owners``) stands and is another user's than this one and than the owners
+    its records name: made, or put in place of ours, since by someone who may write in the folder
+    above (a shared group, a 0777 run). Put back there, the only copy of an original would sit where
+    that user decides who reaches it, and the vault's copy is let go (review R24 F7, F7b). Asked
+    before a restore's journal, nothing changed; ``make_dirs(refuse_theirs=True)`` asks again,
+    through the folder's descriptor, as it makes each removed one, and ``put_back(owners=...)``
+    through the descriptor of the folder each original takes its name in. Coded
+    ``restore_blocked`` by the caller."""
+    owners = folder_owners(dirs, files, run)
     for path in sorted(owners, key=len):
         try:
             st = os.lstat(ctx.abs(path))
         except OSError:
             continue  # absent (made by the restore), or not reached: the walk refuses a link on the way
-        if stat.S_ISDIR(st.st_mode) and st.st_uid != me and st.st_uid not in owners[path]:
+        if stat.S_ISDIR(st.st_mode) and not _allowed(st.st_uid, owners[path]):
             return (f"{path} is a folder of {user_name(st.st_uid)}, not this user's nor the recorded owner's of "
                     "what goes back into it (made or put there since the reduction): nothing is put back into "
                     "another user's folder (they could hide or delete the originals); nothing was changed, the "
                     "backups stay in the vault; its owner (or root) must move it away, then restore again")
     return None
+
+
+def _allowed(uid: int, owners: Collection[Optional[int]]) -> bool:
+    return uid == os.geteuid() or uid in owners
+
+
+def _refuse_put_in_theirs(ctx: Context, dfd: int, path: str,
+                          owners: Optional[Dict[str, Set[Optional[int]]]]) -> None:
+    """The put-back's own look at whose the folders on the way to ``path`` are, below the run's
+    own: one put in place of ours after the restore's first look (``folders_theirs``), while
+    nothing needed making in it, receives nothing, and neither does a folder of ours inside it,
+    which its owner could move out of our reach (review R24 F7's residual). The folder the original
+    takes its name in is asked through its descriptor ``dfd`` (what the walk reached), those above
+    it by name, following no link. ``TransactionError`` coded ``restore_blocked``; the temporary
+    goes with it."""
+    if not owners:
+        return
+    folder = os.path.dirname(path)
+    while folder in owners:
+        if folder == os.path.dirname(path):
+            uid: Optional[int] = os.fstat(dfd).st_uid
+        else:
+            try:
+                st = os.lstat(ctx.abs(folder))
+            except OSError:
+                st = None  # gone since the walk: the place's own checks meet that
+            uid = st.st_uid if st is not None and stat.S_ISDIR(st.st_mode) else None
+        if uid is not None and not _allowed(uid, owners[folder]):
+            raise TransactionError(f"{folder} is a folder of {user_name(uid)}, put there since the restore's first "
+                                   "look (not this user's, nor the recorded owner's of what goes back into it): "
+                                   "nothing is put back into it; its originals stay in the vault; its owner (or "
+                                   "root) must move it away", Failure.RESTORE_BLOCKED)
+        folder = os.path.dirname(folder)
 
 
 def _refuse_making_in_theirs(pfd: int, parent: str, owners: Dict[str, Optional[int]]) -> None:
@@ -811,7 +851,8 @@ def _made_in(tmp: str, dir_fd: int) -> bool:
 
 def _where_looked(place: Callable[..., None], ctx: Context, path: str, look: Optional[str],
                   stored: Optional[dict] = None, beside: Optional[str] = None,
-                  exchanged: Optional[list] = None) -> Callable[[str, str], None]:
+                  exchanged: Optional[list] = None,
+                  owners: Optional[Dict[str, Set[Optional[int]]]] = None) -> Callable[[str, str], None]:
     """``place`` (the verified temporary onto ``path``), done only where ``path`` is still what the
     put-back looked at (``look``, a version; None: nothing, and then ``place`` is create-only),
     right before it (``_still``): else, or where the create-only place finds a file made since,
@@ -822,11 +863,13 @@ def _where_looked(place: Callable[..., None], ctx: Context, path: str, look: Opt
     which the put-back compares with its look. The place, and the exchange, are made in the
     folders ``_folders`` reaches after the look (its walk refuses a link on the way), once they
     are seen to hold the temporary and, at ``path``, the version looked at: never by a path a
-    folder swapped for a link since the look would lead elsewhere (review R6 F1)."""
+    folder swapped for a link since the look would lead elsewhere (review R6 F1), nor in one
+    another user put in place of ours since (``owners``: ``_refuse_put_in_theirs``)."""
     def guarded(tmp: str, dest: str) -> None:
         if look is not None and not _still(ctx, path, look, stored):
             raise _Moved()
         with _folders(ctx, path, tmp) as (dfd, tfd):
+            _refuse_put_in_theirs(ctx, dfd, path, owners)
             if not _made_in(tmp, tfd) or look is not None and version_in(dfd, dest) != look:
                 raise _Moved()  # not the folders looked in (swapped in between), or changed since the look
             if look is not None and beside is not None and exchanged is not None \
@@ -843,7 +886,8 @@ def _where_looked(place: Callable[..., None], ctx: Context, path: str, look: Opt
 def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = None,
              on_displaced: Optional[Callable[[dict], None]] = None,
              tmp_token: Optional[str] = None, strategy: Optional[SwapStrategy] = None,
-             journal: Optional[Journal] = None, begun: Collection[str] = ()) -> Optional[dict]:
+             journal: Optional[Journal] = None, begun: Collection[str] = (),
+             owners: Optional[Dict[str, Set[Optional[int]]]] = None) -> Optional[dict]:
     """Put the original bytes of ``rec`` back at its path.
 
     Content found there that is neither the original nor what the operation itself produced
@@ -871,6 +915,8 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
     ``begun``: the paths an earlier, killed attempt's ``copying`` records name (``copies_begun``),
     where a partial copy of the original (``partial_put_back``) or of its late records
     (``keep_late_records``) is that attempt's own and goes before the copy is made again.
+    ``owners`` (a restore's: ``folder_owners``): the original takes its name only in a folder
+    that is this user's or an owner its records allow (``_refuse_put_in_theirs``).
     """
     strategy = strategy or swap_strategy(folder_capabilities())
     put_in_place(strategy, journal, rec, begun=begun)  # refused here, before anything, without a journal
@@ -882,7 +928,11 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
         # a copy a killed attempt began: finished (its bytes whole), or emptied (their beginning),
         # in its folder as the walk reaches it (a link on the way: refused, coded, naming it)
         meta = {"mode": rec["mode"], "mtime": rec["mtime"], "owner": recorded_owner(rec), **_time_of(vault, rec)}
-        if resume_at(ctx, rec["path"], rec, lambda q, d: partial_put_back(vault, q, rec, dir_fd=d), meta) == IN_PLACE:
+        def beginning(q: str, d: int) -> bool:
+            _refuse_put_in_theirs(ctx, d, rec["path"], owners)  # before the copy goes on there
+            return partial_put_back(vault, q, rec, dir_fd=d)
+
+        if resume_at(ctx, rec["path"], rec, beginning, meta) == IN_PLACE:
             return None
         resumed = True  # the original is not there whole: asked already
 
@@ -942,7 +992,8 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
             # the temporary made in the folder the logdir store's walk reaches (invariant 4)
             vault.restore_blob(rec["sha256"], p, rec["mode"], rec["mtime"], tmp_token=tmp_token,
                                owner=recorded_owner(rec),
-                               place=_where_looked(place, ctx, rec["path"], look, stored, beside, exchanged),
+                               place=_where_looked(place, ctx, rec["path"], look, stored, beside, exchanged,
+                                                   owners),
                                within=(ctx.store, key), **_time_of(vault, rec))
         except _Moved:
             continue  # made or changed since the look: looked at again, never replaced unseen
