@@ -9,6 +9,16 @@ ours by the disk vault's rule (``storage.private.check_private_dir``: ours, no l
 by group or others); one that is not ours is refused naming it, nothing read from or written to
 it. Each blob is still taken only where this logdir claimed it (``bucket_identity.entry_claimed``)
 and read back hashed, as with ``--backup-dir``.
+
+A folder of ours is not yet this logdir's: a bucket writer can edit ``blob_folder`` and ``host`` so
+this logdir's purge or restore opens another folder of ours on this host (another logdir's; review
+R24's note on 0f2b57c). The folder's own ``places/`` records (``bucket_identity.note_place``,
+written by this user when a logdir first claims there; the folder is ours and local, the bucket is
+not) must list this logdir's place (its protocol and prefix, through any spelling of its endpoint,
+as ``entry_owner`` honours them), else the folder is refused naming it and the manifest, nothing
+but ``places/`` read there. A moved logdir's folder records the prefix it stood at: its restore is
+given the folder with ``--backup-dir``, as before 0f2b57c. One function (``with_recorded_folder``)
+for every verb that takes a recorded folder: a reduction's restore, a retirement's, a purge.
 """
 from __future__ import annotations
 
@@ -19,8 +29,14 @@ from typing import Optional
 
 from tb_footprint_plugin.codes import Failure
 from tb_footprint_plugin.engine.bucket_blobs import is_blob_entry
-from tb_footprint_plugin.engine.bucket_state import BlobVault, BucketTxnError, BucketVault
+from tb_footprint_plugin.engine.bucket_identity import PLACES, place_record
+from tb_footprint_plugin.engine.bucket_state import BlobVault, BucketTxnError, BucketVault, vault_url
 from tb_footprint_plugin.storage.private import NotPrivate, check_private_dir
+from tb_footprint_plugin.storage.store import StoreFailure
+from tb_footprint_plugin.storage.store_posix import PosixStore
+
+#: the most ``places/`` records looked at in a recorded folder (one per logdir that claimed there)
+PLACES_LIMIT = 10_000
 
 
 def recorded_folder(manifest: dict) -> Optional[str]:
@@ -52,7 +68,40 @@ def with_recorded_folder(vault: BucketVault, manifest: dict) -> BucketVault:
         raise BucketTxnError(Failure.STATE_NOT_OURS, f"{folder}: the blob folder the manifest of "
                              f"{manifest.get('op_id')} records {e.why}; not used, nothing read from it or "
                              "written to it (give the folder holding the backups with --backup-dir)") from None
-    return dataclasses.replace(vault, blobs=BlobVault(folder, vault.logdir))
+    bv = BlobVault(folder, vault.logdir)
+    if not lists_logdir(bv):
+        raise BucketTxnError(Failure.REFUSED, f"{folder}: the blob folder the manifest of {manifest.get('op_id')} "
+                             f"records ({_where(vault, manifest)}) "
+                             f"has no {PLACES}/ record of this logdir ({vault.logdir.url}): another logdir's folder, "
+                             "or a manifest edited to name it; not used, nothing read from it or written to it "
+                             "(give the folder holding the backups with --backup-dir)")
+    return dataclasses.replace(vault, blobs=bv)
 
 
-__all__ = ["recorded_folder", "with_recorded_folder"]
+def _where(vault: BucketVault, manifest: dict) -> str:
+    """The manifest's URL, for words (its ``_path``: the store path it was read from)."""
+    p = manifest.get("_path")
+    return vault_url(vault.logdir, p)[:500] if isinstance(p, str) else "its manifest"
+
+
+def lists_logdir(bv: BlobVault) -> bool:
+    """Whether the folder's ``places/`` records (``bucket_identity.note_place``; each checked to hash
+    to its own name by ``place_record``) name ``bv``'s logdir: its place, or its protocol and prefix
+    through another spelling of the endpoint. Reads ``places/`` only; a listing that fails says no."""
+    if place_record(bv, bv.place) is not None:
+        return True
+    here = bv.logdir
+    try:
+        for n, e in enumerate(PosixStore(bv.folder).list(f"{PLACES}/", shallow=True)):
+            if n >= PLACES_LIMIT:
+                return False
+            name = e.key.rsplit("/", 1)[-1]
+            doc = place_record(bv, name[:-len(".json")]) if name.endswith(".json") else None
+            if doc is not None and doc["protocol"] == here.protocol and doc["root"] == here.root:
+                return True
+    except (StoreFailure, OSError):
+        return False
+    return False
+
+
+__all__ = ["PLACES_LIMIT", "lists_logdir", "recorded_folder", "with_recorded_folder"]
