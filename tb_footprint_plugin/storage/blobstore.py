@@ -27,7 +27,11 @@ Why it is safe (invariant 1: the caller deletes an original only after ``add`` r
   kept and counted (``unlisted_kept``, ``unlisted_kept_bytes``) however old. Notes are untrusted
   input: a malformed one (``pending_damaged``) or a name in it that is no data object name
   proves nothing, and a listed key is never swept whatever names it. Leftovers of versions that
-  wrote no notes stay: space, not bytes.
+  wrote no notes stay: space, not bytes. A note a write killed after its index was durable left
+  (its keys listed) would prove its objects leftovers once that index object is lost, or once
+  they are forgotten and written again: so a sweep first drops, whatever their age, the notes
+  whose every key is listed or absent, and a forget that deletes an object a note names drops
+  that note the same way (``_drop_stale_notes``; dropping a note never deletes data).
 * ``forget`` (restic's prune) writes anew, without the forgotten blobs, only the index objects
   that list one (or a blob whose owners change, or that a repack moves) first, then deletes the
   index objects they replace, then the data objects no live blob needs; every other index object
@@ -1527,9 +1531,18 @@ class BlobStore:
                 for r in more.get(s, ()):
                     by_key.setdefault(r.key, []).append(r)
         touched = {r.key for s in drop for r in cands(s)}
+        all_notes: Dict[str, Tuple[float, List[str], bool]] = {}
         if sweep:
             objects = {e.key: e for e in self.store.list(DATA)}
             looked = set(objects) | set(by_key)
+            # before anything is deleted: a note a write killed after its index was durable (or a
+            # forget killed after its deletes) names only listed or absent keys; dropped now, while
+            # they are listed, it can never prove one of them a leftover once its index object is
+            # lost, or after it is forgotten and written again (review R24's note on 12c3f17)
+            all_notes = self._notes(time.time(), grace_seconds, fig)
+            every_row = {r.key for s in index for r in cands(s)}
+            stale = self._drop_stale_notes(all_notes, every_row, set(objects), fig)
+            all_notes = {nk: v for nk, v in all_notes.items() if nk not in stale}
         else:
             objects = self._stat_all(touched)
             looked = set(touched)
@@ -1625,7 +1638,7 @@ class BlobStore:
         if sweep:
             listed = set(by_key) | {r.key for r in moved.values()} | still
             fig["unlisted_kept"] = fig["unlisted_kept_bytes"] = 0
-            notes = self._old_notes(now, grace_seconds, fig)
+            notes = {nk: (when, keys) for nk, (when, keys, old) in all_notes.items() if old}
             proven: Dict[str, float] = {}  # data key -> the earliest time of an old note naming it
             for when, keys in notes.values():
                 for k in keys:
@@ -1665,6 +1678,13 @@ class BlobStore:
         if doomed:
             fig["bytes_deleted"] = sum(objects[k].size for k in doomed if k in objects)
             failed = self._delete(doomed, fig, "objects_deleted")
+            if not sweep:
+                # a note naming an object this forget deleted (it was listed: the note's write was
+                # indexed) goes once none of its keys is left unlisted: else, that key written again
+                # by a later add and its index object lost, the note would prove it a leftover
+                self._settle_after_delete(set(doomed) - set(failed), set(by_key) | {r.key for r in moved.values()}
+                                          | still, grace_seconds, fig,
+                                          own=set(release.notes) if release is not None else set())
         if notes:
             # an old note goes once nothing it proves a leftover stays: each key it names is listed,
             # absent, deleted now, or older than the note (not this write's)
@@ -1686,20 +1706,58 @@ class BlobStore:
         self.reload()
         return fig
 
-    def _old_notes(self, now: float, grace_seconds: float, fig: dict) -> Dict[str, Tuple[float, List[str]]]:
-        """The pending notes older than the grace (one listing of ``pending/``; only those are
-        read): note key -> (the time an object it names must not predate, the data keys it
-        names): a write's note, its own time; a forget's release note (``kind: release``: it
-        names objects older than itself), none. Notes are untrusted: one that does not read as a
-        note of this layout (``pending_damaged``), or a key in it that is no data object name
-        this layout writes, proves nothing; and a listed key is never swept whatever names it."""
-        out: Dict[str, Tuple[float, List[str]]] = {}
+    def _drop_stale_notes(self, notes: Dict[str, Tuple[float, List[str], bool]], listed: Set[str],
+                          present: Set[str], fig: dict, was_listed: Set[str] = frozenset()) -> Set[str]:
+        """Drop the notes (``_notes``) that can prove nothing any more: every key each names is
+        ``listed`` by an index row, or not ``present`` (never written, or deleted) — a write killed
+        after its index was durable, before its note went (review R24's note on 12c3f17: left, the
+        note would prove its pack a leftover once the index object listing it is lost, or after its
+        blobs are forgotten and written again). A young note naming no listed key (nor one in
+        ``was_listed``: deleted just now, listed until then) may be a write that has not written
+        yet: kept. Dropping a note deletes no data object: at worst a leftover stays unproven
+        (space). Returns the notes judged stale (counted ``pending_stale_dropped``)."""
+        stale = sorted(nk for nk, (_when, keys, old) in notes.items()
+                       if all(k in listed or k in was_listed or k not in present for k in keys)
+                       and (old or any(k in listed or k in was_listed for k in keys)))
+        if stale:
+            fig.setdefault("pending_stale_dropped", 0)
+            self._delete(stale, fig, "pending_stale_dropped")
+        return set(stale)
+
+    def _settle_after_delete(self, deleted: Set[str], listed: Set[str], grace_seconds: float, fig: dict,
+                             own: Set[str] = frozenset()) -> None:
+        """After a forget that does not sweep deleted the data objects ``deleted``: the notes naming
+        one of them (but its ``own``: its release note, which it removes itself) dropped when stale
+        (``_drop_stale_notes``; a ``stat`` of each other key they name that no row lists). One
+        listing of ``pending/``, and only when something was deleted."""
+        if not deleted:
+            return
+        try:
+            notes = {nk: v for nk, v in self._notes(time.time(), grace_seconds, fig).items()
+                     if nk not in own and deleted & set(v[1])}
+            if not notes:
+                return
+            unsure = {k for _w, keys, _o in notes.values() for k in keys} - listed - deleted
+            present = set(self._stat_all(unsure))
+        except (StoreFailure, BlobFailure):
+            return  # the notes stay: at worst they prove what they named before, as before this forget
+        self._drop_stale_notes(notes, listed, present, fig, was_listed=deleted)
+
+    def _notes(self, now: float, grace_seconds: float, fig: dict) -> Dict[str, Tuple[float, List[str], bool]]:
+        """The pending notes (one listing of ``pending/``, each read): note key -> (the time an
+        object it names must not predate, the data keys it names, whether it is older than the
+        grace: only those prove anything): a write's note, its own time; a forget's release note
+        (``kind: release``: it names objects older than itself), none. Notes are untrusted: one
+        that does not read as a note of this layout (``pending_damaged``), or a key in it that is
+        no data object name this layout writes, proves nothing; and a listed key is never swept
+        whatever names it."""
+        out: Dict[str, Tuple[float, List[str], bool]] = {}
         for e in self.store.list(PENDING):
             if not _NOTE.match(e.key):
                 continue
-            if not (e.mtime > 0 and now - e.mtime >= grace_seconds):
+            old = e.mtime > 0 and now - e.mtime >= grace_seconds
+            if not old:
                 fig["pending_young"] = fig.get("pending_young", 0) + 1
-                continue
             try:
                 doc = jsondoc.loads(self.store.read_all(e.key, PENDING_READ_LIMIT))
                 keys = doc.get("keys") if isinstance(doc, dict) and doc.get("v") == 1 else None
@@ -1712,7 +1770,7 @@ class BlobStore:
                     continue  # removed since the listing (its write finished)
                 fig.setdefault("pending_damaged", []).append({"key": e.key, "message": f"{e.key}: {err}"})
                 continue
-            out[e.key] = (e.mtime if kind == "write" else float("-inf"), keys)
+            out[e.key] = (e.mtime if kind == "write" else float("-inf"), keys, old)
         return out
 
     def _stat_all(self, keys: Iterable[str]) -> Dict[str, object]:
