@@ -299,7 +299,7 @@ def test_recover_never_advises_removing_the_damaged_index_while_a_backup_is_foun
 
     root, _ = reduced_demo
     ref = BlobRef(sha="a" * 64, size=1, key="data/aa/x.pack", offset=21, length=1, form="raw")
-    for missing, words in ((["b" * 64], "keep it"), ([], "`tb-footprint status` says when it may be removed")):
+    for missing, words in ((["b" * 64], "keep it"), ([], "`tb-footprint status` says when it may be removed, and what removing it does")):
         monkeypatch.setattr(Vault, "rebuild_pack_index", lambda self, manifests=None, m=missing: Salvage(
             found=[ref], index=["index/" + "c" * 32 + ".json"], missing=list(m)))
         outs = api.recover_logdir(str(root))

@@ -108,6 +108,9 @@ def test_recover_rebuilds_the_folders_damaged_index_and_restore_gives_every_run_
     assert owners and all(bs.owners(sha) == {who} for sha, who in owners.items()), owners
     said = _problems(url, folder)
     assert said and all("you may remove this file" in p["detail"] for p in said), said
+    # and what removing it does now: nothing freed or swept, what only it listed hidden until a look (issue #26)
+    assert all("Removing it frees no space and deletes no backup" in p["detail"]
+               and "until `tb-footprint recover` (or a purge's look) lists it anew" in p["detail"] for p in said), said
 
     res = api.restore(url, backup_dir=folder)
     assert res and {o.status.value for o in res} == {"restored"}, [o.to_dict() for o in res]

@@ -114,8 +114,10 @@ def _single(s3_bucket, demo_logdir, tmp_path):
 def test_t13_index_object_deleted_status_names_it_and_restore_finds_it_again(s3_bucket, demo_logdir, tmp_path):
     url, folder, before, prefix = _single(s3_bucket, demo_logdir, tmp_path)
     said = [p for p in api.status(url, backup_dir=folder)["problems"] if p.get("path", "").startswith(folder)]
-    assert [p["code"] for p in said] == [codes.Failure.BACKUP_INDEX_DAMAGED], said
+    # beside it, the data objects no row lists that every sweep keeps, counted (issue #26)
+    assert [p["code"] for p in said] == [codes.Failure.BACKUP_INDEX_DAMAGED, codes.Finding.ORPHAN_BLOBS], said
     assert said[0]["path"] == os.path.join(folder, "index") and "listed by no index object" in said[0]["detail"]
+    assert said[1]["path"] == folder and said[1]["count"] >= 1
     y = sorted(_ops(url, folder))[0]
     res = api.restore(url, run=y, backup_dir=folder)  # no recover first: the restore looks itself
     assert [o.status for o in res] == [codes.Outcome.RESTORED], [o.to_dict() for o in res]

@@ -30,7 +30,8 @@ from tb_footprint_plugin.engine.catalogue_rules import entry_released
 from tb_footprint_plugin.engine.recovery_rules import RecoveryOutcome
 from tb_footprint_plugin.engine.pack_index_rebuilt import rebuilt_outcomes
 from tb_footprint_plugin.engine.remote_vault import hidden_words
-from tb_footprint_plugin.engine.vault_packs import damaged_index_problems, unlisted_words
+from tb_footprint_plugin.engine.vault_packs import (damaged_index_problems, kept_unlisted, kept_unlisted_finding,
+                                                     unlisted_words)
 from tb_footprint_plugin.storage.blob_salvage import UNLISTED_AFTER, Salvage, salvage
 from tb_footprint_plugin.storage.blob_salvage import unlisted_objects as blob_unlisted
 from tb_footprint_plugin.storage.blobstore import BlobFailure
@@ -254,8 +255,11 @@ def recover_index(vault: BucketVault, manifests) -> List[RecoveryOutcome]:
 def index_problems(vault: BucketVault, manifests) -> List[dict]:
     """``status``'s rows for the folder's damaged index objects (``Finding.DAMAGED_FILE``, named
     by path), each saying whether it still hides a backup the manifests need: the disk's words
-    (``vault_packs.damaged_index_problems``). ``manifests``: a callable giving the bucket's
-    manifests, called only when an object is damaged; one listing of the folder's index else."""
+    (``vault_packs.damaged_index_problems``); with none damaged, the backups the manifests need that
+    no row lists (``_unlisted_problems``) and the data objects no row lists that every sweep keeps
+    (``vault_packs.kept_unlisted_finding``, ``Finding.ORPHAN_BLOBS``). ``manifests``: a callable
+    giving the bucket's manifests, called only when an object is damaged or one is unlisted; a
+    listing of the folder's index and one of its ``data/`` else."""
     bv = vault.blobs
     if not folder_ours(bv):
         return []
@@ -263,7 +267,12 @@ def index_problems(vault: BucketVault, manifests) -> List[dict]:
         bv.store.reload()
         damaged = bv.store.damaged_index()
         if not damaged:
-            return _unlisted_problems(bv, manifests)
+            # one listing of ``data/`` for both rows: the backups a lost index object hid, and
+            # what every sweep keeps unlisted (issue #26)
+            n, size = kept_unlisted(bv.store)
+            if not n:
+                return []
+            return _unlisted_problems(bv, manifests) + [kept_unlisted_finding(bv.folder, n, size, UNLISTED_LOOKS)]
         _wanted, owners, _known = blob_needs(bv, manifests())
         hidden = _hidden(bv, owners)
         others = shared_with(bv)
@@ -274,15 +283,18 @@ def index_problems(vault: BucketVault, manifests) -> List[dict]:
             for p in damaged_index_problems(damaged, bv.folder, hidden, shared=others)]
 
 
+#: who lists anew, in a bucket's blob folder, a backup a lost index object hid (``rebuild``,
+#: ``find_hidden``, ``unlisted_guard``): ``vault_packs.kept_unlisted_finding``'s words
+UNLISTED_LOOKS = "A restore or a purge of this logdir (each looks in them, every slice hashed)"
+
+
 def _unlisted_problems(bv: BlobVault, manifests) -> List[dict]:
     """``status``'s row when no index object is damaged but backups the manifests need are listed
     by no index row while data objects no row lists stand in the folder (an index object removed
-    or lost, R23 T13): ``Failure.BACKUP_INDEX_DAMAGED`` naming the folder's ``index`` and them, in
-    the disk's words (``vault_packs.unlisted_words``); a restore or purge finds them again. Cost:
-    one listing of the local folder's ``data/`` (``unlisted_objects``); the manifests are read
+    or lost, R23 T13; the caller has counted them, ``vault_packs.kept_unlisted``):
+    ``Failure.BACKUP_INDEX_DAMAGED`` naming the folder's ``index`` and them, in the disk's words
+    (``vault_packs.unlisted_words``); a restore or purge finds them again. The manifests are read
     only when an unlisted object stands."""
-    if not unlisted_objects(bv):
-        return []
     _wanted, owners, _known = blob_needs(bv, manifests())
     hidden = sorted(s for s in owners if not bv.store.has(s))
     if not hidden:
@@ -447,4 +459,4 @@ def collect(ostore: ObjectStore, vault: BucketVault) -> dict:
 
 __all__ = ["LOOK_FAILURES", "blob_needs", "collect", "find_hidden", "folder_ours", "needs_of",
            "kept_unlisted_row", "unlisted_guard", "hidden_by_index", "index_problems", "rebuild",
-           "recover_index", "lost_mark", "shared_with", "unlisted_objects"]
+           "recover_index", "lost_mark", "shared_with", "unlisted_objects", "UNLISTED_LOOKS"]

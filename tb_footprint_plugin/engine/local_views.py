@@ -9,7 +9,7 @@ import os
 from typing import List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Finding, Outcome
-from tb_footprint_plugin.engine import health, lease, trust, usage
+from tb_footprint_plugin.engine import health, lease, remote_vault, trust, usage
 from tb_footprint_plugin.engine.catalogue import (known_vaults, own_manifests, own_manifests_of, read_vaults,
                                                   vault_problems)
 from tb_footprint_plugin.engine.context import Context, TransactionError
@@ -21,8 +21,9 @@ from tb_footprint_plugin.engine.restore import kept_blobs
 from tb_footprint_plugin.engine.retire_rules import is_restorable_retirement
 from tb_footprint_plugin.engine.retire_tree import OP_ID_RE, check_retired_dir, retired_dir, tree_size
 from tb_footprint_plugin.engine.vault import Vault
-from tb_footprint_plugin.engine.vault_packs import unlisted_words
+from tb_footprint_plugin.engine.vault_packs import kept_unlisted, kept_unlisted_finding, unlisted_words
 from tb_footprint_plugin.engine.vault_reads import VaultRead
+from tb_footprint_plugin.storage.blobstore import BlobFailure
 from tb_footprint_plugin.storage.paths import state_dir
 
 
@@ -83,6 +84,7 @@ def status_view(ctx: Context, found: dict, reads: Optional[List[VaultRead]] = No
                   "detail": f"{u['url']}: {unlisted_words(u['sha256'])}; `tb-footprint recover` looks for them in "
                             "its packs (each slice hashed) and lists them anew"}
                  for u in (remote or {}).get("unlisted", [])]
+    problems += kept_unlisted_rows(vaults, remote)
     return {"logdir": ctx.logdir, "state_dir": ctx.state, "vaults": vaults,
             "vault_bytes": vault_bytes,
             # the same numbers a reduce reports: disk in use now (logdir + vaults, as ``du``
@@ -102,6 +104,38 @@ def status_view(ctx: Context, found: dict, reads: Optional[List[VaultRead]] = No
             "kept_blobs": kept_blobs(ctx, manifests),
             # runs another live process is changing now, from their leases (``lease.live_leases``)
             "locked_runs": lease.live_leases(ctx.lock_dir, ctx.journal_dir)}
+
+
+def kept_unlisted_rows(vaults: List[str], remote: Optional[dict]) -> List[dict]:
+    """``status``'s findings of the data objects no index row lists that every sweep keeps
+    (``vault_packs.kept_unlisted``, issue #26): in each vault's packs (a listing of the local
+    ``packs/data``) and in each remote vault that answered ``usage.remote_usage`` (one listing of its
+    ``data/``, a request per 1,000 objects; its index as that look read it). A store
+    that does not list here is named by the problems that read it (``pack_problems``, ``errors``)."""
+    out: List[dict] = []
+    looks = "`tb-footprint recover` (every start looks too)"
+    for root in vaults:
+        try:
+            bs = remote_vault.pack_store(root)
+            if bs is None:
+                continue
+            bs.reload()  # only index objects this process has not read yet are read
+            n, size = kept_unlisted(bs)
+        except (BlobFailure, OSError):
+            continue
+        if n:
+            out.append(kept_unlisted_finding(remote_vault.packs_root(root), n, size, looks))
+    failed = {e.get("url") for e in (remote or {}).get("errors", [])}
+    for url in (remote or {}).get("urls", []):
+        if url in failed:
+            continue
+        try:
+            n, size = kept_unlisted(remote_vault.blobstore(url))  # as ``remote_stats`` just listed it
+        except (BlobFailure, OSError):
+            continue
+        if n:
+            out.append(kept_unlisted_finding(url, n, size, "`tb-footprint recover`"))
+    return out
 
 
 def disk_numbers_view(ctx: Context) -> dict:
@@ -217,4 +251,4 @@ def history_view(logdir: str, context, newest: Optional[int] = None) -> Tuple[Li
 
 
 __all__ = ["disk_in_use", "disk_in_use_after_scan", "disk_numbers_view", "freed_after_purge", "history_view",
-           "retired_after_purge", "status_view"]
+           "kept_unlisted_rows", "retired_after_purge", "status_view"]

@@ -38,7 +38,8 @@ def rebuilt_outcomes(got: Optional[Salvage], index_root: str, where: str, *,
     elif got is not None and got.found:
         names = ", ".join(os.path.join(index_root, k) for k in got.index)
         keep = ("keep it: some backups are still found in no pack (below), and nothing it may list is deleted while "
-                "it stands" if got.missing else "`tb-footprint status` says when it may be removed")
+                "it stands" if got.missing else "`tb-footprint status` says when it may be removed, and what "
+                "removing it does")
         out.append(RecoveryOutcome("", "", Recovery.REBUILT, f"{len(got.found)} packed backup(s) a damaged index "
                                    f"object hid were found again in the packs (each hashed) and listed in {names}; "
                                    f"the damaged object is kept: {keep}", Finding.PACK_INDEX_REBUILT))

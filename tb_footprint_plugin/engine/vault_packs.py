@@ -19,14 +19,16 @@ import json
 import os
 import re
 import stat
-from typing import Dict, Iterable, List, Optional, Sequence
+import time
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from tb_footprint_plugin.codes import BlobError
+from tb_footprint_plugin.codes import BlobError, Finding
 from tb_footprint_plugin.engine import faults, manifest, remote_vault
 from tb_footprint_plugin.engine.vault_base import KEPT_BUSY, KEPT_DAMAGED, PACKED, same_file
 from tb_footprint_plugin.engine.vault_manifests import EveryBlob
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.blob_salvage import Salvage, salvage, unlisted_objects
+from tb_footprint_plugin.fmt import human_bytes
+from tb_footprint_plugin.storage.blob_salvage import UNLISTED_AFTER, Salvage, salvage, unlisted_objects
 from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobSource
 from tb_footprint_plugin.storage.files import sha256_file
 from tb_footprint_plugin.storage.lock import Locked, held as lock_held, release, try_exclusive
@@ -38,6 +40,8 @@ from tb_footprint_plugin.storage.store import StoreFailure, TMP_PREFIX
 
 #: the name of an index object in ``<vault>/packs/index`` (``storage.blobstore``'s layout)
 _INDEX_NAME = re.compile(r"[0-9a-f]{32}\.json\Z")
+#: the key of a data object of that layout (a lone blob, a pack): the only objects a sweep deletes or keeps
+_DATA_NAME = re.compile(r"data/[0-9a-f]{2}/(?:[0-9a-f]{64}|[0-9a-f]{32}\.pack)\Z")
 #: a batch's end (``merge_pack_index``) repacks the packs under ``blobstore.MIN_PACK`` together once
 #: there are this many (each compaction writes its own pack: a batch of small runs, one of a few KB
 #: a run). More than a bucket's 2: on a local disk a small pack costs a file, not requests or a
@@ -58,6 +62,17 @@ def _forget_failpoint(step: str) -> None:
 
 def _merge_failpoint(step: str) -> None:
     faults.hit(MERGE_STEPS[step])
+
+
+#: what removing a damaged index object does now (issue #26, R24 F5's second half): no data object
+#: is swept on its loss (a sweep deletes only what a pending note proves a killed write's leftover,
+#: ``storage.blobstore``), so it frees nothing and destroys nothing, but what only it listed is hidden
+#: until a look lists it anew. One set of words for a disk's packs and a bucket's blob folder
+#: (``damaged_index_problems``, the only caller)
+REMOVED_INDEX_WORDS = ("Removing it frees no space and deletes no backup: the data objects only it lists stay, kept "
+                       "by every sweep (no pending note proves them a killed write's leftover) and counted by "
+                       "`status` as listed by no index row, but whatever they hold reads as missing until "
+                       "`tb-footprint recover` (or a purge's look) lists it anew")
 
 
 def damaged_index_problems(damaged: List[dict], root: str, hidden: Iterable[str],
@@ -84,7 +99,8 @@ def damaged_index_problems(damaged: List[dict], root: str, hidden: Iterable[str]
         # (review R23 T12: removed on this word beside a damaged manifest, the mended run's were lost)
         what = ("every backup the operations that read need is listed by another index object (none is hidden by "
                 "it; `recover` lists anew any it hid): you may remove this file once `status` names no damaged "
-                "manifest or operation-log piece here, whose backups it may be the only one to list")
+                "manifest or operation-log piece here, whose backups it may be the only one to list. "
+                + REMOVED_INDEX_WORDS)
     return [{"code": BlobError.DAMAGED_INDEX.value, "file": os.path.join(root, d["key"]),
              "message": f"the vault's pack index does not read ({d['message']}); {what}; no packed backup is "
                         "deleted while it stands"} for d in damaged]
@@ -98,6 +114,43 @@ def unlisted_words(missing: Sequence[str], where: str = "") -> str:
     return (f"{len(missing)} backup(s) the operations need are listed by no index object{where} (sha256 "
             f"{', '.join(s[:12] + '…' for s in missing[:3])}): an index object may be gone; no pack is deleted as "
             "a leftover, since one may be their only copy")
+
+
+def kept_unlisted(bs) -> Tuple[int, int]:
+    """``(count, bytes)`` of the data objects of the blob store ``bs`` (a disk vault's packs, a
+    bucket's blob folder, a remote vault) that no valid index row points into, older than
+    ``UNLISTED_AFTER`` (a younger one may be an add between its upload and its index): what every
+    sweep keeps (``BlobStore.forget``'s ``unlisted_kept``) unless a pending note proves it a killed
+    write's leftover (the notes are not read here: such a one is counted until the next sweep
+    deletes it). Only names of the store's layout count (the sweep touches no other). One listing
+    of ``data/`` against the index as last read; no object is read. ``(0, 0)`` while an index
+    object is damaged: what it lists looks unlisted, and its own problem says so.
+    ``BlobFailure``/``StoreFailure``/``OSError`` as the store fails."""
+    if bs.damaged_index():
+        return 0, 0
+    listed = {r.key for ref in bs.refs() for r in bs.candidates(ref.sha)}
+    now, n, size = time.time(), 0, 0
+    for e in bs.store.list("data"):
+        if e.key not in listed and _DATA_NAME.match(e.key) and e.mtime > 0 and now - e.mtime >= UNLISTED_AFTER:
+            n, size = n + 1, size + e.size
+    return n, size
+
+
+def kept_unlisted_finding(where: str, n: int, size: int, looks: str) -> dict:
+    """``status``'s finding (``Finding.ORPHAN_BLOBS``, named by ``where``: the store's folder or URL)
+    of ``kept_unlisted``'s ``n`` objects of ``size`` bytes, and what to do: ``looks`` lists anew a
+    backup an operation needs that a lost index object hid there (the verb that looks, per store);
+    what stays unlisted after that no command frees (a leftover cannot be told from an only copy).
+    One set of words for every store (issue #26)."""
+    return {"code": Finding.ORPHAN_BLOBS, "op_id": None, "run": None, "bytes": size, "count": n, "path": where,
+            "detail": f"{where}: {n} data object(s) ({human_bytes(size)}) that no index row lists are kept: a "
+                      "sweep deletes one only when a pending note proves it a killed write's leftover, never for "
+                      f"its age alone. {looks} lists anew any backup an operation needs that a lost or removed "
+                      "index object hid in them; what stays unlisted after that, while no manifest is named "
+                      "damaged, holds no backup this logdir's operations need (a leftover of a write killed before "
+                      "pending notes existed, the only copy of backups whose manifest was lost, or another "
+                      "logdir's in a shared folder) and is kept as space: no tb-footprint command frees it, since "
+                      "a leftover cannot be told from an only copy"}
 
 
 def _mark(objects: Iterable[str], backups: Iterable[str]) -> str:
