@@ -153,9 +153,26 @@ def clear_own_temp(tmp: str, dir_fd: int) -> None:
             set_aside_at(dir_fd, name)
 
 
+def salvage_mode(recorded, dir_fd: int, path: str) -> int:
+    """The mode a salvage file of ``path``'s late records gets once its content is complete
+    (invariant 3: the run gives those records back readable as the file they were written to
+    was; 0600 hid them from a TensorBoard of another user of the group, review R24's note): the
+    original's recorded mode (``recorded``), else the mode of the file standing at ``path``'s name
+    in the folder ``dir_fd`` (looked at without following a link: the file the records were
+    appended to), else 0600. Permission bits only: never set-user-id, set-group-id or sticky."""
+    if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 0:
+        return recorded & 0o777
+    try:
+        st = os.stat(os.path.basename(path), dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return 0o600
+    return stat.S_IMODE(st.st_mode) & 0o777 if stat.S_ISREG(st.st_mode) else 0o600
+
+
 def keep_late_records(ctx, path: str, source: str, start: int, size: int, tmp_name: str,
                       owner: Optional[Tuple[int, int]] = None, strategy: Optional[SwapStrategy] = None,
-                      journal: Optional[OpJournal] = None, begun: Collection[str] = ()) -> Optional[dict]:
+                      journal: Optional[OpJournal] = None, begun: Collection[str] = (),
+                      mode: Optional[int] = None) -> Optional[dict]:
     """Put the complete records ``source`` holds between ``start`` and ``size`` back into the run
     beside ``path`` (relative to the logdir), as the next free ``<path>.salvaged-NNN``.
 
@@ -171,7 +188,9 @@ def keep_late_records(ctx, path: str, source: str, start: int, size: int, tmp_na
     default): renamed, or copied under a ``copying`` record written to ``journal``; ``begun``:
     the paths an earlier, killed attempt's ``copying`` records name, where the beginning of these
     records (``placement.partial_copy``) is that attempt's own partial copy, removed and written
-    again under the same name: the records stand in the run once.
+    again under the same name: the records stand in the run once. ``mode``: the recorded mode of
+    ``path``'s original, given to the salvage file once its content is complete (``salvage_mode``:
+    permission bits only; none given, the mode of the file standing at ``path``).
 
     The temporary and the salvage file are made in the folder the logdir store's walk reaches
     without following a link (``vault_blobs.restore_folder``, invariant 4): a folder on the way
@@ -179,7 +198,7 @@ def keep_late_records(ctx, path: str, source: str, start: int, size: int, tmp_na
     ``StoreError.SYMLINK`` naming ``path``; nothing is written outside the logdir and the records
     stay in ``source``, in the vault."""
     with _reached(path, restore_folder(ctx.abs(path), (ctx.store, ctx.key(path))), source) as dfd:
-        return _keep_in(ctx, dfd, path, source, start, size, tmp_name, owner, strategy, journal, begun)
+        return _keep_in(ctx, dfd, path, source, start, size, tmp_name, owner, strategy, journal, begun, mode)
 
 
 @contextlib.contextmanager
@@ -200,9 +219,10 @@ def _reached(path: str, folder, source: str) -> Iterator[int]:
 
 def _keep_in(ctx, dfd: int, path: str, source: str, start: int, size: int, tmp_name: str,
              owner: Optional[Tuple[int, int]], strategy: Optional[SwapStrategy], journal: Optional[OpJournal],
-             begun: Collection[str]) -> Optional[dict]:
+             begun: Collection[str], mode: Optional[int] = None) -> Optional[dict]:
     """``keep_late_records`` in the folder ``dfd`` its walk reached."""
     tmp = os.path.join(os.path.dirname(ctx.abs(path)), os.path.basename(tmp_name))
+    mode = salvage_mode(mode, dfd, path)  # looked at before anything is made beside it
     # a planted thing at this (guessable) name is set aside, never followed (``clear_own_temp``)
     clear_own_temp(tmp, dfd)
     with open_regular(source) as src, os.fdopen(create_exclusive(tmp, 0o600, dfd), "wb") as dst:
@@ -211,6 +231,7 @@ def _keep_in(ctx, dfd: int, path: str, source: str, start: int, size: int, tmp_n
         dst.flush()
         # root restoring a user's run: the records are the user's, as the file beside them
         give_owner(dst.fileno(), _owner_here(dfd, owner))
+        os.fchmod(dst.fileno(), mode)  # once its content is complete (and after a chown)
         os.fsync(dst.fileno())
     if not records:
         fsops.unlink(tmp, dir_fd=dfd)
@@ -221,7 +242,7 @@ def _keep_in(ctx, dfd: int, path: str, source: str, start: int, size: int, tmp_n
     # gives it the records' owner: the user's, where a kill came before it)
     final, placed = place_at_free_name(ctx, lambda k: salvage_name(path, k), tmp, {"sha256": sha, "size": nbytes},
                                        strategy or swap_strategy(folder_capabilities()), journal, begun,
-                                       {"owner": _owner_here(dfd, owner)}, reuse=True, dir_fd=dfd)
+                                       {"owner": _owner_here(dfd, owner), "mode": mode}, reuse=True, dir_fd=dfd)
     if placed:
         os.fsync(dfd)
     return {"file": final, "records": records, "bytes": nbytes, "sha256": sha, "size": nbytes,
@@ -318,12 +339,14 @@ def salvage_one(ctx, m: dict, f: dict, new_op_id) -> SalvageOutcome:
         upto = start
         salv = None
         if final:
+            mode = salvage_mode(f.get("mode"), dfd, f["path"])  # the original's (R24's note: was 0600)
             clear_own_temp(tmp, dfd)  # a planted thing at this (guessable) name set aside, never followed
             with open_regular(blob) as src, os.fdopen(create_exclusive(tmp, 0o600, dfd), "wb") as dst:
                 got = copy_late_records(src, start, size, dst, f"backup of {f['path']}")
                 records, nbytes = got["records"], got["bytes"]
                 dst.flush()
                 give_owner(dst.fileno(), _owner_here(dfd, recorded_owner(f)))
+                os.fchmod(dst.fileno(), mode)  # once its content is complete (and after a chown)
                 os.fsync(dst.fileno())
             upto = size - got["partial_bytes"]  # the end of the last whole record
             if records:
@@ -424,6 +447,6 @@ def finish_salvage(ctx, records: List[dict]) -> str:
     return "interrupted salvage undone; it is done again now"
 
 
-__all__ = ["SalvageOutcome", "grown_backups", "starts_with", "keep_late_records", "clear_own_temp", "salvage_one", "finish_salvage", "SALVAGE_SUFFIX",
+__all__ = ["SalvageOutcome", "grown_backups", "starts_with", "keep_late_records", "salvage_mode", "clear_own_temp", "salvage_one", "finish_salvage", "SALVAGE_SUFFIX",
            "NAME_MAX", "salvage_name",
            "SALVAGED", "LATE_BYTES_KEPT", "BACKUP_CHANGED"]
