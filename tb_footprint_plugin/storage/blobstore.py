@@ -887,6 +887,11 @@ class BlobStore:
         if not (isinstance(owner, str) and _OWNER.match(owner)):
             raise ValueError(f"owner {owner!r}: up to 128 letters, digits and ._:@/+=-")
         self.store = store
+        # its folders (data/, index/, pending/, data/xx/) are the tool's state: made 0700 where the
+        # store makes folders (review R24's note: a bucket's blob folder made them with the umask's)
+        private = getattr(store, "private_folders", None)
+        if callable(private):
+            private()
         self.owner = owner
         self.pack_below = pack_below
         self.pack_target = pack_target

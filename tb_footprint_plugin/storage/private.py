@@ -240,6 +240,14 @@ def _made_at(fd: int, name: str) -> bool:
     return True
 
 
+def make_private_at(fd: int, name: str) -> bool:
+    """The one way a private folder is made: ``mkdir(name, 0700, dir_fd=fd)`` in the folder ``fd``
+    (a descriptor its caller reached without following a link); False when something is there
+    already, left as it is (a folder of ours made earlier with the umask's mode is accepted: the
+    caller's own checks judge what it finds). For stores of tool state (``PosixStore.private_folders``)."""
+    return _made_at(fd, name)
+
+
 def _open_at(fd: int, name: str) -> Optional[int]:
     """A read fd of the folder ``name`` in ``fd``, never through a link; None when ``name`` is
     not a folder (a link, a file) or is gone."""

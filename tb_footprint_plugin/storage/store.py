@@ -403,6 +403,12 @@ class Store(abc.ABC):
         caller that will write (a vault's blob store): its memory is then the same whatever it
         stores. A no-op where there is nothing to make."""
 
+    def private_folders(self) -> None:
+        """From now on the folders this store makes on the way to a key it writes are private
+        (0700, ``storage.private.make_private_at``), as every state folder of the tool is: for a
+        store holding only the tool's state (a ``BlobStore``'s layout: a bucket's blob folder, a
+        vault's packs). One there already is left as it is. A no-op where the store has no folders."""
+
     # --- accounting --------------------------------------------------------------------------
     def close(self) -> None:
         """Release what the store holds (clients, descriptors)."""
@@ -427,6 +433,9 @@ class Wrapper(Store):
 
     def __getattr__(self, name):  # the inner store's own extras (``stats``, ``root``, ...)
         return getattr(self.inner, name)
+
+    def private_folders(self) -> None:  # a setting, not a call to count: forwarded as it is
+        self.inner.private_folders()
 
     def _before(self, verb: str, n: int = 1) -> None:
         """Called before each ``n`` operations of ``verb``."""

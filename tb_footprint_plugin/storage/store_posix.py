@@ -41,6 +41,7 @@ from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.files import CHUNK
 from tb_footprint_plugin.storage.openfiles import find_writers
 from tb_footprint_plugin.storage.paths import UnsafePath, contained
+from tb_footprint_plugin.storage.private import make_private_at
 from tb_footprint_plugin.storage.regular import kind_of, open_regular
 from tb_footprint_plugin.storage.remote import RequestStats
 from tb_footprint_plugin.storage.store import (READ_ALL_LIMIT, TMP_PREFIX, Capabilities, Copied, DeleteResult, Entry,
@@ -172,6 +173,12 @@ class PosixStore(Store):
             raise StoreFailure(StoreError.NOT_REGULAR, self.root, "the store's root is not a folder")
         self.capabilities = folder_capabilities()
 
+    #: folders made with the umask's mode (a logdir's), until ``private_folders`` (tool state: 0700)
+    _private = False
+
+    def private_folders(self) -> None:
+        self._private = True
+
     # --- walking ------------------------------------------------------------------------------
     def _parts(self, key: str, allow_root: bool = False) -> List[str]:
         key = check_key(key, allow_root=allow_root)
@@ -203,7 +210,11 @@ class PosixStore(Store):
                     if not create:
                         raise
                     with contextlib.suppress(FileExistsError):
-                        os.mkdir(part, 0o777, dir_fd=fd)
+                        if self._private:  # tool state: 0700, as every state folder (``private_folders``)
+                            if not make_private_at(fd, part):
+                                raise FileExistsError(part)
+                        else:
+                            os.mkdir(part, 0o777, dir_fd=fd)
                         os.fsync(fd)
                         self.stats.add("put")
                     nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
