@@ -12,7 +12,10 @@ one paginated listing, every key the store holds seen, a planted ``a/../b`` one 
 included), ranged and whole reads (``read_range``, ``open_read``, ``read_bytes``), heads (``head``: an ``Entry`` as the listing's
 ``ObjectInfo``), puts, uploads, server-side copies (with the store's checksums of the copy) and
 the retention query (``Store.retention``). A store's refusal reaches the engine as the
-``StoreFailure`` it is, and the engine branches on its ``codes.StoreError`` code.
+``StoreFailure`` it is, and the engine branches on its ``codes.StoreError`` code. What a listing
+of the whole logdir would find now, as far as this process knows (``objects_now``: its last such
+listing and the writes and deletes made through a ``BucketState`` since), prices a batch's
+checking listing (``bucket_state.cover_prefixes``).
 """
 from __future__ import annotations
 
@@ -37,6 +40,20 @@ OF_KEPT = 16
 
 #: the largest state object read (a planted huge "journal" or "lock" is never read whole: corrupt)
 STATE_LIMIT = READ_ALL_LIMIT
+
+#: what this process knows of the objects under a store path it listed whole (``listing`` of a
+#: root): root -> [objects that listing found, objects written under the root since less those
+#: deleted there] (``BucketState.objects_now``); the roots listed last, at most ``GROWN_KEPT``
+_GROWN: "OrderedDict[str, List[int]]" = OrderedDict()
+GROWN_KEPT = 64
+
+
+def _grown(path: str, n: int) -> None:
+    """``n`` objects more (or fewer) at the store path ``path``, for every root listed whole above it."""
+    with _OF_MU:
+        for root, counts in _GROWN.items():
+            if path.startswith(root + "/"):
+                counts[1] += n
 
 
 class BucketState:
@@ -119,11 +136,31 @@ class BucketState:
         except StoreFailure as e:
             raise ValueError(f"{base}: not a plain key under {root} ({e})") from None
         try:
-            return listing_of(self._store_at(root), prefix)
+            found = listing_of(self._store_at(root), prefix)
         except StoreFailure as e:
             if missing_ok and e.code == StoreError.NOT_FOUND:
-                return {}
-            raise
+                found = {}
+            else:
+                raise
+        if not prefix:
+            with _OF_MU:
+                _GROWN[root] = [len(found), 0]
+                _GROWN.move_to_end(root)
+                while len(_GROWN) > GROWN_KEPT:
+                    _GROWN.popitem(last=False)
+        return found
+
+    def objects_now(self) -> Optional[int]:
+        """How many objects a listing of the whole logdir would find now, as far as this process
+        knows: what its last such listing found (``listing``), plus the objects written under it
+        through a ``BucketState`` since (a create, an upload, a copy not over a version: a
+        reduce's backup copies, manifests, locks and journals in a vault inside the logdir), less
+        those deleted there. Another process's writes are not known: an estimate, which prices a
+        listing (``bucket_state.cover_prefixes``), never decides what a run holds. None before
+        any whole listing of the logdir."""
+        with _OF_MU:
+            counts = _GROWN.get(self.logdir.root)
+            return None if counts is None else max(0, counts[0] + counts[1])
 
     def tree(self, rel: str = "", *, missing_ok: bool = False) -> Dict[str, ObjectInfo]:
         """``listing`` of ``rel`` under the logdir, keyed relative to the logdir."""
@@ -155,13 +192,18 @@ class BucketState:
     def put(self, path: str, data: bytes, *, if_absent: bool = False, if_version: Optional[str] = None) -> str:
         """Write ``data`` whole at ``path`` (create-only, or only over ``if_version``): one request."""
         store, key = self.where(path)
-        return store.put(key, data, if_absent=if_absent, if_version=if_version)
+        version = store.put(key, data, if_absent=if_absent, if_version=if_version)
+        if if_version is None:
+            _grown(path, 1)
+        return version
 
     def put_file(self, path: str, local: str) -> ObjectInfo:
         """Upload the local file ``local`` to ``path`` with the store's checksum of the whole
         object (``whole_checksum``: what a staged object is compared by), then its metadata."""
         store, key = self.where(path)
-        return info_of(store.put_file(key, local, whole_checksum=True))
+        info = info_of(store.put_file(key, local, whole_checksum=True))
+        _grown(path, 1)
+        return info
 
     def copy(self, src: str, dst: str, *, if_source_version: Optional[str] = None, if_absent: bool = False,
              if_version: Optional[str] = None, listed_absent: bool = False, size: Optional[int] = None) -> Copied:
@@ -171,9 +213,12 @@ class BucketState:
         ETag is compared after it). The copy's version and the store's checksums of it."""
         sstore, skey = self.where(src)
         dstore, dkey = self.where(dst)
-        return dstore.copy(skey, dkey, source=None if sstore is dstore else sstore, detail=True, precheck=False,
-                           if_source_version=if_source_version, if_absent=if_absent, if_version=if_version,
-                           listed_absent=listed_absent, size=size)
+        res = dstore.copy(skey, dkey, source=None if sstore is dstore else sstore, detail=True, precheck=False,
+                          if_source_version=if_source_version, if_absent=if_absent, if_version=if_version,
+                          listed_absent=listed_absent, size=size)
+        if if_version is None:
+            _grown(dst, 1)
+        return res
 
     def retention(self, bucket: str) -> dict:
         """Whether bytes deleted from ``bucket`` stay stored (``Store.retention``)."""
@@ -182,7 +227,9 @@ class BucketState:
 
     def create(self, path: str, doc: dict) -> str:
         store, key = self.where(path)
-        return store.put(key, json.dumps(doc, sort_keys=True).encode(), if_absent=True)
+        version = store.put(key, json.dumps(doc, sort_keys=True).encode(), if_absent=True)
+        _grown(path, 1)
+        return version
 
     def update(self, path: str, doc: dict, version: str) -> str:
         store, key = self.where(path)
@@ -256,6 +303,8 @@ class BucketState:
             for (p, _), res in zip(items, store.delete([key for _, key in items], conds or None, precheck=False)):
                 if not res.ok:
                     failed[p] = res.message or str(res.code)
+                else:
+                    _grown(p, -1)
         return failed
 
 

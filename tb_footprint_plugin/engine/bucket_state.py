@@ -421,24 +421,33 @@ def listing_of_runs(ostore: ObjectStore, vault: BucketVault, runs: List[str], lo
     pages, which grow with the logdir and with the vault and state objects under it."""
     if "." in runs:
         return run_listing(ostore, vault, ".")
+    # the whole logdir's listing holds what was written there since the listing counted, less
+    # what was deleted: this process's backups, manifests, locks and journals in a vault inside
+    # it, the runs' removed objects (``objects_now``)
+    now = BucketState.of(ostore).objects_now()
     if known is None:
-        if math.ceil(max(1, logdir_objects) / LIST_PAGE_KEYS) <= len(runs):
+        if math.ceil(max(1, logdir_objects if now is None else now) / LIST_PAGE_KEYS) <= len(runs):
             return run_listing(ostore, vault, ".")
         prefixes = list(runs)
     else:
-        prefixes = cover_prefixes(runs, known, logdir_objects)
+        prefixes = cover_prefixes(runs, known, logdir_objects, now)
     out: Dict[str, ObjectInfo] = {}
     for pre in prefixes:
         out.update(run_listing(ostore, vault, pre))
     return out
 
 
-def cover_prefixes(runs: List[str], known: Mapping[str, ObjectInfo], logdir_objects: int) -> List[str]:
+def cover_prefixes(runs: List[str], known: Mapping[str, ObjectInfo], logdir_objects: int,
+                   now: Optional[int] = None) -> List[str]:
     """The folders (run names, their parent folders, or ``"."`` for the whole logdir) whose
     listings cover every run in ``runs`` in the fewest pages, counted from ``known``. A run's
     own prefix is always a candidate; a parent folder replaces its runs' listings when its
-    objects (any run's, in ``known``) take fewer pages than they do. Every choice covers every
-    run: a stale count only costs pages, never a run left out."""
+    objects (any run's, in ``known``) take fewer pages than they do. The whole logdir is priced
+    at what its listing holds now as far as this process knows (``now``,
+    ``BucketState.objects_now``: its last whole listing with the backups, manifests, locks and
+    journals written in a vault inside the logdir since, less what was deleted there), else at
+    ``known``'s objects (its state folder and that vault included as they were then). Every
+    choice covers every run: a stale count only costs pages, never a run left out."""
     wanted = {r.strip("/") for r in runs}
     parents: Dict[str, set] = {}  # folder -> its child folders that lead to a wanted run
     for r in wanted:
@@ -446,7 +455,7 @@ def cover_prefixes(runs: List[str], known: Mapping[str, ObjectInfo], logdir_obje
         for i in range(len(parts)):
             parents.setdefault("/".join(parts[:i]), set()).add("/".join(parts[:i + 1]))
     count = folder_counts(known)
-    root = max(logdir_objects, len(known))
+    root = now if now is not None else max(logdir_objects, len(known))
 
     def pages(folder: str) -> int:
         return max(1, math.ceil((root if folder == "" else count.get(folder, 0)) / LIST_PAGE_KEYS))
