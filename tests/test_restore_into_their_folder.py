@@ -160,3 +160,48 @@ def test_one_put_in_place_after_the_look_while_nothing_was_made_in_it_receives_n
     api.recover_logdir(str(logdir))
     assert not api.restorable(str(logdir)), "the restore was not finished by recover"
     assert_exact(logdir, before)
+
+
+def test_nor_into_another_users_folder_at_the_runs_own_name(tmp_path):
+    """Review R25 F1: in a group-shared logdir without the sticky bit another user may rename our
+    run away and put a folder of theirs at its name. A restore put the originals inside it and
+    freed the vault's copy. The run's folder is asked too: refused ``restore_blocked`` before the
+    journal, naming it, nothing changed; once the name is ours again, exact. (Another user's run
+    taken on request still restores: its files' recorded owner is its folder's —
+    ``tests/test_restore_owner.py``.)"""
+    logdir, before, vault = _reduced(tmp_path)
+    run = logdir / "train"
+    st = os.stat(run)
+    os.chown(run, 4242, 4242)
+    try:
+        (o,) = api.restore(str(logdir), run="train")
+    finally:
+        os.chown(run, st.st_uid, st.st_gid)
+        os.utime(run, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (str(o.status), str(o.code)) == ("failed", "restore_blocked"), o.to_dict()
+    assert "train is a folder of uid 4242" in o.reason and "nothing was changed" in o.reason, o.reason
+    assert not (run / "plugins").exists(), "folders were made inside uid 4242's run folder"
+    assert [p for p in vault if p.exists()] == vault, "the vault let a backup go"
+    (o,) = api.restore(str(logdir), run="train")
+    assert str(o.status) == "restored", o.reason
+    assert_exact(logdir, before)
+
+
+def test_the_run_folders_owner_is_recorded_so_another_users_run_taken_on_request_restores(tmp_path):
+    """The other side of R25 F1's rule: a run whose folder was another user's when it was reduced
+    (taken on request) goes back into that folder although every file in it is this user's: the
+    reduction records the run folder's owner (``run_uid``) and the restore allows it."""
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    _run(logdir)
+    run = logdir / "train"
+    os.chown(run, 4242, 4242)
+    before = snapshot(logdir)
+    (o,) = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, quiet_period=0,
+                             verify_backends=("python",), include_others_runs=True).outcomes
+    assert str(o.status) == "verified", o.reason
+    (m,) = api.operations(str(logdir))
+    assert m.get("run_uid") == 4242, m
+    (o,) = api.restore(str(logdir), run="train")
+    assert str(o.status) == "restored", o.reason
+    assert_exact(logdir, before)

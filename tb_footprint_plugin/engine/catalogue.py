@@ -25,7 +25,7 @@ from tb_footprint_plugin.engine.vault import ManifestMemo, Vault, who
 from tb_footprint_plugin.engine.vault_index import (damaged_index_advice, damaged_vault_indexes, salvage_vault_paths,
                                                    set_aside, vault_index_entries)
 from tb_footprint_plugin.engine.vault_reads import manifest_file, read_roots, VaultRead
-from tb_footprint_plugin.storage.files import atomic_write_json
+from tb_footprint_plugin.storage.files import atomic_write_json, plausible_id
 from tb_footprint_plugin.engine import trust
 from tb_footprint_plugin.storage import lock
 from tb_footprint_plugin.storage.regular import read_capped
@@ -392,6 +392,7 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
                       if r["type"] == "rmdir"],
         # the folders it changed and kept, with their mtimes before it: a restore gives them back
         dir_times=begin.get("dir_times") or [],
+        **({"run_uid": begin["run_uid"]} if plausible_id(begin.get("run_uid")) is not None else {}),
         verification=ver,
         # content newer than the backup, found where an original went back: kept in the vault
         displaced=displaced or [],

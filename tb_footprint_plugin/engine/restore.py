@@ -66,6 +66,7 @@ from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.blobstore import BlobFailure
 from tb_footprint_plugin.storage.access import access_refusal, is_permission_error
+from tb_footprint_plugin.storage.files import plausible_id
 from tb_footprint_plugin.storage.paths import is_sha256, is_within, real_within
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.openfiles import describe_holders
@@ -199,7 +200,7 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
                                          where=lambda r, kind: r == run or kind == "retire"))
     refusal = restore_refusal(manifest, mine)  # newer reduction, purged, retired: the rule of every store
     theirs = None if refusal else folders_theirs(ctx, manifest.get("removed_dirs", []), manifest.get("files", []),
-                                                 run)
+                                                 run, plausible_id(manifest.get("run_uid")))
     if theirs:
         refusal = Failure.RESTORE_BLOCKED, theirs
     if refusal:
@@ -557,7 +558,8 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
         vault.write_manifest(manifest)
 
     # whose each folder an original goes back into may be, asked again as each one takes its name
-    owners = folder_owners(manifest.get("removed_dirs", []), manifest["files"], manifest["run"])
+    owners = folder_owners(manifest.get("removed_dirs", []), manifest["files"], manifest["run"],
+                           plausible_id(manifest.get("run_uid")))
     relinks = Relinks(ctx, manifest)
     if relinks.outside:  # names of its inodes in other runs: only then are the other reductions read
         relinks.join(releases.peers(ctx, memo) if releases is not None else

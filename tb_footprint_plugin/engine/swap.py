@@ -424,12 +424,16 @@ def make_dirs(ctx: Context, dirs: List[dict], refuse_theirs: bool = False) -> Li
     return made
 
 
-def folder_owners(dirs: List[dict], files: Iterable[dict] = (), run: str = "") -> Dict[str, Set[Optional[int]]]:
-    """The folders below the run's own on the way to a reduction's originals (the folders it
-    removed, ``dirs``, and those that hold its ``files``), each with the owners its records allow
-    besides this user: a removed folder's, and those of the files put back under it. The run's
-    folder itself is not one: it may be another user's run taken on request (``plan.owners``), and
-    in a sticky shared logdir no one else can put one in its place."""
+def folder_owners(dirs: List[dict], files: Iterable[dict] = (), run: str = "",
+                  run_uid: Optional[int] = None) -> Dict[str, Set[Optional[int]]]:
+    """The folders on the way to a reduction's originals from the run's own (the folders it
+    removed, ``dirs``, those that hold its ``files``, and the run's folder), each with the owners
+    its records allow besides this user: a removed folder's, and those of the files put back under
+    it. The run's folder is asked too (review R25 F1: in a group-shared logdir without the sticky
+    bit another user may rename our run away and put a folder of theirs at its name), allowing
+    besides its files' recorded owners the one the reduction recorded for it (``run_uid``:
+    another user's run taken on request, ``plan.owners``, still restores). A logdir that is itself
+    the run is not asked: it is where the vault is."""
     owners: Dict[str, Set[Optional[int]]] = {}
     for d in dirs:
         if isinstance(d, dict) and isinstance(d.get("path"), str):
@@ -440,13 +444,42 @@ def folder_owners(dirs: List[dict], files: Iterable[dict] = (), run: str = "") -
         if not isinstance(path, str):
             continue
         folder = os.path.dirname(path)
-        while folder and folder != top and (not top or folder.startswith(top + "/")):
+        while folder and (not top or folder == top or folder.startswith(top + "/")):
             owners.setdefault(folder, set()).add(plausible_id(f.get("uid")))
+            if folder == top:
+                break
             folder = os.path.dirname(folder)
+    if top and run_uid is not None:
+        owners.setdefault(top, set()).add(plausible_id(run_uid))
     return owners
 
 
-def folders_theirs(ctx: Context, dirs: List[dict], files: Iterable[dict] = (), run: str = "") -> Optional[str]:
+def folder_uid(ctx: Context, path: str) -> Optional[int]:
+    """The owner of the logdir folder ``path`` through its own descriptor, as the logdir store's
+    walk reaches it (``placement.folder_at``), never by path; None when it is not reached (a link
+    on the way, gone): recorded in a reduce's begin record (``run_uid``) for ``folder_owners``."""
+    try:
+        with folder_at(ctx, path) as at:
+            if at is None:
+                return None
+            fd = os.open(at[1], os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=at[0])
+        try:
+            return os.fstat(fd).st_uid
+        finally:
+            os.close(fd)
+    except (OSError, ValueError, TransactionError):
+        return None
+
+
+def run_owner(ctx: Context, run: str) -> Dict[str, int]:
+    """A reduce's begin record's ``run_uid`` (``folder_uid`` of the run's folder): empty for a
+    logdir that is itself the run, or a folder not reached."""
+    uid = folder_uid(ctx, run) if run not in ("", ".") else None
+    return {} if uid is None else {"run_uid": uid}
+
+
+def folders_theirs(ctx: Context, dirs: List[dict], files: Iterable[dict] = (), run: str = "",
+                   run_uid: Optional[int] = None) -> Optional[str]:
     """Why a reduction's originals may not go back where they were, or None: a folder on the way to
     one of them (``folder_owners``) stands and is another user's than this one and than the owners
     its records name: made, or put in place of ours, since by someone who may write in the folder
@@ -456,7 +489,7 @@ def folders_theirs(ctx: Context, dirs: List[dict], files: Iterable[dict] = (), r
     through the folder's descriptor, as it makes each removed one, and ``put_back(owners=...)``
     through the descriptor of the folder each original takes its name in. Coded
     ``restore_blocked`` by the caller."""
-    owners = folder_owners(dirs, files, run)
+    owners = folder_owners(dirs, files, run, run_uid)
     for path in sorted(owners, key=len):
         try:
             st = os.lstat(ctx.abs(path))

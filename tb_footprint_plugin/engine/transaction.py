@@ -49,7 +49,7 @@ from tb_footprint_plugin.engine.recovery_rules import CANCELLED_REASON, rollback
 from tb_footprint_plugin.engine.reduce_journal import (append_record, append_rollback, create_journal, journal_gone,
                                                        own_records, stage_record)
 from tb_footprint_plugin.engine.run_lock import folder_capabilities, lock_failure, run_lock
-from tb_footprint_plugin.engine.swap import apply_swap, folder_times, kept_folders, new_put_back_token, removed_dirs_before, rollback
+from tb_footprint_plugin.engine.swap import apply_swap, folder_times, kept_folders, new_put_back_token, removed_dirs_before, rollback, run_owner
 from tb_footprint_plugin.engine.swap_strategy import swap_strategy
 from tb_footprint_plugin.engine.verification import (changed_files, changed_since_backup, original_of, scratch_space,
                                                      stage_file, stop_of, unchanged_event_files,
@@ -207,7 +207,7 @@ class LocalReduce(txn.Txn):
         begin = {
             "type": "begin", "kind": "reduce", "op_id": op_id, "run": rp.run, "logdir_id": identity["id"],
             "logdir": ctx.logdir, "vault": ctx.vault.root, "plan": rp.to_dict(), "policy": self.policy,
-            "verify_backends": list(ctx.verify_backends),
+            "verify_backends": list(ctx.verify_backends), **run_owner(ctx, rp.run),  # whose folder: ``folder_owners``
             "dir_times": folder_times(ctx, kept_folders(rp)),  # before anything is staged in them
             # a rollback's put-backs name their temps by it: a killed one's are removed, exactly those
             "tmp_token": new_put_back_token(),
