@@ -230,6 +230,7 @@ class StoreError(Code):
     TOO_LARGE = "too_large"  # a whole-object read of something bigger than its limit
     NOT_SUPPORTED = "not_supported"  # the store has no such operation (see its ``Capabilities``)
     PERMISSION = "permission_denied"  # the store or the system refused access
+    ARCHIVED = "archived"  # the object is in an archive class (S3 GLACIER/DEEP_ARCHIVE, Azure Archive): the store reads it once it is restored (rehydrated)
     NO_CREDENTIALS = "no_credentials"  # the bucket's client found no credentials (the message says what to set)
     NO_SPACE = "no_space"  # the disk or quota is full: the write left nothing half-done
     CONFLICT = "conflict"  # a conditional rewrite (bucket append) kept losing to other writers

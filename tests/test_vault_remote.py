@@ -288,9 +288,9 @@ def test_restore_from_an_archived_object_is_a_coded_failure_naming_it(tmp_path, 
     assert snapshot(logdir) == reduced
     sha = next(iter(local_blobs(vault)))
     err = remote_vault.last_failure(vault.root, sha)
-    assert err is not None and err.code == "permission_denied", err
+    assert err is not None and err.code == "archived", err  # R24 F8: no longer said permission_denied
     assert err.key.startswith(url + "/data/") and "storage class" in str(err)
-    assert any(url + "/data/" in o.reason and "[permission_denied]" in o.reason for o in outs), \
+    assert any(url + "/data/" in o.reason and "[archived]" in o.reason for o in outs), \
         [o.reason for o in outs]
 
 

@@ -466,7 +466,10 @@ def lifecycle_rule(store_url: str, days: int = LIFECYCLE_DAYS) -> dict:
                  "--lifecycle-configuration file://lifecycle.json")
         note = ("put-bucket-lifecycle-configuration REPLACES the bucket's whole lifecycle configuration: merge "
                 "these Rules with `aws s3api get-bucket-lifecycle-configuration` first. S3 does not transition "
-                "objects under 128 KiB by default (small backups are packed for that reason).")
+                "objects under 128 KiB by default (small backups are packed for that reason). A GLACIER object "
+                "must be restored before a restore can read it: a restore, verify or purge names each one "
+                "[archived]; ask the store to restore it (`aws s3api restore-object --bucket BUCKET --key KEY "
+                "--restore-request Days=7`: minutes to 12 h), then restore again.")
         scheme = "s3"
     elif scheme in ("gs", "gcs"):
         rule = {"rule": [
@@ -490,7 +493,9 @@ def lifecycle_rule(store_url: str, days: int = LIFECYCLE_DAYS) -> dict:
                  "--policy @lifecycle.json")
         note = ("A management policy is one per storage account and REPLACES the existing one: merge with "
                 "`az storage account management-policy show` first. An archived blob must be rehydrated "
-                "(up to 15 h) before a restore can read it.")
+                "to the Hot or Cool tier (up to 15 h) before a restore can read it: a restore, verify or purge "
+                "names each one [archived]; rehydrate it (`az storage blob set-tier --container-name C --name KEY "
+                "--tier Hot --rehydrate-priority Standard`), then restore again.")
         scheme = "az"
     return {"scheme": scheme, "bucket": bucket, "prefix": prefix, "prefixes": [prefix], "days": days, "rule": rule,
             "apply": apply, "note": note}

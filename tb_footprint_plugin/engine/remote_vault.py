@@ -38,7 +38,7 @@ import threading
 import time
 from typing import BinaryIO, Dict, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import BlobError
+from tb_footprint_plugin.codes import BlobError, StoreError
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.storage.blob_salvage import Salvage, salvage
 from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobStore
@@ -112,12 +112,46 @@ class RemoteReadError(OSError):
 
 
 def _code_of(e: Exception):
-    """The most specific code of a blob store failure: the store's own (``permission_denied``
-    for an archived object S3 will not read, ``not_found``, …) when the blob store wrapped one."""
+    """The most specific code of a blob store failure: the store's own (``archived`` for an
+    object in an archive class the store will not read yet, ``not_found``, …) when the blob store
+    wrapped one."""
     inner = e.__cause__ or e.__context__
     if isinstance(e, BlobFailure) and e.code == BlobError.STORE and isinstance(inner, StoreFailure):
         return inner.code
     return e.code
+
+
+def archived_words(name: str) -> str:
+    """What a reader says of the object ``name`` (``<store URL>/<key>``) its store keeps in an
+    archive class (``StoreError.ARCHIVED``: S3 GLACIER or DEEP_ARCHIVE, Azure's Archive tier; R24
+    F8, where a restore said "backup damaged or missing … permission_denied"): nothing is lost, the
+    store serves it once restored (rehydrated), and how to ask for that."""
+    scheme, _, rest = name.partition("://")
+    bucket, _, key = rest.partition("/")
+    if scheme in ("az", "abfs", "abfss"):
+        how = (f"Azure: rehydrate it to the Hot or Cool tier, e.g. az storage blob set-tier --container-name {bucket} "
+               f"--name {key} --tier Hot --rehydrate-priority Standard; up to 15 h")
+    elif scheme in ("s3", "s3a"):
+        how = (f"aws s3api restore-object --bucket {bucket} --key {key} --restore-request Days=7; "
+               "minutes to 48 h by the class and tier")
+    else:
+        how = "aws s3api restore-object …; Azure: rehydrate it to the Hot or Cool tier"
+    return (f"{name}: archived (the store keeps it in an archive storage class): ask the store to restore it "
+            f"({how}), then restore again; the backup is not damaged, nothing was lost")
+
+
+def _read_error(vault_root: str, sha: str, name: str, e: Exception) -> "RemoteReadError":
+    """The ``RemoteReadError`` of a blob store failure reading ``sha`` (remembered for
+    ``last_failure``): its most specific code, naming the object; an archived one with
+    ``archived_words`` (the failing object's key where the failure names one)."""
+    code = _code_of(e)
+    if code == StoreError.ARCHIVED:
+        key = getattr(e, "key", "") or getattr(e.__cause__ or e.__context__, "key", "")
+        rec = read_record(vault_root, sha)
+        if key and rec is not None and not name.endswith("/" + key):
+            name = f"{rec['url'].rstrip('/')}/{key}"
+        return _remember(vault_root, sha, RemoteReadError(code, name, archived_words(name)))
+    return _remember(vault_root, sha, RemoteReadError(code, name, f"{name}: {e}"))
 
 
 def _remember(vault_root: str, sha: str, e: "RemoteReadError") -> "RemoteReadError":
@@ -521,7 +555,7 @@ class _Checked:
             data = self.f.read(n)
         except (BlobFailure, StoreFailure) as e:
             self.stage = None
-            raise _remember(*self.at, RemoteReadError(_code_of(e), self.name, f"{self.name}: {e}")) from None
+            raise _read_error(*self.at, self.name, e) from None
         if self.stage is not None:
             if data:
                 self.n += len(data)
@@ -790,8 +824,7 @@ def open_remote(vault_root: str, sha: str) -> BinaryIO:
             return _Checked(_Lone(bs.store, ref, (vault_root, sha)), name, vault_root, sha, ref.size)
         return _Checked(bs.open(sha), name, vault_root, sha, ref.size, [] if ref.size <= STAGE_BYTES else None)
     except (BlobFailure, StoreFailure) as e:
-        raise _remember(vault_root, sha, RemoteReadError(_code_of(e), object_name(rec), f"{object_name(rec)}: {e}")) \
-            from None
+        raise _read_error(vault_root, sha, object_name(rec), e) from None
 
 
 def read_twice(vault_root: str, sha: str) -> bool:
@@ -832,7 +865,7 @@ def check_remote(vault_root: str, sha: str) -> Optional[RemoteReadError]:
     return None
 
 
-__all__ = ["PACKS_DIR", "PACK_STEPS", "tighten_pack_dirs", "packs_root", "has_packs", "pack_store", "packed_ref",
+__all__ = ["archived_words", "PACKS_DIR", "PACK_STEPS", "tighten_pack_dirs", "packs_root", "has_packs", "pack_store", "packed_ref",
            "open_packed", "check_packed", "REMOTE_SUFFIX", "REMOTE_CONFIG", "RemoteReadError", "record_path", "read_record", "has_record",
            "write_record", "drop_record", "configured_url", "known_urls", "set_configured_url", "blobstore", "open_remote",
            "check_remote", "object_name", "last_failure", "read_twice", "hidden_words", "recorded_blobs",

@@ -70,6 +70,13 @@ class RemoteError(OSError):
 NO_CREDENTIALS = StoreError.NO_CREDENTIALS
 #: ``RemoteError.code`` of a request the store refused (``codes.StoreError.PERMISSION``)
 REFUSED = StoreError.PERMISSION
+#: ``RemoteError.code`` of a read of an object in an archive class (``codes.StoreError.ARCHIVED``)
+ARCHIVED = StoreError.ARCHIVED
+#: the services' error codes (a field of their answer, never its words) for a read of an object in
+#: an archive class not restored: S3's ``InvalidObjectState`` (GLACIER, DEEP_ARCHIVE, an archive
+#: tier of Intelligent-Tiering; s3fs raises it as a ``PermissionError``), Azure's ``BlobArchived``
+#: (409, the Archive tier before rehydration). A GCS ARCHIVE object reads as any other
+_ARCHIVED_ERRORS = frozenset({"InvalidObjectState", "BlobArchived"})
 #: The clients' exceptions that say no credentials were found, by class name along the MRO (the
 #: clients are optional packages, imported only where their scheme is used): botocore's, google-auth's
 #: application default credentials, azure-identity's DefaultAzureCredential.
@@ -106,6 +113,25 @@ def credentials_missing(e: Optional[BaseException], unsigned: bool = False) -> b
     return False
 
 
+def archived(e: Optional[BaseException]) -> bool:
+    """Whether ``e`` (or what it was raised from) is the store's answer that the object is in an
+    archive class and must be restored (rehydrated) before it is read (``_ARCHIVED_ERRORS``):
+    botocore's ``ClientError`` by its ``Error.Code``, azure-core's ``HttpResponseError`` by its
+    ``error_code``. Told by those fields, never by words; asked before ``refused`` (S3 answers
+    it with a 403, which s3fs turns into a ``PermissionError``)."""
+    seen = 0
+    while e is not None and seen < 8:
+        names = {c.__name__ for c in type(e).__mro__}
+        if "ClientError" in names:
+            err = (getattr(e, "response", None) or {}).get("Error")
+            if isinstance(err, dict) and err.get("Code") in _ARCHIVED_ERRORS:
+                return True
+        if "HttpResponseError" in names and getattr(e, "error_code", None) in _ARCHIVED_ERRORS:
+            return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
+
+
 def refused(e: BaseException) -> bool:
     """Whether ``e`` is the store's refusal of a request (401/403), whichever client raised it and
     however: s3fs's ``PermissionError`` (its translation of a 403), botocore's ``ClientError``,
@@ -130,10 +156,14 @@ def refused(e: BaseException) -> bool:
 def shared_error(e: BaseException, url: str, protocol: str, what: str, unsigned: bool = False) -> Optional[RemoteError]:
     """The coded error every store and every call says alike, asked before any store's or call's
     own mapping (the conditional clients' ``_Ops._err``, a listing, the ``RemoteFS`` methods): the
-    client found no credentials (``no_credentials``, naming the logdir's ``url``), or the store
-    refused the request (``permission_denied``, naming ``what``). None for any other error."""
+    client found no credentials (``no_credentials``, naming the logdir's ``url``), the object is
+    archived (``archived``: an archive class not restored, naming ``what``), or the store refused
+    the request (``permission_denied``, naming ``what``). None for any other error."""
     if credentials_missing(e, unsigned):
         return no_credentials(url, protocol, e)
+    if archived(e):
+        return RemoteError(ARCHIVED, f"{what}: archived: the store keeps the object in an archive class and reads "
+                                     f"it only once it is restored ({type(e).__name__})")
     if refused(e):
         return RemoteError(REFUSED, f"{what}: the store refused the request ({e})")
     return None

@@ -307,8 +307,8 @@ class ObjectStore(Store):
                 # GET said it, no HEAD to ask again (the change log every status reads is normally absent)
                 raise StoreFailure(StoreError.NOT_FOUND, key, "no such object") from None
             except RemoteError as e:
-                if _code(e) in (StoreError.PERMISSION, StoreError.NO_CREDENTIALS):
-                    raise  # refused or unsigned: a HEAD would be too, and say less
+                if _code(e) in (StoreError.PERMISSION, StoreError.NO_CREDENTIALS, StoreError.ARCHIVED):
+                    raise  # refused, unsigned or archived: a HEAD would say less
                 failed: BaseException = e
             except Exception as e:  # noqa: BLE001 - each client raises its own kind; the head decides
                 failed = e
