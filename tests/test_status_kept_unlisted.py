@@ -82,6 +82,9 @@ def test_bucket_blob_folder_status_counts_the_unlisted_objects_kept(reduced):
     # no backup the manifests need is hidden: no backup_index_damaged row beside it
     assert not [p for p in api.status(url, backup_dir=folder)["problems"]
                 if "listed by no index object" in str(p.get("detail"))]
+    # given no --backup-dir, the folder the manifests record is counted too (R21 PD20's status half)
+    (row,) = _kept(api.status(url)["problems"], folder)
+    assert row["count"] == 1
 
 
 def test_a_removable_damaged_index_object_says_what_removing_it_does(disk_packed):

@@ -24,8 +24,9 @@ from typing import Dict, List, Optional, Set, Tuple
 from tb_footprint_plugin.codes import Failure, Finding, Recovery
 from tb_footprint_plugin.engine import manifest
 from tb_footprint_plugin.engine.bucket_blobs import forget_let_go, forget_lock, is_blob_entry, names_in_bucket
+from tb_footprint_plugin.engine.bucket_blob_folder import recorded_folder, with_recorded_folder
 from tb_footprint_plugin.engine.bucket_identity import PLACES, entry_owner, place_record
-from tb_footprint_plugin.engine.bucket_state import BlobVault, BucketVault
+from tb_footprint_plugin.engine.bucket_state import BlobVault, BucketTxnError, BucketVault
 from tb_footprint_plugin.engine.catalogue_rules import entry_released
 from tb_footprint_plugin.engine.recovery_rules import RecoveryOutcome
 from tb_footprint_plugin.engine.pack_index_rebuilt import rebuilt_outcomes
@@ -231,6 +232,28 @@ def shared_with(bv: BlobVault) -> List[str]:
     if not out and any(not bv.is_ours(who) for r in bv.store.refs() for who in bv.store.owners(r.sha)):
         out.append("another owner")
     return out
+
+
+def recorded_vault(vault: BucketVault, manifests: List[dict]) -> Tuple[BucketVault, List[dict]]:
+    """The vault ``status`` and ``verify`` look in when given no ``--backup-dir`` (review R21 PD20,
+    their halves; a restore and a purge took it already): ``vault`` with the blob folder the
+    manifests (this logdir's own: ``bucket_manifests.own_manifests``) record for this host, by a
+    purge's rule (every one recording a folder records the same, ``recorded_folder``) and the one
+    check every verb takes (``with_recorded_folder``: on its host, a folder of ours whose
+    ``places/`` lists this logdir). ``vault`` itself when it has a folder, when none is recorded
+    and when several are (which one holds a blob, only ``--backup-dir`` says). A recorded folder
+    refused: ``vault``, and a row (``status``'s form) with the refusal's code and words naming the
+    folder and the manifest; nothing was read there but its ``places/``."""
+    if vault.blobs is not None:
+        return vault, []
+    folders = {recorded_folder(m) for m in manifests} - {None}
+    if len(folders) != 1:
+        return vault, []
+    try:
+        return with_recorded_folder(vault, next(m for m in manifests if recorded_folder(m))), []
+    except BucketTxnError as e:
+        return vault, [{"code": e.code, "op_id": None, "run": None, "bytes": 0, "path": next(iter(folders)),
+                        "detail": str(e)}]
 
 
 def recover_index(vault: BucketVault, manifests) -> List[RecoveryOutcome]:
@@ -459,4 +482,5 @@ def collect(ostore: ObjectStore, vault: BucketVault) -> dict:
 
 __all__ = ["LOOK_FAILURES", "blob_needs", "collect", "find_hidden", "folder_ours", "needs_of",
            "kept_unlisted_row", "unlisted_guard", "hidden_by_index", "index_problems", "rebuild",
-           "recover_index", "lost_mark", "shared_with", "unlisted_objects", "UNLISTED_LOOKS"]
+           "recorded_vault", "recover_index", "lost_mark", "shared_with", "unlisted_objects",
+           "UNLISTED_LOOKS"]

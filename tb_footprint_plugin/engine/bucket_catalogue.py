@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import manifest, usage
@@ -40,7 +40,8 @@ from tb_footprint_plugin.storage.store_object import ObjectStore
 
 
 def recheck(ostore: ObjectStore, vault: BucketVault, *, run: Optional[str] = None,
-            op: Optional[str] = None, cancel: Optional[CancelToken] = None) -> List[dict]:
+            op: Optional[str] = None, cancel: Optional[CancelToken] = None,
+            read: Optional[Tuple[List[dict], List[dict]]] = None) -> List[dict]:
     """Re-check kept bucket reductions without downloading: every backup object is still there
     with the checksums the store computed for the original, and every removed key is still
     absent from the logdir (or was put back by someone, which is reported). A damaged manifest
@@ -48,12 +49,15 @@ def recheck(ostore: ObjectStore, vault: BucketVault, *, run: Optional[str] = Non
     naming a backup outside the vault is a failed check (``Failure.REFUSED``) of its operation,
     never looked through (``own_manifests``).
     ``cancel``: looked at before each run and between its backups, as on a disk; the run under
-    way and those after it are results ``checks.unchecked`` (code ``interrupted``), never ok."""
+    way and those after it are results ``checks.unchecked`` (code ``interrupted``), never ok.
+    ``read``: ``(manifests, damaged)`` of the caller's reading of the manifests (``manifests`` with
+    its problems), so that they are read once (the front chose the blob folder from them)."""
     out = []
-    damaged: List[dict] = []
+    damaged: List[dict] = [] if read is None else read[1]
     refused: List[dict] = []
     stopped = (lambda: cancel.cancelled) if cancel is not None else (lambda: False)
-    kept = [m for m in manifests(ostore, vault, damaged) if backup_kept(m)]  # restored or purged: nothing to check
+    found = manifests(ostore, vault, damaged) if read is None else read[0]
+    kept = [m for m in found if backup_kept(m)]  # restored or purged: nothing to check
     for m in own_manifests(ostore, vault, kept, refused):
         if (op is not None and m["op_id"] != op) or (run is not None and m["run"] != run):
             continue
@@ -217,13 +221,18 @@ def entries_of(m: dict) -> List[dict]:
     return out
 
 
-def status(ostore: ObjectStore, vault: BucketVault) -> dict:
-    """Unfinished operations (journals in the bucket), the vault and the operations it holds."""
+def status(ostore: ObjectStore, vault: BucketVault,
+           read: Optional[Tuple[List[dict], List[dict], List[dict]]] = None) -> dict:
+    """Unfinished operations (journals in the bucket), the vault and the operations it holds.
+    ``read``: ``(manifests, problems, others)`` of the caller's reading of the manifests
+    (``manifests`` with both lists), so that they are read once (the front chose the blob folder
+    from them)."""
     journals = pending_objects(BucketState.of(ostore))  # one listing: the unfinished and the damaged ones
     pending = sorted(k.rsplit("/", 1)[-1].rsplit(".", 1)[0] for k, _ in journals)
-    ops, vault_bytes, freed_now, problems = [], 0, 0, []
-    others: List[dict] = []
-    found = manifests(ostore, vault, problems, others)
+    ops, vault_bytes, freed_now = [], 0, 0
+    problems: List[dict] = [] if read is None else read[1]
+    others: List[dict] = [] if read is None else read[2]
+    found = manifests(ostore, vault, problems, others) if read is None else read[0]
     # one naming a backup outside the vault (planted, or this logdir's copy of another: R11 G3) is
     # named, as purge and re-check name it
     own_manifests(ostore, vault, found, problems)

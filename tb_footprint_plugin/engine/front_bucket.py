@@ -157,14 +157,33 @@ class BucketEngine(Engine):
 
         return uncommitted_ops(self.ostore)
 
+    def _looked_in(self, found: List[dict]) -> Tuple[object, List[dict]]:
+        """The vault ``status`` and ``verify`` look in: with the command's ``--backup-dir``, else
+        with the blob folder the manifests ``found`` (the verb's one reading) record for this host
+        once it is ours and lists this logdir (``bucket_blob_index.recorded_vault``, the rule of a
+        restore and a purge; review R21 PD20's status and verify halves), and the rows naming a
+        recorded folder refused."""
+        if self.vault.blobs is not None:
+            return self.vault, []
+        from tb_footprint_plugin.engine.bucket_blob_index import recorded_vault
+        from tb_footprint_plugin.engine.bucket_manifests import own_manifests
+
+        return recorded_vault(self.vault, own_manifests(self.ostore, self.vault, found, []))
+
     def status(self) -> dict:
         """The bucket's own status (``engine.bucket_catalogue.status``) with the keys a local one
         has: ``unfinished``, ``problems``, ``late_writes``, ``kept_blobs``, ``locked_runs`` empty
         where the bucket does not say (its damage is reported per verb; its lock objects are not
-        listed yet); ``batch`` from the ledger objects."""
+        listed yet); ``batch`` from the ledger objects. Given no ``--backup-dir``, the blob folder
+        the manifests record is looked in (``_looked_in``), as a restore and a purge take it; the
+        manifests are read once, here, for both."""
         from tb_footprint_plugin.engine import bucket_ledger
 
-        st = self.bk.status(self.ostore, self.vault)
+        problems: List[dict] = []
+        others: List[dict] = []
+        found = self.bk.manifests(self.ostore, self.vault, problems, others)
+        vault, refused = self._looked_in(found)
+        st = self.bk.status(self.ostore, vault, read=(found, problems, others))
         held = self._unreduced() if st.get("unfinished_operations") else set()
         st["operations"] = [o for o in st["operations"] if o.get("op_id") not in held]
         st["batch"] = with_restores(bucket_ledger.merged(self.ostore), st["operations"])
@@ -181,11 +200,11 @@ class BucketEngine(Engine):
             st.setdefault(k, [])
         from tb_footprint_plugin.engine.bucket_blob_index import index_problems
 
-        st["problems"] += index_problems(self.vault, lambda: self.bk.manifests(self.ostore, self.vault))
+        st["problems"] += refused + index_problems(vault, lambda: self.bk.manifests(self.ostore, vault))
         st.setdefault("settle_command", health.settle_command(self.logdir, self.backup_dir) if settles else None)
         st["disk_in_use_bytes"] = self.in_use()
         try:
-            st["freed_after_purge_bytes"] = self.bk.retention_report(self.ostore, self.vault,
+            st["freed_after_purge_bytes"] = self.bk.retention_report(self.ostore, vault,
                                                                      st["vault_bytes"])["freed_after_purge"]
         except (OSError, ValueError):
             st["freed_after_purge_bytes"] = st["vault_bytes"]
@@ -267,9 +286,19 @@ class BucketEngine(Engine):
         Differs: no ``progress`` calls; of the damage no operation's check shows, its results
         name what a bucket has (a manifest object that does not read, one whose owner a failed
         listing could not tell: ``bucket_catalogue.recheck``); a cancel is looked at between runs
-        and among a run's backups (no readers' verification)."""
+        and among a run's backups (no readers' verification). Given no ``--backup-dir``, the
+        blobs are looked for in the folder the manifests record (``_looked_in``; the manifests read
+        once, here); one refused is a failed result naming it (the blobs then read as missing)."""
         self.recover()
-        return self.bk.recheck(self.ostore, self.vault, run=run, op=op, cancel=cancel)
+        damaged: List[dict] = []
+        found = self.bk.manifests(self.ostore, self.vault, damaged)
+        vault, refused = self._looked_in(found)
+        out = self.bk.recheck(self.ostore, vault, run=run, op=op, cancel=cancel, read=(found, damaged))
+        for p in refused if op is None else []:
+            out.append({"op_id": "-", "run": "(vault)", "ok": False, "backups_ok": False, "damaged_backups": [],
+                        "unreadable_backups": [], "code": p["code"], "verification": {"ok": False, "checks": [
+                            {"name": str(p["code"]), "ok": False, "detail": p["detail"]}]}})
+        return out
 
     def restore_refusal(self, run: str) -> TransactionError:
         """``nothing_to_restore`` with the damaged manifests that may hide backups, as ``restore``
