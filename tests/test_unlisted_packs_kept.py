@@ -219,8 +219,9 @@ def _packed(tmp_path, n=3):
 
 def test_keep_uncovered_keeps_a_pack_its_rows_do_not_cover(tmp_path):
     """One pack, three blobs; the index lists only the first (the others' rows lost): forgetting it
-    deletes the pack, unless ``keep_uncovered``, which keeps it (``uncovered_kept``): the others
-    may be needed."""
+    keeps the pack, with ``keep_uncovered`` (``uncovered_kept``: the others may be needed) and now
+    without it too: listed anew in part, the pack is held (``held_kept``; review R25 F2: the
+    others may be an orphan's, whom no caller's guard knows of)."""
     for keep in (True, False):
         bs, refs = _packed(tmp_path / str(keep))
         root = str(tmp_path / str(keep) / "bs")
@@ -230,9 +231,9 @@ def test_keep_uncovered_keeps_a_pack_its_rows_do_not_cover(tmp_path):
         assert not list(bs.refs())
         bs.index_found([refs[0]])
         fig = bs.forget([refs[0].sha], grace_seconds=0, keep_unlisted=keep, keep_uncovered=keep)
-        assert os.path.exists(os.path.join(root, refs[0].key)) is keep, (keep, fig)
-        if keep:
-            assert fig["uncovered_kept"] == 1 and fig["objects_deleted"] == 0, fig
+        assert os.path.exists(os.path.join(root, refs[0].key)), (keep, fig)
+        assert fig["objects_deleted"] == 0, fig
+        assert fig["uncovered_kept"] == 1 if keep else fig["held_kept"] == 1, fig
 
 
 def test_keep_unlisted_keeps_every_leftover_past_its_grace(tmp_path):

@@ -7,6 +7,7 @@ Layout under the store's root::
     data/<xx>/<random id>.pack    PACK_MAGIC, then small blobs of one ``add`` call (each raw or a zstd frame)
     index/<random id>.json        sha -> key, offset, length, form, size, owners; written if absent, never changed
     pending/<random id>.json      the data keys a write not yet listed may write (removed once listed)
+    held/<pack id>.json           a pack listed anew only in part: never deleted nor repacked
 
 Why it is safe (invariant 1: the caller deletes an original only after ``add`` returned its ref):
 
@@ -53,6 +54,11 @@ Why it is safe (invariant 1: the caller deletes an original only after ``add`` r
   The blobs a damaged object hid are found again by ``storage.blob_salvage`` (each slice of a
   pack hashed against the sha256 and size a caller needs) and listed anew by ``index_found``
   (each read back and hashed first); the damaged object stays, and so does the rule above.
+  Listed anew, a pack may be covered only in part by rows (the blobs of an orphan, whose manifest
+  went missing, were listed only by the object lost, and no caller asks for them): ``index_found``
+  then marks it held (``held/<pack id>.json``), and no ``forget`` deletes or repacks a held pack,
+  whatever rows it forgets (review R25 F2: forgetting the rows listed anew deleted the pack, and
+  the orphan's only copy with it). A mark is kept for good: space, never bytes.
 
 Blobs are shared by content: two vaults offloading into one prefix store a common original once.
 Each index row names the owners that added it (``BlobStore(owner=)``, e.g. a vault's identity),
@@ -169,6 +175,7 @@ PACK_MAGIC = b"tb-footprint pack v1\n"
 DATA = "data"
 INDEX = "index"
 PENDING = "pending"
+HELD = "held"
 #: the largest pending note read (a planted huge one must not exhaust memory): one names at most
 #: ``PENDING_KEYS`` data keys (~60 bytes each)
 PENDING_READ_LIMIT = 4 << 20
@@ -185,6 +192,7 @@ _LONE = re.compile(r"data/([0-9a-f]{2})/([0-9a-f]{64})\Z")
 _PACK = re.compile(r"data/([0-9a-f]{2})/([0-9a-f]{32})\.pack\Z")
 _INDEX = re.compile(r"index/[0-9a-f]{32}\.json\Z")
 _NOTE = re.compile(r"pending/[0-9a-f]{32}\.json\Z")
+_HELD = re.compile(r"held/([0-9a-f]{32})\.json\Z")
 _OWNER = re.compile(r"[A-Za-z0-9._:@/+=-]{0,128}\Z")
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
@@ -1444,7 +1452,48 @@ class BlobStore:
         ordered = sorted(rows.values(), key=lambda r: (r.key, r.offset))
         written = self._write_index([(r, mine) for r in ordered], read_back=True)
         self.reload()
+        self._hold_uncovered({r.key for r in ordered if _PACK.match(r.key)})
         return [key for key, _ in written]
+
+    def _hold_uncovered(self, packs: Set[str]) -> None:
+        """Mark held (``HELD``, create-only, durable) each of ``packs`` whose listed rows do not
+        cover it from the magic to its end: bytes there no row accounts for may be a blob only a
+        lost index object listed (an orphan's), which no forget may then delete (review R25 F2)."""
+        if not packs:
+            return
+        with self._lock:
+            refs, more = self._refs, self._more
+        rows: Dict[str, List[BlobRef]] = {}
+        for sha, first in refs.items():
+            for r in [first] + more.get(sha, []):
+                if r.key in packs:
+                    rows.setdefault(r.key, []).append(r)
+        sizes = self._stat_all(packs)
+        for key in sorted(packs):
+            e = sizes.get(key)
+            if e is None or pack_covered(rows.get(key, []), e.size):
+                continue
+            mark = f"{HELD}/{_PACK.match(key).group(2)}.json"
+            doc = {"pack": key, "why": "listed anew in part: bytes no row accounts for", "at": time.time()}
+            try:
+                self.store.put(mark, json.dumps(doc).encode(), if_absent=True, mode=PRIVATE)
+            except StoreFailure as e2:
+                if e2.code != StoreError.ALREADY_EXISTS:
+                    raise _fail("", mark, e2) from None
+
+    def held_packs(self) -> Set[str]:
+        """The packs marked held (``_hold_uncovered``): one listing of ``HELD``. A mark is untrusted
+        input that can only keep a pack: a name that is no pack id of this layout is ignored."""
+        out = set()
+        try:
+            for e in self.store.list(HELD):
+                m = _HELD.match(e.key)
+                if m:
+                    out.add(f"{DATA}/{m.group(1)[:2]}/{m.group(1)}.pack")
+        except StoreFailure as e:
+            if e.code != StoreError.NOT_FOUND:
+                raise _fail("", HELD, e) from None
+        return out
 
     def _write_index(self, rows: List[Tuple[BlobRef, FrozenSet[str]]],
                      read_back: bool = False) -> List[Tuple[str, _Rows]]:
@@ -1577,6 +1626,14 @@ class BlobStore:
             if len(small) >= max(2, small_packs):
                 fig["small_packs"] = len(small)
                 repack = sorted(repack + small)
+        if repack or any(_PACK.match(k) for k in known_dead):
+            # a pack listed anew in part may hold an orphan's blobs no row lists: neither
+            # deleted nor repacked (copying its listed rows only would drop them), whatever goes
+            held = self.held_packs()
+            if held & (known_dead | set(repack)):
+                fig["held_kept"] = len(held & (known_dead | set(repack)))
+                known_dead -= held
+                repack = [k for k in repack if k not in held]
 
         moved: Dict[str, BlobRef] = {}
         repacked: List[str] = []

@@ -1,0 +1,78 @@
+"""Review R25 F2 (HIGH): a pack listed anew only in part lost an orphan's blobs to a forget.
+
+Runs x and w reduced in one batch share one pack, listed by one index object. w's manifest goes
+missing (its blobs become orphans: nobody asks for them) and the index object is lost. A restore
+(or a purge's look) finds x's blobs again and lists them anew (``index_found``): the pack is now
+listed in part. x's release then forgot x's rows and deleted the pack — the data object no listed
+row needed — with w's only copy. Now ``index_found`` marks a pack its rows do not cover held
+(``held/<pack id>.json``) and no forget deletes or repacks a held pack; a pack whose rows were
+never lost still goes once its last row is forgotten. On a PosixStore (the layout every store
+shares: a disk vault's packs, a bucket's blob folder, a remote vault)."""
+import hashlib
+import io
+import os
+
+import pytest
+
+from tb_footprint_plugin.storage.blobstore import BlobSource, BlobStore
+from tb_footprint_plugin.storage.store_posix import PosixStore
+
+
+def _src(data: bytes) -> BlobSource:
+    return BlobSource(hashlib.sha256(data).hexdigest(), len(data), lambda d=data: io.BytesIO(d))
+
+
+def _files(root, folder):
+    base = os.path.join(root, folder)
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(base) for f in fs)
+
+
+def _shared_pack(tmp_path):
+    """x's three blobs and w's two, one add: one pack, one index object."""
+    root = str(tmp_path / "bs")
+    bs = BlobStore(PosixStore(root, create=True), pack_below=4096)
+    x = [os.urandom(700) + b"x" * i for i in range(3)]
+    w = [os.urandom(900) + b"w" * i for i in range(2)]
+    refs = bs.add([_src(b) for b in x + w])
+    assert len({r.key for r in refs}) == 1, refs
+    return root, refs[:3], refs[3:], w
+
+
+@pytest.mark.parametrize("sweep", [False, True])
+def test_a_pack_listed_anew_in_part_keeps_the_orphans_bytes_through_every_forget(tmp_path, sweep):
+    root, x, w, w_bytes = _shared_pack(tmp_path)
+    pack = x[0].key
+    for rel in _files(root, "index"):  # the index object lost
+        os.unlink(os.path.join(root, rel))
+    bs = BlobStore(PosixStore(root), pack_below=4096)
+    bs.index_found(x)  # a restore of x found its blobs again (w's: nobody asked)
+    fig = bs.forget([r.sha for r in x], grace_seconds=0, sweep=sweep)  # x restored: its blobs let go
+    assert os.path.exists(os.path.join(root, pack)), f"the pack holding w's only copy was deleted: {fig}"
+    assert fig.get("held_kept") == 1 and bs.held_packs() == {pack}, fig
+    # w's manifest comes back: its blobs are found in the pack, whole
+    again = BlobStore(PosixStore(root), pack_below=4096)
+    again.index_found(w)
+    for ref, data in zip(w, w_bytes):
+        with again.open(ref.sha) as f:
+            assert f.read() == data
+
+
+def test_a_pack_never_listed_anew_still_goes_with_its_last_row(tmp_path):
+    root, x, w, _ = _shared_pack(tmp_path)
+    bs = BlobStore(PosixStore(root), pack_below=4096)
+    fig = bs.forget([r.sha for r in x], grace_seconds=0, sweep=False)  # below half live: w's repacked
+    assert fig["packs_repacked"] == 1 and not fig.get("held_kept"), fig
+    fig = bs.forget([r.sha for r in w], grace_seconds=0, sweep=False)
+    assert _files(root, "data") == [], fig
+    assert bs.held_packs() == set() and not fig.get("held_kept"), fig
+
+
+def test_a_pack_listed_anew_whole_is_not_held(tmp_path):
+    root, x, w, _ = _shared_pack(tmp_path)
+    for rel in _files(root, "index"):
+        os.unlink(os.path.join(root, rel))
+    bs = BlobStore(PosixStore(root), pack_below=4096)
+    bs.index_found(x + w)  # every blob of it found again: nothing unaccounted
+    assert bs.held_packs() == set()
+    bs.forget([r.sha for r in x + w], grace_seconds=0, sweep=False)
+    assert _files(root, "data") == []
