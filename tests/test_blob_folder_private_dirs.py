@@ -87,7 +87,7 @@ def test_a_buckets_blob_folder_given_0755_gets_private_subfolders(s3_bucket, tmp
     rep = api.reduce_logdir(url, backup_dir=str(folder), policy=DROP, dry_run=False, quiet_period=0)
     assert [o for o in rep.outcomes if o.status == codes.Outcome.VERIFIED], rep.to_dict()
     modes = _modes(folder)
-    assert modes["data"] == modes["index"] == 0o700, {k: oct(m) for k, m in modes.items()}
+    assert modes["data"] == modes["index"] == modes["places"] == 0o700, {k: oct(m) for k, m in modes.items()}
     assert all(m == 0o700 for k, m in modes.items() if k.startswith(("data/", "pending"))), modes
     # a folder of ours made 0755 (by an older version) is accepted: the restore gives every run back
     os.chmod(folder / "index", 0o755)

@@ -62,7 +62,7 @@ def _scalar_event(step):
     return ev.SerializeToString()
 
 
-@pytest.mark.parametrize("mode,want", [(0o644, 0o644)])
+@pytest.mark.parametrize("mode,want", [(0o644, 0o644), (0o640, 0o640)])
 def test_a_restores_salvaged_records_have_the_originals_mode(tmp_path, mode, want):
     logdir = tmp_path / "logdir"
     run = logdir / "run"

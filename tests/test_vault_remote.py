@@ -283,7 +283,7 @@ def test_restore_from_an_archived_object_is_a_coded_failure_naming_it(tmp_path, 
     reduced = snapshot(logdir)
     outs = api.restore(str(logdir))
     # not damaged, only not served: the store's refusal, named with the object
-    assert outs and all(o.status == "failed" and o.code == "store_error" for o in outs), \
+    assert outs and all(o.status == "failed" and o.code == "archived" for o in outs), \
         [o.to_dict() for o in outs]
     assert snapshot(logdir) == reduced
     sha = next(iter(local_blobs(vault)))

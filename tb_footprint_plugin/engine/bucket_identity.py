@@ -123,7 +123,9 @@ def note_place(bv) -> None:
     store = bv.logdir
     doc = {"protocol": store.protocol, "endpoint": endpoint_of(store), "root": store.root}
     try:
-        PosixStore(bv.folder).put(f"{PLACES}/{bv.place}.json", json.dumps(doc).encode(), if_absent=True)
+        places = PosixStore(bv.folder)
+        places.private_folders()  # places/ is the tool's state: 0700, as data/ and index/ (review R24's note)
+        places.put(f"{PLACES}/{bv.place}.json", json.dumps(doc).encode(), if_absent=True)
     except (StoreFailure, OSError, ValueError):
         pass  # there already, or not writable: nothing more is honoured than before
 

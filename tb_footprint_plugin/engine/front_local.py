@@ -604,8 +604,9 @@ def open_ledger(ctx: Context, ledger: Optional[str], policy_name: str,
 
 def _name_remote_failures(m: dict, o: RunOutcome) -> RunOutcome:
     """A restore refused because backups in the remote vault could not be read: its reason names
-    each object and the store's code (an archived object not yet rehydrated: ``permission_denied``),
-    and its code is ``store_error`` when no backup is known damaged, only unserved."""
+    each object and the store's code (an archived object not yet restored: ``archived``, with what
+    to do), and its code is ``archived`` when every unread backup is archived, ``store_error`` when
+    no backup is known damaged, only unserved."""
     if o.code != Failure.BACKUP_DAMAGED or not isinstance(m.get("vault"), str):
         return o
     seen, codes = [], set()
@@ -616,9 +617,13 @@ def _name_remote_failures(m: dict, o: RunOutcome) -> RunOutcome:
             if str(e) not in seen and len(seen) < 3:
                 seen.append(str(e))
                 o.reason = f"{o.reason}; {e} [{e.code}]"
-    if codes and not codes & {BlobError.CORRUPT, BlobError.MISSING, BlobError.MISMATCH}:
-        # the store would not serve the bytes (an archived object, a refused or lost connection):
-        # nothing is known damaged; restore again once the store serves them
+    if codes == {StoreError.ARCHIVED}:
+        # every backup it could not read is in an archive class (review R24 F8): not damaged; the
+        # words appended name each object and what to ask the store for, then restore again
+        o.code = StoreError.ARCHIVED
+    elif codes and not codes & {BlobError.CORRUPT, BlobError.MISSING, BlobError.MISMATCH}:
+        # the store would not serve the bytes (a refused or lost connection): nothing is known
+        # damaged; restore again once the store serves them
         o.code = Failure.STORE_ERROR
     return o
 

@@ -1100,7 +1100,7 @@ def _late_records(ctx: Context, rec: dict, produced: Optional[dict], blob: str, 
     # it), else a random one: never a name a user's file may have (``create_new`` clears it)
     tmp = os.path.basename(late_tmp_path("", rec["sha256"], tmp_token or secrets.token_hex(16)))
     return keep_late_records(ctx, rec["path"], blob, start, size, tmp, owner=recorded_owner(rec),
-                             strategy=strategy, journal=journal, begun=begun)
+                             mode=rec.get("mode"), strategy=strategy, journal=journal, begun=begun)
 
 
 def _time_of(vault: Vault, rec: dict) -> dict:
