@@ -57,7 +57,7 @@ from tb_footprint_plugin.engine.verification import (changed_files, changed_sinc
 from tb_footprint_plugin.plan.model import RunPlan
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.files import give_owner, recorded_owner, sha256_file
+from tb_footprint_plugin.storage.files import sha256_file, take_over
 from tb_footprint_plugin.verify import Stopped
 
 
@@ -301,15 +301,9 @@ class LocalReduce(txn.Txn):
                         raise TransactionError(f"{a.path}: changed during the reduction (is the run still being "
                                                f"written?): {reason_of(e)}", Failure.CHANGED_SINCE_BACKUP) from e
                     raise
-            # root reducing a user's run: the file that takes the original's place stays theirs
-            # (through its fd, never a link; a chown changes neither its bytes nor its mtime)
-            owner = recorded_owner(backups[a.path])
-            if owner is not None and os.geteuid() == 0:
-                fd = os.open(tmp, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-                try:
-                    give_owner(fd, owner)
-                finally:
-                    os.close(fd)
+            # the file that takes the original's place has its owner (root reducing a user's run) and
+            # its permission bits: a private event file stays private (neither changes bytes nor mtime)
+            take_over(tmp, backups[a.path])
             staged.append({"tmp": os.path.relpath(tmp, ctx.logdir), "final": final_rel, "src": a.path, **info})
             # no fsync of its own: the swap record's fsync makes it durable before anything in place
             # is replaced, and without it recovery rolls back by the durable stage record, which

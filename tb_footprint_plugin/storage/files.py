@@ -86,6 +86,21 @@ def give_owner(fd: int, owner: Optional[Tuple[int, int]]) -> None:
         os.fchown(fd, owner[0], owner[1])
 
 
+def take_over(path: str, rec: dict) -> None:
+    """Give the file at ``path`` (a reduce's staged file, which takes an original's place) the
+    original's recorded owner (``give_owner``: only when root) and permission bits (never
+    set-user-id, set-group-id or sticky), through its fd, following no link: reduced, a private
+    event file stays private (it came out with the umask's 0644, readable by anyone)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        give_owner(fd, recorded_owner(rec))
+        mode = rec.get("mode") if isinstance(rec, dict) else None
+        if isinstance(mode, int) and not isinstance(mode, bool):
+            os.fchmod(fd, mode & 0o777)
+    finally:
+        os.close(fd)
+
+
 def finish_new_file(fo, mode: Optional[int] = None, mtime_ns: Optional[int] = None,
                     mtime: Optional[float] = None, owner: Optional[Tuple[int, int]] = None) -> os.stat_result:
     """Set a freshly written file's owner (when root, ``give_owner``), mode and modification time
