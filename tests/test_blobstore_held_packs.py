@@ -76,3 +76,22 @@ def test_a_pack_listed_anew_whole_is_not_held(tmp_path):
     assert bs.held_packs() == set()
     bs.forget([r.sha for r in x + w], grace_seconds=0, sweep=False)
     assert _files(root, "data") == []
+
+
+def test_the_mark_is_durable_before_the_rows_it_guards(tmp_path, monkeypatch):
+    """Review R25 F4: the mark was written after the index object listing the found rows; killed in
+    between, the pack stood listed in part and unheld, and no later look would mark it (the start
+    finds nothing hidden any more). Now the mark comes first: a write of the rows that fails (a
+    kill) leaves the pack held, which only ever keeps it."""
+    root, x, w, _ = _shared_pack(tmp_path)
+    for rel in _files(root, "index"):
+        os.unlink(os.path.join(root, rel))
+    bs = BlobStore(PosixStore(root), pack_below=4096)
+
+    def killed(*a, **kw):
+        raise KeyboardInterrupt("killed before the index object")
+
+    monkeypatch.setattr(bs, "_write_index", killed)
+    with pytest.raises(KeyboardInterrupt):
+        bs.index_found(x)
+    assert bs.held_packs() == {x[0].key}

@@ -1450,20 +1450,28 @@ class BlobStore:
         if not rows:
             return []
         ordered = sorted(rows.values(), key=lambda r: (r.key, r.offset))
+        # held first: killed between the two, a mark only keeps (review R25 F4); the other way round
+        # the rows would be durable and the pack listed in part, unheld, with no look to come
+        self._hold_uncovered(ordered)
         written = self._write_index([(r, mine) for r in ordered], read_back=True)
         self.reload()
-        self._hold_uncovered({r.key for r in ordered if _PACK.match(r.key)})
         return [key for key, _ in written]
 
-    def _hold_uncovered(self, packs: Set[str]) -> None:
-        """Mark held (``HELD``, create-only, durable) each of ``packs`` whose listed rows do not
-        cover it from the magic to its end: bytes there no row accounts for may be a blob only a
-        lost index object listed (an orphan's), which no forget may then delete (review R25 F2)."""
+    def _hold_uncovered(self, found: List[BlobRef]) -> None:
+        """Mark held (``HELD``, create-only, durable) each pack of ``found`` (rows about to be
+        listed) that the rows listed then will not cover from the magic to its end: bytes there no
+        row accounts for may be a blob only a lost index object listed (an orphan's), which no
+        forget may then delete (review R25 F2)."""
+        packs = {r.key for r in found if _PACK.match(r.key)}
         if not packs:
             return
+        self._index()  # listed (once) if this instance has not listed it yet
         with self._lock:
-            refs, more = self._refs, self._more
+            refs, more = self._refs or {}, self._more or {}
         rows: Dict[str, List[BlobRef]] = {}
+        for r in found:
+            if r.key in packs:
+                rows.setdefault(r.key, []).append(r)
         for sha, first in refs.items():
             for r in [first] + more.get(sha, []):
                 if r.key in packs:
