@@ -66,13 +66,17 @@ def test_no_weight_at_all_cuts_by_count():
     assert partition({}, 3) == {}
 
 
-FOLDERS, PER_FOLDER, FILLER = 4, 8, 4200
+FOLDERS, PER_FOLDER, FILLER = 4, 8, 420
+#: the listing page the checks price with, made small (pricing only: moto's pages stay 1,000 keys),
+#: so that a few hundred objects of no run make the whole logdir dearer than its runs' folders
+PAGE = 100
 
 
 def _logdir(bucket, prefix, templates):
     """``FOLDERS`` folders of ``PER_FOLDER`` runs (an event file and 3 profile objects each) and
-    ``FILLER`` small objects in a folder of no run: the whole logdir's listing is 5 pages, more
-    than the runs' folders' one page each, so a batch's checks list folders (``cover_prefixes``)."""
+    ``FILLER`` small objects in a folder of no run: the whole logdir's listing is priced 6 pages of
+    ``PAGE`` keys, more than the runs' folders' one page each, so a batch's checks list folders
+    (``cover_prefixes``)."""
     items = {}
     for i in range(FOLDERS * PER_FOLDER):
         for rel, data in templates[i % len(templates)].items():
@@ -91,7 +95,10 @@ def _checking_lists(listed, prefix):
     return [p for p in listed if p.startswith(f"{prefix}/exp")]
 
 
-def test_four_shard_workers_list_the_folders_one_worker_lists(counted, templates):  # noqa: F811
+def test_four_shard_workers_list_the_folders_one_worker_lists(counted, templates, monkeypatch):  # noqa: F811
+    from tb_footprint_plugin.engine import bucket_state
+
+    monkeypatch.setattr(bucket_state, "LIST_PAGE_KEYS", PAGE)
     bucket, proxy, listed = counted
     one, four = _logdir(bucket, "one", templates), _logdir(bucket, "four", templates)
     runs = {f"exp{i // PER_FOLDER}/run{i:03d}" for i in range(FOLDERS * PER_FOLDER)}
