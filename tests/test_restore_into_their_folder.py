@@ -33,6 +33,30 @@ def _reduced(tmp_path):
     return logdir, before, vault
 
 
+def _kept_latest(tmp_path):
+    """A run with two profile sessions reduced keep-latest: ``train/plugins/profile`` stays with the
+    newer one, the older one's folder removed. (logdir, snapshot before, vault files)."""
+    from tb_footprint_plugin import synth
+
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    _run(logdir)
+    synth.write_profile_session(str(logdir / "train"), synth.session_name_for(synth.DEFAULT_TIMESTAMP - 86400),
+                                n_events=200, seed=4)
+    for d, dirs, names in os.walk(logdir):
+        for n in dirs + names:
+            os.utime(os.path.join(d, n), (1_600_000_000, 1_600_000_000))
+    before = snapshot(logdir)
+    (o,) = api.reduce_logdir(str(logdir), policy="keep-latest", dry_run=False, quiet_period=0,
+                             verify_backends=("python",)).outcomes
+    assert str(o.status) == "verified", o.reason
+    profile = logdir / "train" / "plugins" / "profile"
+    assert len(os.listdir(profile)) == 1, os.listdir(profile)
+    vault = sorted(p for p in (logdir / ".tb-footprint").rglob("*") if p.is_file() and "blobs" in p.parts
+                   or p.suffix == ".pack")
+    return logdir, before, vault
+
+
 def _theirs(path):
     os.mkdir(path, 0o777)
     os.chown(path, 4242, 4242)
@@ -73,24 +97,8 @@ def test_nor_into_a_folder_that_was_not_removed_but_is_now_another_users(tmp_pat
     those the reduction removed: keep-latest removes the older of two profile sessions, so
     ``train/plugins/profile`` stays; another user's folder put in its place is refused the same way,
     nothing put back, the vault's copy kept; once ours again, the restore is exact."""
-    from tb_footprint_plugin import synth
-
-    logdir = tmp_path / "logs"
-    logdir.mkdir()
-    _run(logdir)
-    synth.write_profile_session(str(logdir / "train"), synth.session_name_for(synth.DEFAULT_TIMESTAMP - 86400),
-                                n_events=200, seed=4)
-    for d, dirs, names in os.walk(logdir):
-        for n in dirs + names:
-            os.utime(os.path.join(d, n), (1_600_000_000, 1_600_000_000))
-    before = snapshot(logdir)
-    (o,) = api.reduce_logdir(str(logdir), policy="keep-latest", dry_run=False, quiet_period=0,
-                             verify_backends=("python",)).outcomes
-    assert str(o.status) == "verified", o.reason
+    logdir, before, vault = _kept_latest(tmp_path)
     profile = logdir / "train" / "plugins" / "profile"
-    assert len(os.listdir(profile)) == 1, os.listdir(profile)
-    vault = sorted(p for p in (logdir / ".tb-footprint").rglob("*") if p.is_file() and "blobs" in p.parts
-                   or p.suffix == ".pack")
     st = os.stat(profile)
     os.chown(profile, 4242, 4242)
     try:
@@ -116,23 +124,8 @@ def test_one_put_in_place_after_the_look_while_nothing_was_made_in_it_receives_n
     (``profile``: its owner could move the session out of our reach). The restore stops
     ``restore_blocked``, naming it; the originals stay in the vault; once the folder is ours again
     ``recover`` finishes the restore, exact."""
-    from tb_footprint_plugin import synth
-
-    logdir = tmp_path / "logs"
-    logdir.mkdir()
-    _run(logdir)
-    synth.write_profile_session(str(logdir / "train"), synth.session_name_for(synth.DEFAULT_TIMESTAMP - 86400),
-                                n_events=200, seed=4)
-    for d, dirs, names in os.walk(logdir):
-        for n in dirs + names:
-            os.utime(os.path.join(d, n), (1_600_000_000, 1_600_000_000))
-    before = snapshot(logdir)
-    (o,) = api.reduce_logdir(str(logdir), policy="keep-latest", dry_run=False, quiet_period=0,
-                             verify_backends=("python",)).outcomes
-    assert str(o.status) == "verified", o.reason
+    logdir, before, vault = _kept_latest(tmp_path)
     profile = logdir / "train" / "plugins" / "profile"
-    vault = sorted(p for p in (logdir / ".tb-footprint").rglob("*") if p.is_file() and "blobs" in p.parts
-                   or p.suffix == ".pack")
     real, taken = disk_restore.make_dirs, {}
 
     def taken_after(ctx, dirs, refuse_theirs=False):  # uid 4242 takes the folder once it stands
