@@ -95,3 +95,51 @@ def test_the_mark_is_durable_before_the_rows_it_guards(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         bs.index_found(x)
     assert bs.held_packs() == {x[0].key}
+
+
+def test_a_pack_whose_rows_two_index_objects_list_keeps_the_lost_ones_bytes(tmp_path, monkeypatch):
+    """Review R25 F5: with no look at all. An add of more small blobs than an index object lists
+    (``INDEX_ROWS``, 2,048; 5 here) splits one pack's rows over two objects; the one listing only
+    an orphan's rows lost, nothing is looked for (every needed blob is still listed), and the
+    forget of the listed rows deleted the pack. A forget now deletes or repacks a pack only when
+    its rows (those it forgets included) and the gaps earlier forgets recorded cover it."""
+    from tb_footprint_plugin.storage import blobstore
+
+    monkeypatch.setattr(blobstore, "INDEX_ROWS", 5)
+    root = str(tmp_path / "bs")
+    bs = BlobStore(PosixStore(root, create=True), pack_below=4096)
+    blobs = [os.urandom(600) + bytes([i]) for i in range(7)]
+    refs = bs.add([_src(b) for b in blobs])
+    assert len({r.key for r in refs}) == 1 and len(_files(root, "index")) == 2
+    small = min(_files(root, "index"), key=lambda rel: os.path.getsize(os.path.join(root, rel)))
+    os.unlink(os.path.join(root, small))  # the object listing the orphan's two rows, lost
+    bs = BlobStore(PosixStore(root), pack_below=4096)
+    listed = [r for r in refs if bs.has(r.sha)]
+    assert len(listed) == 5
+    fig = bs.forget([r.sha for r in listed], grace_seconds=0, sweep=False)
+    assert os.path.exists(os.path.join(root, refs[0].key)), f"the pack with the orphan's rows was deleted: {fig}"
+    assert fig.get("held_kept") == 1, fig
+    again = BlobStore(PosixStore(root), pack_below=4096)
+    orphans = [r for r in refs if r not in listed]
+    again.index_found(orphans)
+    for r in orphans:
+        with again.open(r.sha) as f:
+            assert f.read() == blobs[refs.index(r)]
+
+
+def test_a_packs_own_gaps_are_recorded_so_it_is_repacked_then_deleted(tmp_path):
+    """The other side: releases of a pack's blobs one run at a time (the pack stays while half of
+    it lives) record the ranges they let go, so the pack is still repacked, then deleted, with its
+    last rows: nothing kept for want of an account, nothing left behind."""
+    root = str(tmp_path / "bs")
+    bs = BlobStore(PosixStore(root, create=True), pack_below=4096)
+    refs = bs.add([_src(os.urandom(800) + bytes([i])) for i in range(6)])
+    assert len({r.key for r in refs}) == 1
+    fig = bs.forget([r.sha for r in refs[:2]], grace_seconds=0, sweep=False)
+    assert fig["packs_repacked"] == 0 and os.path.exists(os.path.join(root, refs[0].key)), fig
+    assert _files(root, "gaps"), "the forget recorded no gap of the pack that stayed"
+    fig = bs.forget([r.sha for r in refs[2:4]], grace_seconds=0, sweep=False)
+    assert fig["packs_repacked"] == 1 and not fig.get("held_kept"), fig
+    assert not os.path.exists(os.path.join(root, refs[0].key)) and _files(root, "gaps") == [], _files(root, "gaps")
+    fig = bs.forget([r.sha for r in refs[4:]], grace_seconds=0, sweep=False)
+    assert _files(root, "data") == [] and not fig.get("held_kept"), fig

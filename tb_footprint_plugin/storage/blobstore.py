@@ -8,6 +8,7 @@ Layout under the store's root::
     index/<random id>.json        sha -> key, offset, length, form, size, owners; written if absent, never changed
     pending/<random id>.json      the data keys a write not yet listed may write (removed once listed)
     held/<pack id>.json           a pack listed anew only in part: never deleted nor repacked
+    gaps/<pack id>/<id>.json      byte ranges a forget let go from a pack that stayed
 
 Why it is safe (invariant 1: the caller deletes an original only after ``add`` returned its ref):
 
@@ -58,7 +59,15 @@ Why it is safe (invariant 1: the caller deletes an original only after ``add`` r
   went missing, were listed only by the object lost, and no caller asks for them): ``index_found``
   then marks it held (``held/<pack id>.json``), and no ``forget`` deletes or repacks a held pack,
   whatever rows it forgets (review R25 F2: forgetting the rows listed anew deleted the pack, and
-  the orphan's only copy with it). A mark is kept for good: space, never bytes.
+  the orphan's only copy with it). A mark is kept for good: space, never bytes. And with no look
+  at all (an index object lost that listed some of a pack's rows: an add of more than
+  ``INDEX_ROWS`` small blobs splits them, review R25 F5), ``forget`` itself deletes or repacks a
+  pack only when every byte of it is accounted for: by its rows (those it forgets included) and by
+  the ranges earlier forgets let go from it while it stayed, which each such forget records first
+  (``gaps/<pack id>/<id>.json``, before the index objects it writes anew; removed with the pack).
+  A pack with bytes nothing accounts for is kept (``held_kept``). Gaps are untrusted input that can
+  only ever account for bytes no row lists; packs partly forgotten by versions that recorded no
+  gaps are kept: space, never bytes.
 
 Blobs are shared by content: two vaults offloading into one prefix store a common original once.
 Each index row names the owners that added it (``BlobStore(owner=)``, e.g. a vault's identity),
@@ -176,6 +185,7 @@ DATA = "data"
 INDEX = "index"
 PENDING = "pending"
 HELD = "held"
+GAPS = "gaps"
 #: the largest pending note read (a planted huge one must not exhaust memory): one names at most
 #: ``PENDING_KEYS`` data keys (~60 bytes each)
 PENDING_READ_LIMIT = 4 << 20
@@ -193,6 +203,7 @@ _PACK = re.compile(r"data/([0-9a-f]{2})/([0-9a-f]{32})\.pack\Z")
 _INDEX = re.compile(r"index/[0-9a-f]{32}\.json\Z")
 _NOTE = re.compile(r"pending/[0-9a-f]{32}\.json\Z")
 _HELD = re.compile(r"held/([0-9a-f]{32})\.json\Z")
+_GAP = re.compile(r"gaps/([0-9a-f]{32})/[0-9a-f]{32}\.json\Z")
 _OWNER = re.compile(r"[A-Za-z0-9._:@/+=-]{0,128}\Z")
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
@@ -782,6 +793,13 @@ def _built(docs: Dict[str, _Rows], prev) -> tuple:
     refs, more, owners, where = {}, {}, {}, {}
     _take(docs, sorted(docs), refs, more, owners, where, None)
     return refs, more, owners, where
+
+
+@dataclass(frozen=True)
+class _Range:
+    """Bytes of a pack an earlier forget let go (``GAPS``): what ``pack_covered`` needs of a row."""
+    offset: int
+    length: int
 
 
 def pack_covered(refs: Iterable[BlobRef], size: int) -> bool:
@@ -1489,6 +1507,47 @@ class BlobStore:
                 if e2.code != StoreError.ALREADY_EXISTS:
                     raise _fail("", mark, e2) from None
 
+    def _gaps(self, packs: Set[str]) -> Tuple[Dict[str, List["_Range"]], Dict[str, List[str]]]:
+        """The ranges earlier forgets let go from each of ``packs`` (``GAPS``: one listing, then a
+        read of each mark of those packs), and the marks' keys per pack. A mark that does not read,
+        or a range that is not two non-negative ints, accounts for nothing."""
+        if not packs:
+            return {}, {}
+        ids = {_PACK.match(k).group(2): k for k in packs}
+        ranges: Dict[str, List[_Range]] = {}
+        marks: Dict[str, List[str]] = {}
+        try:
+            entries = [e for e in self.store.list(GAPS) if _GAP.match(e.key)]
+        except StoreFailure as e:
+            if e.code != StoreError.NOT_FOUND:
+                raise _fail("", GAPS, e) from None
+            entries = []
+        for e in entries:
+            pack = ids.get(_GAP.match(e.key).group(1))
+            if pack is None:
+                continue
+            marks.setdefault(pack, []).append(e.key)
+            try:
+                doc = json.loads(self.store.read_range(e.key, 0, min(e.size, 1 << 20)))
+            except (StoreFailure, ValueError, UnicodeDecodeError):
+                continue
+            for r in doc.get("ranges", []) if isinstance(doc, dict) and isinstance(doc.get("ranges"), list) else []:
+                if isinstance(r, list) and len(r) == 2 and all(type(x) is int and x >= 0 for x in r):
+                    ranges.setdefault(pack, []).append(_Range(r[0], r[1]))
+        return ranges, marks
+
+    def _record_gaps(self, packs: Dict[str, BlobRef], refs: List[BlobRef]) -> None:
+        """A mark per pack of ``packs`` (those that stay) naming the ranges of ``refs`` in it that
+        this forget lets go (``GAPS``, create-only, durable before the index objects change)."""
+        for key in sorted(packs):
+            ranges = sorted({(r.offset, r.length) for r in refs if r.key == key})
+            mark = f"{GAPS}/{_PACK.match(key).group(2)}/{secrets.token_hex(16)}.json"
+            doc = {"pack": key, "ranges": [list(r) for r in ranges], "at": time.time()}
+            try:
+                self.store.put(mark, json.dumps(doc).encode(), if_absent=True, mode=PRIVATE)
+            except StoreFailure as e:
+                raise _fail("", mark, e) from None
+
     def held_packs(self) -> Set[str]:
         """The packs marked held (``_hold_uncovered``): one listing of ``HELD``. A mark is untrusted
         input that can only keep a pack: a name that is no pack id of this layout is ignored."""
@@ -1634,10 +1693,22 @@ class BlobStore:
             if len(small) >= max(2, small_packs):
                 fig["small_packs"] = len(small)
                 repack = sorted(repack + small)
+        gap_marks: Dict[str, List[str]] = {}
         if repack or any(_PACK.match(k) for k in known_dead):
             # a pack listed anew in part may hold an orphan's blobs no row lists: neither
-            # deleted nor repacked (copying its listed rows only would drop them), whatever goes
+            # deleted nor repacked (copying its listed rows only would drop them), whatever goes;
+            # nor is one with bytes no row (forgotten now or not) nor recorded gap accounts for
+            # (an index object lost that listed some of its rows: review R25 F5)
             held = self.held_packs()
+            packs = {k for k in known_dead | set(repack) if _PACK.match(k) and k in objects}
+            gaps, gap_marks = self._gaps(packs)
+            dropped: Dict[str, List[BlobRef]] = {}
+            for sha in drop:
+                for r in cands(sha):
+                    if r.key in packs:
+                        dropped.setdefault(r.key, []).append(r)
+            held |= {k for k in packs if not pack_covered(
+                by_key.get(k, []) + dropped.get(k, []) + gaps.get(k, []), objects[k].size)}
             if held & (known_dead | set(repack)):
                 fig["held_kept"] = len(held & (known_dead | set(repack)))
                 known_dead -= held
@@ -1683,6 +1754,11 @@ class BlobStore:
             for sha, ref in moved.items():
                 rows.setdefault(ref, (ref, set()))[1].update(owners.get(sha, owners_of[sha]))
             ordered = sorted(((r, frozenset(w)) for r, w in rows.values()), key=lambda x: (x[0].key, x[0].offset))
+            # the ranges let go from packs that stay, recorded before the rows that listed them go:
+            # a later forget tells them from the rows of an index object lost (review R25 F5)
+            self._record_gaps({r.key: r for s in drop for r in cands(s)
+                               if _PACK.match(r.key) and r.key not in known_dead and r.key not in gone},
+                              [r for s in drop for r in cands(s)])
             # the new index objects first, durable; until the ones they replace are deleted the
             # union still lists the forgotten blobs, whose objects are all still there
             written = [k for k, _ in self._write_index(ordered)]
@@ -1748,6 +1824,11 @@ class BlobStore:
         if doomed:
             fig["bytes_deleted"] = sum(objects[k].size for k in doomed if k in objects)
             failed = self._delete(doomed, fig, "objects_deleted")
+            # a deleted pack's recorded gaps go with it (a mark left only keeps nothing: its pack is gone)
+            marks = sorted(m for k in set(doomed) - set(failed) for m in gap_marks.get(k, []))
+            if marks:
+                fig["gaps_dropped"] = 0
+                self._delete(marks, fig, "gaps_dropped")
             if not sweep:
                 # a note naming an object this forget deleted (it was listed: the note's write was
                 # indexed) goes once none of its keys is left unlisted: else, that key written again
