@@ -46,8 +46,8 @@ from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.storage.regular import open_regular, open_regular_at
 from tb_footprint_plugin.engine.vault import Vault, restore_folder, who
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.files import (CHUNK, create_exclusive, fsync_dir, give_owner, recorded_owner,
-                                               sha256_stream)
+from tb_footprint_plugin.storage.files import (CHUNK, create_exclusive, fsync_dir, give_owner, permission_bits,
+                                               recorded_owner, sha256_stream)
 from tb_footprint_plugin.storage.private import set_aside_at
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.version import __version__
@@ -160,8 +160,8 @@ def salvage_mode(recorded, dir_fd: int, path: str) -> int:
     original's recorded mode (``recorded``), else the mode of the file standing at ``path``'s name
     in the folder ``dir_fd`` (looked at without following a link: the file the records were
     appended to), else 0600. Permission bits only: never set-user-id, set-group-id or sticky."""
-    if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 0:
-        return recorded & 0o777
+    if permission_bits(recorded) is not None:
+        return permission_bits(recorded)
     try:
         st = os.stat(os.path.basename(path), dir_fd=dir_fd, follow_symlinks=False)
     except OSError:

@@ -1536,7 +1536,7 @@ class BlobStore:
                     ranges.setdefault(pack, []).append(_Range(r[0], r[1]))
         return ranges, marks
 
-    def _record_gaps(self, packs: Dict[str, BlobRef], refs: List[BlobRef]) -> None:
+    def _record_gaps(self, packs: Set[str], refs: List[BlobRef]) -> None:
         """A mark per pack of ``packs`` (those that stay) naming the ranges of ``refs`` in it that
         this forget lets go (``GAPS``, create-only, durable before the index objects change)."""
         for key in sorted(packs):
@@ -1756,7 +1756,7 @@ class BlobStore:
             ordered = sorted(((r, frozenset(w)) for r, w in rows.values()), key=lambda x: (x[0].key, x[0].offset))
             # the ranges let go from packs that stay, recorded before the rows that listed them go:
             # a later forget tells them from the rows of an index object lost (review R25 F5)
-            self._record_gaps({r.key: r for s in drop for r in cands(s)
+            self._record_gaps({r.key for s in drop for r in cands(s)
                                if _PACK.match(r.key) and r.key not in known_dead and r.key not in gone},
                               [r for s in drop for r in cands(s)])
             # the new index objects first, durable; until the ones they replace are deleted the

@@ -86,6 +86,12 @@ def give_owner(fd: int, owner: Optional[Tuple[int, int]]) -> None:
         os.fchown(fd, owner[0], owner[1])
 
 
+def permission_bits(mode) -> Optional[int]:
+    """A record's ``mode`` (untrusted input) as permission bits only (never set-user-id,
+    set-group-id or sticky), or None when it is no plausible mode."""
+    return mode & 0o777 if isinstance(mode, int) and not isinstance(mode, bool) and mode >= 0 else None
+
+
 def take_over(path: str, rec: dict) -> None:
     """Give the file at ``path`` (a reduce's staged file, which takes an original's place) the
     original's recorded owner (``give_owner``: only when root) and permission bits (never
@@ -94,9 +100,9 @@ def take_over(path: str, rec: dict) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         give_owner(fd, recorded_owner(rec))
-        mode = rec.get("mode") if isinstance(rec, dict) else None
-        if isinstance(mode, int) and not isinstance(mode, bool):
-            os.fchmod(fd, mode & 0o777)
+        mode = permission_bits(rec.get("mode")) if isinstance(rec, dict) else None
+        if mode is not None:
+            os.fchmod(fd, mode)
     finally:
         os.close(fd)
 
