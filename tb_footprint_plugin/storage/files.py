@@ -401,4 +401,4 @@ def copy_file(src: str, dst: str) -> None:
 
 __all__ = ["CHUNK", "hash_count_sparse", "sha256_stream", "sha256_file", "matches", "is_regular", "fsync_file",
            "fsync_dir", "private_folder", "atomic_write", "atomic_write_json", "create_json", "append_line", "copy_file", "create_new", "create_exclusive", "unlink_if_same", "copy_new",
-           "CopyMismatch", "plausible_id"]
+           "CopyMismatch", "plausible_id", "permission_bits", "take_over"]
