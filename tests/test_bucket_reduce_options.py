@@ -196,11 +196,14 @@ def test_jobs_run_a_buckets_rewrite_transactions_at_once_with_the_same_requests(
     # put and deleted once for runs in flight together instead of once per run, and their marks,
     # written together (a run's verify mark waits once its start is written with another's; the
     # outcomes once none is in flight: at most 2 PUTs fewer a run) (and the bytes up of the ledger
-    # entries, which name their times)
+    # entries, which name their times). Each marker put saved is a marker delete saved: how many
+    # depends on how the threads overlap (a loaded machine overlaps them more), so it is counted.
     got, one = rep.requests, serial.requests
     assert {k: v for k, v in got.items() if k not in ("put", "delete", "requests", "bytes_up")} == \
         {k: v for k, v in one.items() if k not in ("put", "delete", "requests", "bytes_up")}, (got, one)
-    assert one["put"] - 2 * 3 <= got["put"] <= one["put"] and one["delete"] - 2 <= got["delete"] <= one["delete"]
+    markers_saved = one["delete"] - got["delete"]
+    assert 0 <= markers_saved <= 2, (got, one)
+    assert one["put"] - markers_saved - 2 * 3 <= got["put"] <= one["put"], (got, one)
     # and restore gives every object back
     assert all(r.status == Outcome.RESTORED for r in api.restore(url))
     assert _data(s3_bucket, url.split("/")[-1]) == before
