@@ -24,9 +24,11 @@ from typing import Dict, List, Optional, Set, Tuple
 from tb_footprint_plugin.codes import Failure, Finding, Recovery
 from tb_footprint_plugin.engine import manifest
 from tb_footprint_plugin.engine.bucket_blobs import forget_let_go, forget_lock, is_blob_entry, names_in_bucket
-from tb_footprint_plugin.engine.bucket_blob_folder import recorded_folder, with_recorded_folder
+# ``recorded_vault``: the one rule of a recorded folder (``bucket_blob_folder.choose_folder``), named here too
+from tb_footprint_plugin.engine.bucket_blob_folder import choose_folder, recorded_vault
 from tb_footprint_plugin.engine.bucket_identity import PLACES, entry_owner, place_record
-from tb_footprint_plugin.engine.bucket_state import BlobVault, BucketTxnError, BucketVault
+from tb_footprint_plugin.engine.bucket_manifests import own_manifests
+from tb_footprint_plugin.engine.bucket_state import BlobVault, BucketVault
 from tb_footprint_plugin.engine.catalogue_rules import entry_released
 from tb_footprint_plugin.engine.recovery_rules import RecoveryOutcome
 from tb_footprint_plugin.engine.pack_index_rebuilt import rebuilt_outcomes
@@ -234,32 +236,28 @@ def shared_with(bv: BlobVault) -> List[str]:
     return out
 
 
-def recorded_vault(vault: BucketVault, manifests: List[dict]) -> Tuple[BucketVault, List[dict]]:
-    """The vault ``status`` and ``verify`` look in when given no ``--backup-dir`` (review R21 PD20,
-    their halves; a restore and a purge took it already): ``vault`` with the blob folder the
-    manifests (this logdir's own: ``bucket_manifests.own_manifests``) record for this host, by a
-    purge's rule (every one recording a folder records the same, ``recorded_folder``) and the one
-    check every verb takes (``with_recorded_folder``: on its host, a folder of ours whose
-    ``places/`` lists this logdir). ``vault`` itself when it has a folder, when none is recorded
-    and when several are (which one holds a blob, only ``--backup-dir`` says). A recorded folder
-    refused: ``vault``, and a row (``status``'s form) with the refusal's code and words naming the
-    folder and the manifest; nothing was read there but its ``places/``."""
-    if vault.blobs is not None:
-        return vault, []
-    folders = {recorded_folder(m) for m in manifests} - {None}
-    if len(folders) != 1:
-        return vault, []
-    try:
-        return with_recorded_folder(vault, next(m for m in manifests if recorded_folder(m))), []
-    except BucketTxnError as e:
-        return vault, [{"code": e.code, "op_id": None, "run": None, "bytes": 0, "path": next(iter(folders)),
-                        "detail": str(e)}]
-
-
-def recover_index(vault: BucketVault, manifests) -> List[RecoveryOutcome]:
+def recover_index(vault: BucketVault, manifests, ostore: Optional[ObjectStore] = None) -> List[RecoveryOutcome]:
     """``rebuild`` at a bucket's start and ``recover``, said as a disk's start says it
     (``pack_index_rebuilt.rebuilt_outcomes``); a failure is a failed outcome: nothing was written, the
-    next start looks again."""
+    next start looks again. ``ostore`` given (the ``recover`` verb's, not a start's: it costs a
+    reading of the manifests) and no ``--backup-dir``: in the blob folder this logdir's manifests
+    record, by the one rule of status, verify and purge (``bucket_blob_folder.choose_folder``, r37
+    W: ``recover`` looked only in ``--backup-dir``'s folder, while the words of a restore that
+    misses a blob send to it), or in each of several (a look lists anew only claims the manifests
+    need, each under the owner its entry records); a recorded folder refused or not there is a
+    refused outcome naming it."""
+    if vault.blobs is None and ostore is not None:
+        try:
+            read = manifests()
+        except (*LOOK_FAILURES, ValueError) as e:
+            return [RecoveryOutcome("", "", Recovery.FAILED, f"cannot read the manifests for the blob folder they "
+                                    f"record: {e}", Finding.RECOVERY_FAILED)]
+        got = choose_folder(vault, own_manifests(ostore, vault, read, []))
+        out = [RecoveryOutcome("", "", Recovery.REFUSED, why, code)
+               for _f, (code, why, _ms) in sorted(got.refused.items())]
+        for _folder, each in sorted(got.usable.items()):
+            out += recover_index(each, lambda: read)
+        return out
     bv = vault.blobs
     if bv is None:
         return []

@@ -8,7 +8,7 @@ import os
 from typing import List, Optional
 
 from tb_footprint_plugin.codes import Finding, Outcome
-from tb_footprint_plugin.engine.bucket_blob_claims import Claims
+from tb_footprint_plugin.engine.bucket_blob_claims import Claims, drop_fresh, fresh_of
 from tb_footprint_plugin.engine.bucket_blobs import names_in_bucket
 from tb_footprint_plugin.engine.bucket_identity import claimed_here
 from tb_footprint_plugin.engine.bucket_state import BucketTxnError, BucketVault, STORE_FAILURES
@@ -37,15 +37,37 @@ def release_rolled_back(ostore: ObjectStore, vault: BucketVault, claims: Claims,
     (``status`` names them). Never raises: a release that fails leaves orphans, nothing lost.
     Returns ``{"released", "released_bytes"}``, or ``{"orphans_left", "why"}``."""
     bv = vault.blobs
+    # the folder's records of new claims (``bucket_blob_claims.FreshNotes``) of the operations this
+    # command settled go at its end: committed, given back (released here or left orphans); a failed
+    # one's journal may be left, whose rollback by a start reads them
+    settled = {o.op_id for o in outcomes if o.op_id and o.status != Outcome.FAILED}
+    try:
+        return _release(ostore, vault, claims, outcomes)
+    finally:
+        drop_fresh(bv, settled)
+
+
+def _release(ostore: ObjectStore, vault: BucketVault, claims: Claims, outcomes) -> dict:
+    """``release_rolled_back``'s release, the records aside."""
+    bv = vault.blobs
     ops = sorted({o.op_id for o in outcomes if gave_back(o)})
     want = claims.to_release(ops) if bv is not None else set()
     claims.drop(ops)
     if not want or not os.path.isdir(bv.folder):
         return {}
+    return release_claims(ostore, vault, want)
+
+
+def release_claims(ostore: ObjectStore, vault: BucketVault, want) -> dict:
+    """This logdir's claim on each of ``want`` released, unless a journal or manifest (not purged)
+    in the bucket names it now, under the folder's forget lock, only tried (held: nothing
+    released, ``{"orphans_left", "why"}``); ``BlobStore.forget``'s own rules for what goes (a blob
+    another owner claims stays; a pack with bytes nothing accounts for is held). Never raises."""
+    bv = vault.blobs
     try:
         bv.store  # noqa: B018 - the folder checked ours before its lock file is opened
         fd = try_exclusive(os.path.join(bv.folder, ".forget.lock"))
-    except (Locked, OSError) as e:
+    except (Locked, BlobFailure, OSError) as e:
         return {"orphans_left": len(want), "why": f"{bv.folder}: the forget lock is held ({e})"}
     try:
         named = names_in_bucket(ostore, vault)
@@ -61,6 +83,40 @@ def release_rolled_back(ostore: ObjectStore, vault: BucketVault, claims: Claims,
         return {"orphans_left": len(want), "why": str(e)}
     finally:
         release(fd)
+
+
+def release_fresh(ostore: ObjectStore, vault: BucketVault, ops, rolled_back: bool) -> dict:
+    """A start's settling of operations ``ops`` whose process is gone (their journal closed): when
+    ``rolled_back`` (each run put back as it was, nothing kept aside), the claims each recorded in
+    the folder as made anew (``bucket_blob_claims.fresh_of``: written by its add before the claim
+    could be listed, never from the bucket) released by the rule of a command's end
+    (``release_claims``: not while a journal or manifest in the bucket names one; the forget's own
+    rules) — review R25 L2: such claims stayed orphans, counted and never freed. Then the records
+    go, whatever happened (committed, released, or left orphans). Never raises; ``{}`` without a
+    folder or a record."""
+    bv = vault.blobs
+    if bv is None:
+        return {}
+    ops = [str(op) for op in ops]
+    try:
+        want = set().union(*(fresh_of(bv, op) for op in ops)) if rolled_back and ops else set()
+        if not want or not os.path.isdir(bv.folder):
+            return {}
+        return release_claims(ostore, vault, want)
+    finally:
+        drop_fresh(bv, ops)
+
+
+def release_settled(ostore: ObjectStore, vault: BucketVault, back, ops) -> str:
+    """A start's settling of a journal (``bucket_recover``): ``release_fresh`` of the operations
+    ``back`` (each put back as it was), the records of every operation of ``ops`` dropped; what is
+    said of it, to follow the outcome's words ("" when nothing was released)."""
+    freed = release_fresh(ostore, vault, back, rolled_back=True) if back else {}
+    release_fresh(ostore, vault, [o for o in ops if o not in back], rolled_back=False)
+    if not freed.get("released"):
+        return ""
+    return (f"; the blob folder released the {freed['released']} backup(s) its add had claimed anew "
+            f"({freed.get('released_bytes', 0)} bytes; none another operation names)")
 
 
 def folder_orphans(ostore: ObjectStore, vault: BucketVault, manifests_read: Optional[List[dict]] = None) -> List[dict]:
@@ -95,9 +151,10 @@ def folder_orphans(ostore: ObjectStore, vault: BucketVault, manifests_read: Opti
              "detail": f"{bv.folder}: {len(orphans)} backup blob(s) of this logdir ({n} bytes before compression) "
                        "that no manifest or journal in the bucket names: kept, never purged — they may be the only "
                        "copy of a run whose manifest went missing (a sync with --delete, a lifecycle rule, a tidy "
-                       "by hand), or what an operation killed or rolled back by an older version left; nothing "
-                       "frees them today (a purge forgets only what a manifest lets go; a reduction or retirement "
-                       "rolled back releases its own at its end)"}]
+                       "by hand), or what an operation rolled back by an older version left, or one killed and settled "
+                       "where this folder was not reached; nothing frees them today (a purge forgets only what a "
+                       "manifest lets go; a reduction or retirement rolled back releases the claims it made anew, "
+                       "at its end or at the start that rolls it back)"}]
 
 
 def _earlier_row(bv, refs) -> Optional[dict]:
@@ -115,4 +172,5 @@ def _earlier_row(bv, refs) -> Optional[dict]:
                       "this logdir left there may still need them"}
 
 
-__all__ = ["folder_orphans", "gave_back", "release_rolled_back"]
+__all__ = ["folder_orphans", "gave_back", "release_claims", "release_fresh", "release_rolled_back",
+           "release_settled"]

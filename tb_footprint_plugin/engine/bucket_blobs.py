@@ -53,7 +53,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 from tb_footprint_plugin.codes import BlobError, Failure, Skip, StoreError
 from tb_footprint_plugin.engine import manifest
-from tb_footprint_plugin.engine.bucket_blob_claims import noting_in
+from tb_footprint_plugin.engine.bucket_blob_claims import FreshNotes, noting_in
 from tb_footprint_plugin.engine.bucket_identity import BLOB_OWNER, claimed_here, dropped_claims, entry_claimed, let_go_owner
 from tb_footprint_plugin.engine.catalogue_rules import entry_released
 from tb_footprint_plugin.engine.trust import Untrusted
@@ -215,10 +215,13 @@ def backup_entries(ostore: ObjectStore, vault: BucketVault, entries: List[dict])
                 got[i] = sha
                 if claims is not None and bv.store.owner not in bv.store.owners(sha):
                     fresh.add(i)
+                    # in the folder before the add can list it: a start's rollback releases it (R25 L2)
+                    notes.note(str(en.get("op")), sha)
                 if int(f["size"]) > IN_MEMORY:
                     last = os.path.join(work, f"{i:06d}.orig")
                 yield BlobSource(sha=sha, size=int(f["size"]), open=opener)
 
+        notes = FreshNotes(bv)
         try:
             if claims is not None:
                 bv.store.reload()  # whose claims exist now: another process's adds count too
@@ -229,6 +232,8 @@ def backup_entries(ostore: ObjectStore, vault: BucketVault, entries: List[dict])
             for en in entries:
                 failed.setdefault(en["run"], err)
             return failed
+        finally:
+            notes.close()
     verified = {r.sha for r in refs if r is not None}
     for i, (en, f) in enumerate(todo):
         if en["run"] in failed:

@@ -19,7 +19,7 @@ from tb_footprint_plugin.engine.bucket_purge_journal import purge_journal_first,
 from tb_footprint_plugin.engine.bucket_putback import delete_copies, store_delete_batch
 from tb_footprint_plugin.engine.context import CancelToken
 from tb_footprint_plugin.engine.purge_rules import PurgeFilter, kept_by_restore, kept_row, originals_lost
-from tb_footprint_plugin.engine.bucket_blob_folder import recorded_folder, with_recorded_folder
+from tb_footprint_plugin.engine.bucket_blob_folder import choose_folder
 from tb_footprint_plugin.engine.bucket_blob_index import collect
 from tb_footprint_plugin.engine.bucket_blobs import is_blob_entry, named_digests
 from tb_footprint_plugin.engine.bucket_identity import dropped_claims
@@ -36,6 +36,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     new_journal,
     now_s,
     STORE_FAILURES,
+    vault_url,
 )
 from tb_footprint_plugin.engine.context import new_op_id
 from tb_footprint_plugin.engine.journal_object import journal_entries, journal_unreadable, pending_objects
@@ -118,13 +119,23 @@ class BucketCopies(purge_run.PurgeLayout):
         # another logdir), is listed and left as it is; the other operations are purged
         refused: List[dict] = self.refused_rows
         every = self.every = own_manifests(ostore, vault, manifests(ostore, vault, refused), refused)
+        left: Set[str] = set()
         if vault.blobs is None:
             # no --backup-dir: the blob folder the manifests record for this host, as a restore takes
-            # it (review R24 F4: the purge said "freed" and left every blob in that folder); one not
-            # ours refuses the purge naming it (``with_recorded_folder``), nothing read or written there
-            folders = {recorded_folder(m) for m in every} - {None}
-            if len(folders) == 1:
-                vault = self.vault = with_recorded_folder(vault, next(m for m in every if recorded_folder(m)))
+            # it (review R24 F4: the purge said "freed" and left every blob in that folder), by the one
+            # rule (``choose_folder``): a folder refused (not ours, its places/ not listing this
+            # logdir: nothing read or written there) leaves alone only the operations recording it,
+            # each named with its manifest (review R25 L3: one planted manifest refused the whole
+            # purge); with several usable folders none is taken and their operations are left alone
+            # (marked purged, their blobs would stay in a folder no forget visits), said with what to pass
+            got = choose_folder(vault, every)
+            vault = self.vault = got.vault
+            left = got.left_alone()
+            for m in [m for m in every if m["op_id"] in left and not m["backup_purged"] and which.admits(m)]:
+                code, why = got.why_left(m["op_id"])
+                url = vault_url(ostore, m["_path"])
+                refused.append({"code": code, "file": url, "op_id": m["op_id"], "run": m["run"],
+                                "detail": f"{url}: not purged, nothing of it deleted: {why}"})
         if every and not vault.root.startswith(ostore.root + "/"):
             # a vault elsewhere, and no logdir here (or none that can be told): perhaps one moved
             # away, whose only copies these are
@@ -135,7 +146,7 @@ class BucketCopies(purge_run.PurgeLayout):
         # manifests in the one schema (``engine.manifest``): a bucket keeps only verified ones, and
         # those of a rollback that kept backups (``rolled_back_keeping``): listed below, never freed
         chosen = [m for m in every if (m["outcome"] == Outcome.VERIFIED or is_rolled_back_keeping(m))
-                  and which.admits(m)]
+                  and which.admits(m) and m["op_id"] not in left]
         # a restore or a rollback that found a file written again at an original's name left that
         # original in the vault only (``not_restored``): its operation is not purged, and the
         # listing says why
@@ -261,8 +272,12 @@ class BucketCopies(purge_run.PurgeLayout):
         if fig.get("blocked_by_damaged_index"):
             raise BucketTxnError(Failure.STORE_ERROR, f"{vault.blobs.folder}: its index object(s) "
                                  f"{', '.join(fig['blocked_by_damaged_index'][:3])} do not read; nothing is "
-                                 "deleted while one is damaged (it may be the only one listing a backup): "
-                                 "`tb-footprint status` says when it may be removed; then purge again")
+                                 "deleted while one is damaged (it may be the only one listing a backup). "
+                                 f"`tb-footprint recover` given this folder (--backup-dir {vault.blobs.folder}) "
+                                 "looks in its packs for the backups the manifests need that only it listed and "
+                                 "lists them anew (each slice hashed); `tb-footprint status` given it says "
+                                 "whether it still hides one, and once it hides none, that it may be removed "
+                                 "(which frees no space and deletes no backup); then purge again")
         faults.hit("purge.forget")
         self._close()
 

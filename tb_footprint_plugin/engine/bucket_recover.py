@@ -19,6 +19,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Recovery, Skip
 from tb_footprint_plugin.engine import manifest, purge_run, trust
+from tb_footprint_plugin.engine.bucket_blob_folder import journal_vault
+from tb_footprint_plugin.engine.bucket_blob_release import release_settled
 from tb_footprint_plugin.engine.bucket_blobs import names_our_backup, plain_under
 from tb_footprint_plugin.engine.history import append_rolled_back, rolled_back_line
 from tb_footprint_plugin.engine.bucket_lease import well_formed
@@ -126,6 +128,9 @@ def reduce_will(journal: ObjectJournal, ostore: ObjectStore, vault: BucketVault)
     disk's journal. The cost: one listing of each run's copies (a commit record), or one head per
     file (a rollback); only for journals left unfinished."""
     finish = finishes(journal)
+    vault, refusal = journal_vault(ostore, vault, journal) if journal.committed() else (vault, None)
+    if refusal is not None:
+        return {"action": Recovery.REFUSED, "detail": refusal[1], "code": refusal[0]}
     if finish:
         missing = copies_missing(ostore, vault, journal)
         if missing:
@@ -248,13 +253,21 @@ def recover(ostore: ObjectStore, vault: BucketVault) -> List[RecoveryOutcome]:
             out.append(_finish_restore(ostore, vault, st, journal, rel[:-5], label))
             continue
         try:
+            jvault, refusal = journal_vault(ostore, vault, journal)  # no --backup-dir: the folder its manifests record
+            if refusal is not None and journal.committed():
+                out.append(refused(op_id, label, refusal[1], refusal[0]))  # as status says it (reduce_will)
+                continue
             if retiring and doc.get("runs"):  # a whole run moved to the vault: ``engine.bucket_retire``
-                ran = [_settled_run(st, vault, en, True) for en in journal.live_entries()]  # before a rollback
-                action, detail = settle_retire(ostore, vault, journal)
+                ran = [_settled_run(st, jvault, en, True) for en in journal.live_entries()]  # before a rollback
+                held: List[str] = []
+                action, detail = settle_retire(ostore, jvault, journal, held=held)
                 ran = [settled_run(r["run"], r["op_id"], r["bytes_before"], r["bytes_after"],
                                    action == Recovery.COMPLETED) for r in ran]
                 must_close(journal)
                 _drop_locks_of(st, locks, op_id)
+                # as a reduction's: a run put back whole releases the claims its add made anew (R25 L2)
+                run_ops = [str(en.get("op")) for en in journal.entries() if isinstance(en, dict)]
+                detail += release_settled(ostore, jvault, [] if action != Recovery.ROLLED_BACK or held else run_ops, run_ops)
                 out.append(settled(op_id, label, action, detail, runs=ran))
                 continue
             # ``entries``: a batch's runs, or the one run journals of earlier versions held at top level
@@ -262,7 +275,7 @@ def recover(ostore: ObjectStore, vault: BucketVault) -> List[RecoveryOutcome]:
             # original is not in place, and keeps the manifest naming it (``kept``: those keys)
             kept: Dict[str, List[str]] = {}
             finish = finishes(journal)
-            missing = copies_missing(ostore, vault, journal) if finish else None
+            missing = copies_missing(ostore, jvault, journal) if finish else None
             if missing:
                 # a copy lost or changed since the commit record: the originals not yet deleted are
                 # its bytes' only home; nothing is finished nor rolled back, the journal stays
@@ -270,14 +283,14 @@ def recover(ostore: ObjectStore, vault: BucketVault) -> List[RecoveryOutcome]:
                 continue
             dropped = [en for en in journal.entries() if en.get("dropped")]
             for en in dropped:  # taken out before the commit step: nothing of it was deleted
-                kept[str(en["run"])] = rollback_entry(ostore, vault, en, deleted=False)
+                kept[str(en["run"])] = rollback_entry(ostore, jvault, en, deleted=False)
             live = journal.live_entries()
-            ran = [_settled_run(st, vault, en, finish) for en in live]  # sizes before rollback drops manifests
+            ran = [_settled_run(st, jvault, en, finish) for en in live]  # sizes before rollback drops manifests
             if finish:
-                finish_op(ostore, vault, doc)
+                finish_op(ostore, jvault, doc)
             else:
                 for en in live:
-                    kept[str(en["run"])] = rollback_entry(ostore, vault, en, deleted=journal.committed())
+                    kept[str(en["run"])] = rollback_entry(ostore, jvault, en, deleted=journal.committed())
             action = Recovery.COMPLETED if finish else Recovery.ROLLED_BACK
             detail = FINISHED if finish else left_as_it_was(journal)
             # each rolled-back run's change-log line, as a disk's recovery writes it (its manifest is
@@ -295,6 +308,11 @@ def recover(ostore: ObjectStore, vault: BucketVault) -> List[RecoveryOutcome]:
                 detail = f"{detail}; {unwritten}" if detail else unwritten
             must_close(journal)
             _drop_locks_of(st, locks, op_id)
+            # the claims each run's add made anew, recorded in the folder, released once the run is
+            # put back as it was (review R25 L2: orphans, counted and never freed); the records go
+            run_ops = [(str(en.get("op")), str(en.get("run"))) for en in journal.entries() if isinstance(en, dict)]
+            detail += release_settled(ostore, jvault, [] if finish else [o for o, r in run_ops if not kept.get(r)],
+                                      [o for o, _r in run_ops])
             astray = [p for ps in kept.values() for p in ps]
             ops = {str(en["run"]): en.get("op") for en in journal.entries()}  # each run's manifest
             if astray:  # each kept original a coded finding too (#26), as the rollback's own outcome notes it

@@ -16,11 +16,12 @@ transaction shares: a cancel is honoured before the first original goes back, ne
 """
 from __future__ import annotations
 
+import os
 from typing import Callable, Dict, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import faults, putback, txn
-from tb_footprint_plugin.engine.bucket_blob_folder import with_recorded_folder
+from tb_footprint_plugin.engine.bucket_blob_folder import recorded_folder, with_recorded_folder
 from tb_footprint_plugin.engine.bucket_blob_index import find_hidden, hidden_by_index
 from tb_footprint_plugin.engine.bucket_blobs import blobs_of, check_entry, is_blob_entry, names_our_backup, put_back
 from tb_footprint_plugin.engine.bucket_moved import MOVED_FROM, marked_afresh, not_ours_refusal, outside_words, restore_doc
@@ -114,6 +115,13 @@ def restore_op(ostore: ObjectStore, vault: BucketVault, manifest: dict, resume: 
     find_hidden(vault, manifest, catalogue or ())
     txn.run(ObjectRestore(ostore, vault, manifest, resume, out), cancel or CancelToken(),
             (lambda step, frac: progress(out.run, step, frac)) if progress is not None else None)
+    other = recorded_folder(manifest)
+    if out.status == Outcome.FAILED and out.code in (Failure.BACKUP_DAMAGED, Failure.BACKUP_INDEX_DAMAGED) \
+            and vault.blobs is not None and other is not None \
+            and other != os.path.normpath(vault.blobs.folder):
+        # given --backup-dir of one folder while this operation's manifest records another (a logdir
+        # reduced into several: r37 W's note): the folder to give is said, not only "missing"
+        out.reason += f"; its manifest records the blob folder {other[:500]}: give that one with --backup-dir"
     return out
 
 

@@ -560,13 +560,15 @@ def rollback(ostore: ObjectStore, vault: BucketVault, doc: dict, deleted: bool,
     return held
 
 
-def settle(ostore: ObjectStore, vault: BucketVault, journal: ObjectJournal) -> Tuple[str, str]:
+def settle(ostore: ObjectStore, vault: BucketVault, journal: ObjectJournal,
+           held: Optional[List[str]] = None) -> Tuple[str, str]:
     """Settle an unfinished retirement from its journal (``engine.bucket_recover``); returns
     (``codes.Recovery`` value, detail). From the commit record on (every copy verified) the
     originals left are deleted at their version, once every copy is seen there still as verified
     (``bucket_steps.copies_there``, else ``BucketTxnError``: nothing deleted, the journal kept);
     a run that holds anything else by then (a writer's object, an original rewritten since its
-    copy) is put back instead, as before it."""
+    copy) is put back instead, as before it. ``held``: given, the keys a rollback left their
+    originals in the vault for (written again meanwhile) are appended to it."""
     doc = journal.doc
     en = doc["runs"][0]
     finish = journal.step_name in (Rec.SWAPPING, Rec.DONE) and all(f.get("backup_checksums") for f in en["files"])
@@ -585,12 +587,14 @@ def settle(ostore: ObjectStore, vault: BucketVault, journal: ObjectJournal) -> T
             if e.code != Failure.CHANGED_SINCE_BACKUP:
                 raise
     notes: List[str] = []
-    held = rollback(ostore, vault, doc, deleted=journal.committed(), notes=notes)
+    kept = rollback(ostore, vault, doc, deleted=journal.committed(), notes=notes)
+    if held is not None:
+        held += kept
     detail = f"stopped at step {journal.step_name}; every object of the run put back"
     if notes:
         detail += "; " + "; ".join(notes)
-    if held:
-        detail += f"; {len(held)} written again meanwhile keep their originals in the vault, e.g. {held[0]}"
+    if kept:
+        detail += f"; {len(kept)} written again meanwhile keep their originals in the vault, e.g. {kept[0]}"
     # its line, once (the process may have written it before it was killed), as a disk's recovery
     unwritten = append_rolled_back(BucketState.of(ostore).logdir_store(), [rolled_back_line(doc, RECOVERED_REASON)],
                                    once=True)
