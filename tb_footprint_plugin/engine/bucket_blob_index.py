@@ -244,8 +244,8 @@ def recover_index(vault: BucketVault, manifests, ostore: Optional[ObjectStore] =
     record, by the one rule of status, verify and purge (``bucket_blob_folder.choose_folder``, r37
     W: ``recover`` looked only in ``--backup-dir``'s folder, while the words of a restore that
     misses a blob send to it), or in each of several (a look lists anew only claims the manifests
-    need, each under the owner its entry records); a recorded folder refused or not there is a
-    refused outcome naming it."""
+    need, each under the owner its entry records); a recorded folder refused or not there is not
+    looked in, and said by ``status`` (and by ``recover`` where a journal needs it), not here again."""
     if vault.blobs is None and ostore is not None:
         try:
             read = manifests()
@@ -253,8 +253,7 @@ def recover_index(vault: BucketVault, manifests, ostore: Optional[ObjectStore] =
             return [RecoveryOutcome("", "", Recovery.FAILED, f"cannot read the manifests for the blob folder they "
                                     f"record: {e}", Finding.RECOVERY_FAILED)]
         got = choose_folder(vault, own_manifests(ostore, vault, read, []))
-        out = [RecoveryOutcome("", "", Recovery.REFUSED, why, code)
-               for _f, (code, why, _ms) in sorted(got.refused.items())]
+        out: List[RecoveryOutcome] = []
         for _folder, each in sorted(got.usable.items()):
             out += recover_index(each, lambda: read)
         return out
