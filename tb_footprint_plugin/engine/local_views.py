@@ -21,7 +21,7 @@ from tb_footprint_plugin.engine.restore import kept_blobs
 from tb_footprint_plugin.engine.retire_rules import is_restorable_retirement
 from tb_footprint_plugin.engine.retire_tree import OP_ID_RE, check_retired_dir, retired_dir, tree_size
 from tb_footprint_plugin.engine.vault import Vault
-from tb_footprint_plugin.engine.vault_packs import kept_unlisted, kept_unlisted_finding, unlisted_words
+from tb_footprint_plugin.engine.vault_packs import store_rows, unlisted_words
 from tb_footprint_plugin.engine.vault_reads import VaultRead
 from tb_footprint_plugin.storage.blobstore import BlobFailure
 from tb_footprint_plugin.storage.paths import state_dir
@@ -107,11 +107,14 @@ def status_view(ctx: Context, found: dict, reads: Optional[List[VaultRead]] = No
 
 
 def kept_unlisted_rows(vaults: List[str], remote: Optional[dict]) -> List[dict]:
-    """``status``'s findings of the data objects no index row lists that every sweep keeps
-    (``vault_packs.kept_unlisted``, issue #26): in each vault's packs (a listing of the local
-    ``packs/data``) and in each remote vault that answered ``usage.remote_usage`` (one listing of its
-    ``data/``, a request per 1,000 objects; its index as that look read it). A store
-    that does not list here is named by the problems that read it (``pack_problems``, ``errors``)."""
+    """``status``'s findings of what each blob store keeps that no command frees
+    (``vault_packs.store_rows``, issue #26): the data objects no index row lists that every sweep
+    keeps, the packs still listed in part that no forget deletes (held, or with bytes nothing
+    accounts for) and the pending notes that do not read — in each vault's packs (listings of the
+    local ``packs/``) and in each remote vault that answered ``usage.remote_usage`` (a listing of
+    its ``data/``, ``held/`` and ``pending/``, a request per 1,000 objects each; its index as that
+    look read it). A store that does not list here is named by the problems that read it
+    (``pack_problems``, ``errors``)."""
     out: List[dict] = []
     looks = "`tb-footprint recover` (every start looks too)"
     for root in vaults:
@@ -120,21 +123,17 @@ def kept_unlisted_rows(vaults: List[str], remote: Optional[dict]) -> List[dict]:
             if bs is None:
                 continue
             bs.reload()  # only index objects this process has not read yet are read
-            n, size = kept_unlisted(bs)
+            out += store_rows(bs, remote_vault.packs_root(root), looks)
         except (BlobFailure, OSError):
             continue
-        if n:
-            out.append(kept_unlisted_finding(remote_vault.packs_root(root), n, size, looks))
     failed = {e.get("url") for e in (remote or {}).get("errors", [])}
     for url in (remote or {}).get("urls", []):
         if url in failed:
             continue
         try:
-            n, size = kept_unlisted(remote_vault.blobstore(url))  # as ``remote_stats`` just listed it
+            out += store_rows(remote_vault.blobstore(url), url, "`tb-footprint recover`")  # as ``remote_stats`` listed it
         except (BlobFailure, OSError):
             continue
-        if n:
-            out.append(kept_unlisted_finding(url, n, size, "`tb-footprint recover`"))
     return out
 
 

@@ -205,23 +205,31 @@ def restore_refusal(m: dict, mine: Iterable[dict]) -> Optional[Tuple[Code, str]]
 
 
 def backups_refusal(where: str, damaged: Sequence[str], unreadable: Sequence[str] = (),
-                    hidden: Sequence[str] = ()) -> Optional[Tuple[Code, str]]:
+                    hidden: Sequence[str] = (), archived: Sequence[str] = ()) -> Optional[Tuple[Code, str]]:
     """Why a restore is refused by what its backups in ``where`` (a vault's folder or URL) were
     found to be before it starts, or None, on every store: ``unreadable`` (this user may not read
     them: ``StoreError.PERMISSION``, a mode to fix, no damage), else ``hidden`` (listed by no pack
     index that reads while one does not: ``Failure.BACKUP_INDEX_DAMAGED``, each with why:
     ``vault_reads.missing_backup``), else ``damaged`` (missing, of another size, not reading back
-    to their digest: ``Failure.BACKUP_DAMAGED``). Each names the originals' paths; nothing was changed."""
+    to their digest: ``Failure.BACKUP_DAMAGED``), else ``archived`` (offloaded to objects the store
+    keeps in an archive class: ``StoreError.ARCHIVED``, each entry naming its object and what to
+    ask the store for; never called damaged, and named apart beside damaged ones). Each names the
+    originals' paths; nothing was changed."""
     if unreadable:
         return StoreError.PERMISSION, (f"cannot read the backup in {where} of: {', '.join(unreadable)}; nothing was "
                                        "changed. Give this user read access to those files (they are its own "
                                        "backups) and restore again")
+    also = f"; archived (not damaged): {'; '.join(archived)}" if archived else ""
     if hidden:
-        also = f"; damaged or missing as well: {', '.join(damaged)}" if damaged else ""
+        also = (f"; damaged or missing as well: {', '.join(damaged)}" if damaged else "") + also
         return Failure.BACKUP_INDEX_DAMAGED, (f"backup not found in {where} for: {'; '.join(hidden)}{also}; nothing "
                                               "was changed")
     if damaged:
-        return Failure.BACKUP_DAMAGED, f"backup damaged or missing in {where} for: {', '.join(damaged)}; nothing was changed"
+        return Failure.BACKUP_DAMAGED, (f"backup damaged or missing in {where} for: {', '.join(damaged)}{also}; "
+                                        "nothing was changed")
+    if archived:
+        return StoreError.ARCHIVED, (f"backup archived by the store (not damaged) in {where} for: "
+                                     f"{'; '.join(archived)}; nothing was changed")
     return None
 
 

@@ -549,6 +549,7 @@ class _Checked:
                  stage: Optional[List[bytes]] = None):
         self.f, self.name, self.at = f, name, (vault_root, sha)
         self.size, self.n, self.stage = size, 0, stage
+        self.served = False  # the store served bytes of it: a failure remembered before is over
 
     def read(self, n: int = -1) -> bytes:
         try:
@@ -556,6 +557,12 @@ class _Checked:
         except (BlobFailure, StoreFailure) as e:
             self.stage = None
             raise _read_error(*self.at, self.name, e) from None
+        if data and not self.served:
+            # the store serves it now (an archived object restored since, a connection back):
+            # ``last_failure`` no longer says why it does not read (a later failure is remembered anew)
+            self.served = True
+            with _stores_lock:
+                _failures.pop(self.at, None)
         if self.stage is not None:
             if data:
                 self.n += len(data)

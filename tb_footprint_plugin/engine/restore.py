@@ -59,7 +59,8 @@ from tb_footprint_plugin.engine.retire_tree import stored_file
 from tb_footprint_plugin.engine.standing import levels_for, standing_and_writers
 from tb_footprint_plugin.engine.restore_staged import (Prepared, PreparedVault, checked_in_place, prepare_streamed,
                                                        remove_restore_temps, temp_folder)
-from tb_footprint_plugin.engine.vault_reads import DAMAGED, HIDDEN, UNREADABLE, missing_backup, read_roots, slim
+from tb_footprint_plugin.engine.vault_reads import (ARCHIVED, DAMAGED, HIDDEN, UNREADABLE, missing_backup, read_roots,
+                                                    slim)
 from tb_footprint_plugin.engine.vault import EveryBlob, ManifestMemo, Vault, VaultError, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
@@ -384,7 +385,7 @@ class LocalRestore(txn.PutBack):
         blocks go back as holes: a sparse original needs its data extents, not its size), a
         streamed one counted whole (checked later, as it is streamed in)."""
         vault, streamed = self.vault, self.streamed
-        block, damaged, unreadable, hidden = run_block_size(self.ctx, self.out.run), [], [], []
+        block, damaged, unreadable, hidden, archived = run_block_size(self.ctx, self.out.run), [], [], [], []
         by_path = {f.get("path"): f for f in self.manifest.get("files", [])}
         rewritten = {c.get("path") for c in self.manifest.get("created", []) if isinstance(c, dict)}
         blocks: Dict[str, int] = {}
@@ -401,11 +402,11 @@ class LocalRestore(txn.PutBack):
             n = vault.check_blob_extents(f["sha256"], block)
             if n is None:
                 kind, entry = missing_backup(vault, f["path"], f["sha256"])
-                {DAMAGED: damaged, UNREADABLE: unreadable, HIDDEN: hidden}[kind].append(entry)
+                {DAMAGED: damaged, UNREADABLE: unreadable, HIDDEN: hidden, ARCHIVED: archived}[kind].append(entry)
             else:
                 self.allocates += blocks.setdefault(f["sha256"], n)
         self.later_names = [(p, blocks.get(sha, 0)) for p, sha in self.later_names]
-        return backups_refusal(vault.root, damaged, unreadable, hidden)
+        return backups_refusal(vault.root, damaged, unreadable, hidden, archived)
 
     def backup(self, report: txn.Report) -> None:
         """The streamed backups, each read back whole into its target's temporary (the cancel
@@ -475,6 +476,8 @@ class LocalRestore(txn.PutBack):
             out.reason = ("" if bad else "cannot stage a backup from the remote vault: ") + \
                 f"{reason_of(e)}; nothing was changed"
             out.code = Failure.BACKUP_DAMAGED if bad else Failure.ERROR
+            if isinstance(e, remote_vault.RemoteReadError) and e.code == StoreError.ARCHIVED:
+                out.code = StoreError.ARCHIVED  # its words name the object and what to ask for: not damaged
         else:
             out.reason, out.code = f"restore stopped before anything was put back: {reason_of(e)}; " \
                 "nothing was changed", Failure.ERROR

@@ -12,7 +12,7 @@ from typing import Callable, Iterable, List, NamedTuple, Optional, Tuple
 
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.engine import manifest, trust
-from tb_footprint_plugin.engine.remote_vault import hidden_words
+from tb_footprint_plugin.engine.remote_vault import hidden_words, last_failure
 from tb_footprint_plugin.engine.vault import ManifestMemo, Vault
 
 
@@ -147,24 +147,44 @@ def hidden_by_index(vault: Vault, sha: str) -> Optional[str]:
     return hidden_words(names)
 
 
-#: kinds of ``missing_backup``: the three ways a backup that does not check is said
-DAMAGED, UNREADABLE, HIDDEN = "damaged", "unreadable", "hidden"
+#: kinds of ``missing_backup``: the four ways a backup that does not check is said
+DAMAGED, UNREADABLE, HIDDEN, ARCHIVED = "damaged", "unreadable", "hidden", "archived"
+
+
+def archived_backup(vault: Vault, sha: str) -> Optional[str]:
+    """What the read of ``sha``'s offloaded backup just met when its remote object is in an
+    archive storage class (``StoreError.ARCHIVED``: S3 GLACIER/DEEP_ARCHIVE, Azure's Archive
+    tier): ``remote_vault.archived_words`` naming the object and what to ask the store for; None
+    otherwise. Told by the code of the last read of it in this process (``remote_vault.last_failure``,
+    which each new read of a remote blob clears first), never by words: an archived backup is
+    not damaged (helper S's note on R24 F8)."""
+    if vault.blob_form(sha) != "remote":
+        return None
+    e = last_failure(vault.root, sha)
+    if e is None or e.code != StoreError.ARCHIVED:
+        return None
+    return str(e)
 
 
 def missing_backup(vault: Vault, path: str, sha: str) -> Tuple[str, str]:
     """How the backup of ``path`` (``sha``), which did not check, is said: ``(kind, entry)``, kind
     ``UNREADABLE`` (there, but this user may not read it: never called damaged, review R16 F16),
+    ``ARCHIVED`` (offloaded to a remote object its store keeps in an archive class: readable once
+    the store restores it, never called damaged; the entry names the object and what to ask for),
     ``HIDDEN`` (only a damaged pack index may list it, named: review R22 F3) or ``DAMAGED``; entry
     the path with the reason where there is one. The one rule for verify and restore alike."""
     why = blob_unreadable(vault, sha)
     if why is not None:
         return UNREADABLE, f"{path} ({why})"
+    archived = archived_backup(vault, sha)
+    if archived is not None:
+        return ARCHIVED, f"{path} ({archived} [{StoreError.ARCHIVED}])"
     hid = hidden_by_index(vault, sha)
     if hid is not None:
         return HIDDEN, f"{path} ({hid})"
     return DAMAGED, path
 
 
-__all__ = ["DAMAGED", "HEAVY", "HIDDEN", "StateUnreadable", "UNREADABLE", "VaultRead", "blob_unreadable",
+__all__ = ["ARCHIVED", "DAMAGED", "HEAVY", "HIDDEN", "StateUnreadable", "UNREADABLE", "VaultRead", "archived_backup", "blob_unreadable",
            "hidden_by_index", "manifest_file", "missing_backup", "read_roots", "refuse_unreadable", "slim",
            "unreadable_file"]
