@@ -76,14 +76,23 @@ def recorded_owner(rec) -> Optional[Tuple[int, int]]:
 
 
 def give_owner(fd: int, owner: Optional[Tuple[int, int]]) -> None:
-    """Give the file or folder open at ``fd`` the recorded ``owner`` (``recorded_owner``), only
-    when this process is root (anyone else could give away only their own files, and root
-    reducing a user's logdir must leave it theirs); through the fd, so a link is never followed."""
-    if owner is None or os.geteuid() != 0:
+    """Give the file or folder open at ``fd`` the recorded ``owner`` (``recorded_owner``), through
+    the fd, so a link is never followed. Root gives both (root reducing a user's logdir must leave
+    it theirs). Anyone else gives back only the group, when they are a member of it: a run written
+    with a team's group (mode 0640) is read by that team, and a file made anew in its place would
+    otherwise take the process's group and shut the team out, for good after a restore."""
+    if owner is None:
         return
     st = os.fstat(fd)
-    if (st.st_uid, st.st_gid) != owner:
-        os.fchown(fd, owner[0], owner[1])
+    if os.geteuid() == 0:
+        if (st.st_uid, st.st_gid) != owner:
+            os.fchown(fd, owner[0], owner[1])
+    elif st.st_gid != owner[1] and st.st_uid == os.geteuid() and owner[1] in _my_groups():
+        os.fchown(fd, -1, owner[1])
+
+
+def _my_groups() -> set:
+    return {os.getegid(), *os.getgroups()}
 
 
 def permission_bits(mode) -> Optional[int]:
@@ -96,7 +105,8 @@ def take_over(path: str, rec: dict) -> None:
     """Give the file at ``path`` (a reduce's staged file, which takes an original's place) the
     original's recorded owner (``give_owner``: only when root) and permission bits (never
     set-user-id, set-group-id or sticky), through its fd, following no link: reduced, a private
-    event file stays private (it came out with the umask's 0644, readable by anyone)."""
+    event file stays private (``open_staged`` made it 0600; the umask's 0644 was readable by
+    anyone), and a team's file keeps its group."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         give_owner(fd, recorded_owner(rec))
@@ -309,6 +319,14 @@ def create_new(path: str, mode: int = 0o600) -> int:
     raise FileExistsError(errno.EEXIST, "not created", path)  # pragma: no cover
 
 
+def open_staged(path: str) -> BinaryIO:
+    """A buffered write file made anew at ``path`` (``create_exclusive``: never through a link or
+    over a file standing there), owner-only while it is written: another user who may read (or,
+    in a team folder with umask 002, write) the original must not open it meanwhile and keep that
+    descriptor past the swap. ``take_over`` gives it the original's owner and bits at the end."""
+    return os.fdopen(create_exclusive(path, 0o600), "wb")
+
+
 def create_exclusive(path: str, mode: int = 0o600, dir_fd: Optional[int] = None) -> int:
     """A write fd of a file made anew at ``path`` (``O_CREAT | O_EXCL | O_NOFOLLOW``), never over
     nor instead of anything standing there: ``FileExistsError``, and whatever is there stays
@@ -401,4 +419,4 @@ def copy_file(src: str, dst: str) -> None:
 
 __all__ = ["CHUNK", "hash_count_sparse", "sha256_stream", "sha256_file", "matches", "is_regular", "fsync_file",
            "fsync_dir", "private_folder", "atomic_write", "atomic_write_json", "create_json", "append_line", "copy_file", "create_new", "create_exclusive", "unlink_if_same", "copy_new",
-           "CopyMismatch", "plausible_id", "permission_bits", "take_over"]
+           "CopyMismatch", "plausible_id", "permission_bits", "take_over", "open_staged"]

@@ -114,7 +114,7 @@ from tb_footprint_plugin.scan.tfrecord import RecordReader, RecordWriter, frame,
 from tb_footprint_plugin.plan.rules import (DASHBOARD_EXACT, DEFAULT_VIEW, DEFAULT_VIEW_EXACT_MODE,
                                             GRAPH_ROUTE_IDENTICAL_MODE, RUST_CAPACITY, Rules)
 from tb_footprint_plugin.storage import scratch
-from tb_footprint_plugin.storage.files import CHUNK, fsync_file
+from tb_footprint_plugin.storage.files import CHUNK, fsync_file, open_staged
 from tb_footprint_plugin.storage.hashing import HashingReader, ThreadedHashingReader
 from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.formats import graph_attrs
@@ -1278,7 +1278,7 @@ def rewrite_event_file(src: str, dst: str, mask: bytearray, codes: Optional[byte
     substituted: List[dict] = []
     out_sha = hashlib.sha256()
     name = os.path.basename(src)
-    with open(src, "rb", buffering=0) as raw_in, open(dst, "xb") as raw_out:
+    with open(src, "rb", buffering=0) as raw_in, open_staged(dst) as raw_out:
         hin = HashingReader(raw_in)
         reader = RecordReader(hin, verify=True, display_name=name)
         out = _HashedOut(raw_out, out_sha)
@@ -1382,7 +1382,7 @@ def _copy_kept(src: str, dst: str, mask: bytearray, facts, codes: Optional[bytea
         bounds = [0] + cut + [len(runs)]
         groups = [(g0, g1, bool(whole[g0])) for g0, g1 in zip(bounds[:-1], bounds[1:])]
     small = memoryview(view[1] if view is not None else b"")
-    with open_regular(src, buffering=0, follow_symlinks=True) as fin, open(dst, "xb") as raw_out:
+    with open_regular(src, buffering=0, follow_symlinks=True) as fin, open_staged(dst) as raw_out:
         fd = fin.fileno()
         out = _HashedOut(raw_out, out_sha)
         for g0, g1, from_small in groups:

@@ -15,7 +15,7 @@ import gzip
 import hashlib
 from typing import BinaryIO, Tuple
 
-from tb_footprint_plugin.storage.files import CHUNK, fsync_file, sha256_stream
+from tb_footprint_plugin.storage.files import CHUNK, fsync_file, open_staged, sha256_stream
 from tb_footprint_plugin.storage.regular import open_regular
 
 LEVEL = 6  # gzip's default: most of -9's ratio on kineto JSON at several times the speed
@@ -59,7 +59,7 @@ def gzip_stream(fi: BinaryIO, raw, level: int = LEVEL) -> str:
 
 def gzip_file(src: str, dst: str, level: int = LEVEL) -> str:
     """Write ``src`` gzip-compressed to ``dst`` (fsynced); return the sha256 of ``src``."""
-    with open(src, "rb") as fi, open(dst, "xb") as raw:  # "x": never through a link planted at dst
+    with open(src, "rb") as fi, open_staged(dst) as raw:  # never through a link planted at dst
         sha = gzip_stream(fi, raw, level)
         fsync_file(raw)
     return sha

@@ -52,7 +52,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 from tb_footprint_plugin.transforms.gzip_trace import LEVEL, CountingSink
 from tb_footprint_plugin.plan.rules import TraceOptions
-from tb_footprint_plugin.storage.files import CHUNK, fsync_file, sha256_file
+from tb_footprint_plugin.storage.files import CHUNK, fsync_file, open_staged, sha256_file
 from tb_footprint_plugin.storage.hashing import HashingReader
 from tb_footprint_plugin.storage.regular import open_regular
 
@@ -359,7 +359,7 @@ def slim_trace(src: str, dst: str, options: TraceOptions, expected_sha: Optional
 
     Raises ``TraceFormatError`` for input that is not a Chrome trace, ``ValueError`` if the
     source is not the backed-up file (``expected_sha``)."""
-    raw = open(dst, "xb")  # "x": never through a link planted at dst
+    raw = open_staged(dst)  # never through a link planted at dst
     try:
         stats, sha = _slim_into(src, open_regular(src), raw, options, level)
         fsync_file(raw)
