@@ -1163,8 +1163,9 @@ class _cancelling(_interruptible):
 
 
 def _backups_said(r: dict) -> str:
-    """What ``verify`` says of one reduction's backups: intact, or those damaged and those this
-    user may not read, each named; an unreadable one is never called damaged (review R16 F16)."""
+    """What ``verify`` says of one reduction's backups: intact, or those damaged, those this user
+    may not read and those its remote store keeps archived, each named; an unreadable or archived
+    one is never called damaged (review R16 F16, helper S's note on R24 F8)."""
     said = []
     if r.get("damaged_backups"):
         said.append("backups DAMAGED: " + ", ".join(r["damaged_backups"]))
@@ -1173,6 +1174,9 @@ def _backups_said(r: dict) -> str:
                     + ", ".join(r["unreadable_backups"])
                     + " — give this user read access to each file named (`chmod u+r FILE`), or run verify "
                       "as the user who owns the vault")
+    if r.get("archived_backups"):
+        said.append(f"backups ARCHIVED [{StoreError.ARCHIVED}] (not damaged: the store keeps them in an archive "
+                    "class; ask it to restore each object named, then verify again): " + "; ".join(r["archived_backups"]))
     if said:
         return "; ".join(said)
     if r.get("path"):  # the state's finding: no operation's backups of its own checked

@@ -16,7 +16,7 @@ from tb_footprint_plugin.engine.catalogue import find_manifest, read_vaults, ref
 from tb_footprint_plugin.engine.context import CancelToken, Context
 from tb_footprint_plugin.codes import Failure, Finding, StoreError
 from tb_footprint_plugin.engine.vault import Vault, VaultError
-from tb_footprint_plugin.engine.vault_reads import HIDDEN, UNREADABLE, missing_backup, VaultRead
+from tb_footprint_plugin.engine.vault_reads import ARCHIVED, HIDDEN, UNREADABLE, missing_backup, VaultRead
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.scan.categories import is_event_file_name
 from tb_footprint_plugin.verify.stop import Stopped
@@ -92,7 +92,8 @@ def unchecked(result: dict, detail: str = NOT_CHECKED) -> dict:
     code is what happened: the code of a finding it had made (``StoreError.PERMISSION``: a backup
     it may not read stays unreadable whatever the cut), else ``Failure.INTERRUPTED``."""
     ver = result.get("verification") or {}
-    return {"damaged_backups": [], "unreadable_backups": [], "backups_ok": False, **result, "ok": False, "checked": False,
+    return {"damaged_backups": [], "unreadable_backups": [], "archived_backups": [], "backups_ok": False, **result,
+            "ok": False, "checked": False,
             "code": result.get("code") or Failure.INTERRUPTED,
             "verification": {**ver, "ok": False, "checks": list(ver.get("checks") or []) + [
                 {"name": "interrupted", "ok": False, "detail": detail}]}}
@@ -119,7 +120,7 @@ def recheck(ctx: Context, run: Optional[str] = None, op: Optional[str] = None,
         if progress:
             progress(m, i, len(manifests))
         vault = Vault(m["vault"])
-        bad, unreadable, hidden = [], [], False
+        bad, unreadable, archived, hidden = [], [], [], False
         cut = False  # cancelled before every backup was re-hashed
         for f in m["files"]:
             if stop is not None and stop():
@@ -128,9 +129,11 @@ def recheck(ctx: Context, run: Optional[str] = None, op: Optional[str] = None,
             if not vault.check_blob(f["sha256"]):
                 kind, entry = missing_backup(vault, f["path"], f["sha256"])
                 hidden = hidden or kind == HIDDEN
-                (unreadable if kind == UNREADABLE else bad).append(entry)
-        res = {"op_id": m["op_id"], "run": m["run"], "backups_ok": not bad and not unreadable,
-               "damaged_backups": bad, "unreadable_backups": unreadable}
+                {UNREADABLE: unreadable, ARCHIVED: archived}.get(kind, bad).append(entry)
+        res = {"op_id": m["op_id"], "run": m["run"], "backups_ok": not bad and not unreadable and not archived,
+               "damaged_backups": bad, "unreadable_backups": unreadable, "archived_backups": archived}
+        if archived and not bad:  # in an archive class of its store, not damaged (helper S's note)
+            res["code"] = StoreError.ARCHIVED
         if hidden:
             res["code"] = Failure.BACKUP_INDEX_DAMAGED
         if unreadable:  # a finding that stands, the run checked in full or cut short (``unchecked``)
@@ -138,7 +141,7 @@ def recheck(ctx: Context, run: Optional[str] = None, op: Optional[str] = None,
         if cut:  # not all of its backups re-hashed
             results.append(unchecked(dict(res, backups_ok=False)))
             continue
-        bad = bad + unreadable  # either way, not every backup could be checked
+        bad = bad + unreadable + archived  # either way, not every backup could be checked
         if newest.get(m["run"], m["op_id"]) != m["op_id"]:
             # a later reduction changed the run again: only its own backups can be checked
             res["verification"] = {"ok": True, "checks": [{"name": "superseded", "ok": True, "detail":
@@ -169,6 +172,10 @@ def recheck(ctx: Context, run: Optional[str] = None, op: Optional[str] = None,
             vr = dict(vr, ok=False, checks=list(vr.get("checks", [])) + [
                 {"name": "backups", "ok": False, "detail": f"[{StoreError.PERMISSION}] cannot read the backup of: "
                                                            + ", ".join(unreadable)}])
+        if archived:
+            vr = dict(vr, ok=False, checks=list(vr.get("checks", [])) + [
+                {"name": "backups", "ok": False, "detail": f"[{StoreError.ARCHIVED}] archived by the store (not "
+                                                           "damaged): " + "; ".join(archived)}])
         res["verification"] = vr
         res["ok"] = bool(vr.get("ok")) and not bad
         results.append(res)
