@@ -33,8 +33,8 @@ from tb_footprint_plugin.engine.catalogue_rules import entry_released
 from tb_footprint_plugin.engine.recovery_rules import RecoveryOutcome
 from tb_footprint_plugin.engine.pack_index_rebuilt import rebuilt_outcomes
 from tb_footprint_plugin.engine.remote_vault import hidden_words
-from tb_footprint_plugin.engine.vault_packs import (damaged_index_problems, kept_unlisted, kept_unlisted_finding,
-                                                     unlisted_words)
+from tb_footprint_plugin.engine.vault_packs import (damaged_index_problems, damaged_notes_findings, store_rows,
+                                                   unlisted_words)
 from tb_footprint_plugin.storage.blob_salvage import UNLISTED_AFTER, Salvage, salvage
 from tb_footprint_plugin.storage.blob_salvage import unlisted_objects as blob_unlisted
 from tb_footprint_plugin.storage.blobstore import BlobFailure
@@ -287,20 +287,21 @@ def index_problems(vault: BucketVault, manifests) -> List[dict]:
         bv.store.reload()
         damaged = bv.store.damaged_index()
         if not damaged:
-            # one listing of ``data/`` for both rows: the backups a lost index object hid, and
-            # what every sweep keeps unlisted (issue #26)
-            n, size = kept_unlisted(bv.store)
-            if not n:
-                return []
-            return _unlisted_problems(bv, manifests) + [kept_unlisted_finding(bv.folder, n, size, UNLISTED_LOOKS)]
+            # one listing of ``data/`` for the rows of what the folder keeps that nothing frees (the
+            # data objects no row lists, the packs no forget deletes, the pending notes that do not
+            # read: ``vault_packs.store_rows``, issue #26) and the backups a lost index object hid
+            rows = store_rows(bv.store, bv.folder, UNLISTED_LOOKS)
+            unlisted = any(r["code"] == Finding.ORPHAN_BLOBS for r in rows)
+            return (_unlisted_problems(bv, manifests) if unlisted else []) + rows
         _wanted, owners, _known = blob_needs(bv, manifests())
         hidden = _hidden(bv, owners)
         others = shared_with(bv)
+        notes = damaged_notes_findings(bv.folder, bv.store.damaged_notes())
     except LOOK_FAILURES:
         return []  # the folder does not read: the verbs that read it say so
     return [{"code": Finding.DAMAGED_FILE, "op_id": None, "run": None, "bytes": 0, "path": p["file"],
              "detail": f"{p['file']}: {p['message']}"}
-            for p in damaged_index_problems(damaged, bv.folder, hidden, shared=others)]
+            for p in damaged_index_problems(damaged, bv.folder, hidden, shared=others)] + notes
 
 
 #: who lists anew, in a bucket's blob folder, a backup a lost index object hid (``rebuild``,
