@@ -382,6 +382,11 @@ class ObjectRestore(ObjectPutBack):
         out.code = restore_code(displaced, Finding.MTIME_NOT_KEPT, left_in_vault=conflicts)
         out.reason = (restored_said(len(out.created_files), "checksums") + "; the object store keeps no file "
                       "modification times or modes: restored objects are dated now")
+        if vault.blobs is not None:
+            # a blob folder keeps bytes only, and the upload sets none of the object's headers
+            # (a server-side copy keeps them): said, never left for a pipeline to find (review R26 F5)
+            out.reason += ("; a local blob folder keeps each object's bytes only: its Content-Type and user "
+                           "metadata (x-amz-meta-*, GCS/Azure metadata) are not given back")
         out.reason += late_records_said(displaced)
         out.reason += kept_said(len(displaced), "object", "`tb-footprint status` shows how to bring them back")
         out.reason += left_said(self.left)
