@@ -8,7 +8,10 @@ and checked: another user could open it meanwhile, read a private file's reduced
 reduce's rewritten file and a restore's file from a compressed backup took the process's group, so
 a team that read the run (0640, the team's group) could read neither, for good.
 
-The group case uses a real second Unix user who is a member of a real team group (the suite runs as
+F7: the folders a restore makes again (those the reduce removed) took the user's primary group too,
+so the team could not reach the restored originals in them.
+
+The group cases use a real second Unix user who is a member of a real team group (the suite runs as
 root in CI)."""
 from __future__ import annotations
 
@@ -139,3 +142,53 @@ def test_the_reduced_and_the_restored_file_keep_the_teams_group(member):
     status, reason, gid, mode = out["restore"]
     assert status == "restored", reason
     assert (gid, mode) == (team, "0o640"), (gid, mode, pw.pw_gid, team)
+
+
+AS_USER_FOLDERS = r'''
+import json, os, shutil, sys
+from tb_footprint_plugin import api
+logdir, run = sys.argv[1], sys.argv[2]
+drop = {"name": "drop-profiles", "rules": {c: "delete" for c in (
+    "profile_cache", "profile_secondary", "profile_xplane", "profile_other", "torch_trace")}}
+(o,) = api.reduce_logdir(logdir, policy=drop, dry_run=False, verify_backends=("python",)).outcomes
+out = {"reduce": [str(o.status), o.reason, os.path.isdir(os.path.join(run, "plugins"))]}
+(r,) = api.restore(logdir)
+out["restore"] = [str(r.status), r.reason]
+out["groups"] = {os.path.relpath(d, run): os.lstat(d).st_gid for d, _, _ in os.walk(run)}
+print(json.dumps(out))
+'''
+
+
+def test_the_folders_a_restore_makes_again_keep_the_teams_group(member):
+    pw, team, base = member
+    logdir = os.path.join(base, "logdir")
+    run = os.path.join(logdir, "run")
+    with synth.EventWriter(run) as w:
+        w.scalar("loss", 0, 1.0)
+    synth.write_profile_session(run, n_events=200, with_caches=False, seed=0)
+    old = time.time() - 7200
+    for root, dirs, files in os.walk(base):
+        for n in dirs + files:
+            p = os.path.join(root, n)
+            inside = p.startswith(run + os.sep)
+            os.chown(p, pw.pw_uid, team if inside else pw.pw_gid)
+            if inside and n in dirs:
+                os.chmod(p, 0o750)  # the team reaches the run's files through its folders
+            os.utime(p, (old, old))
+    os.chown(base, pw.pw_uid, pw.pw_gid)
+    before = {os.path.relpath(d, run): os.lstat(d).st_gid for d, _, _ in os.walk(run)}
+    assert len(before) > 2 and all(g == team for k, g in before.items() if k != "."), before
+    cmd = ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups",
+           "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", sys.executable, "-c",
+           AS_USER_FOLDERS, logdir, run]
+    env = {"PATH": os.path.dirname(sys.executable) + ":/usr/bin:/bin", "HOME": base, "PYTHONPATH": REPO,
+           "XDG_CACHE_HOME": os.path.join(base, ".cache")}
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=base, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    status, reason, plugins_left = out["reduce"]
+    assert status == "verified" and not plugins_left, (status, reason, plugins_left)
+    status, reason = out["restore"]
+    assert status == "restored", reason
+    # before: every folder the restore made again had the user's own group
+    assert out["groups"] == before, (out["groups"], before, pw.pw_gid, team)

@@ -238,8 +238,8 @@ def put_in_place(strategy: SwapStrategy, journal: Optional[OpJournal], rec: dict
 def settle_folder(ctx: Context, rel: str, mode: Optional[int], mtime_ns: Optional[int],
                   owner: Optional[Tuple[int, int]], when: Callable[[os.stat_result], bool] = lambda st: True,
                   entries: Optional[int] = None, unreached: Optional[List[str]] = None) -> bool:
-    """The folder at the logdir path ``rel`` given ``owner`` (when root; first: a chown clears
-    set-id bits), ``mode`` and ``mtime_ns`` (each None: left; its access time is kept) through its
+    """The folder at the logdir path ``rel`` given ``owner`` (``give_owner``: root both, anyone else
+    the group when a member; first: a chown clears set-id bits), ``mode`` and ``mtime_ns`` (each None: left; its access time is kept) through its
     own descriptor, opened in its parent as the logdir store's walk reaches it, no link followed
     (invariant 4: a folder on the way swapped for a link to one outside the logdir never has its
     mode or time changed). False, nothing changed, when no folder is reached there (nothing, a
@@ -266,7 +266,7 @@ def settle_folder(ctx: Context, rel: str, mode: Optional[int], mtime_ns: Optiona
                     with os.scandir(fd) as it:
                         if sum(1 for _ in it) != entries:
                             return False
-                if owner is not None and os.geteuid() == 0:
+                if owner is not None:  # root: both; anyone else: the group, when a member (review R26 F7)
                     give_owner(fd, owner)
                 if mode is not None:
                     os.fchmod(fd, mode & 0o7777)

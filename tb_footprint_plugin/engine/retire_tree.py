@@ -372,12 +372,12 @@ def _why_not_you(ctx: Context, path: str) -> str:
 
 
 def _give_back_owner(path: str, rec: dict, kind: int = 0, dir_fd: Optional[int] = None) -> None:
-    """Root puts a user's file or folder back: it is theirs again (``rec``'s recorded owner, as a
-    restore gives it, e558d46). Through an fd opened without following a link (``dir_fd``: its
-    folder); nothing when not root or when the record has no plausible owner (written before
-    owners were kept)."""
+    """A file or folder put back gets its recorded owner (``rec``'s, as a restore gives it, e558d46):
+    root gives both, anyone else the group when a member of it (``give_owner``; review R26 F7).
+    Through an fd opened without following a link (``dir_fd``: its folder); nothing when the
+    record has no plausible owner (written before owners were kept)."""
     owner = recorded_owner(rec)
-    if owner is None or os.geteuid() != 0:
+    if owner is None:
         return
     fd = os.open(fsops.name_in(path, dir_fd), os.O_RDONLY | kind | getattr(os, "O_NOFOLLOW", 0)
                  | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
