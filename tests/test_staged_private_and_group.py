@@ -115,6 +115,18 @@ def member():
         subprocess.run(["groupdel", team], capture_output=True)
 
 
+def _as_member(pw, base: str, script: str, *args: str) -> dict:
+    """``script`` run as the member with its groups (the JSON its last line prints)."""
+    cmd = ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups",
+           # to read the repository wherever CI cloned it (as test_trust_users' users do)
+           "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", sys.executable, "-c", script, *args]
+    env = {"PATH": os.path.dirname(sys.executable) + ":/usr/bin:/bin", "HOME": base, "PYTHONPATH": REPO,
+           "XDG_CACHE_HOME": os.path.join(base, ".cache")}
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=base, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def test_the_reduced_and_the_restored_file_keep_the_teams_group(member):
     pw, team, base = member
     logdir = os.path.join(base, "logdir")
@@ -126,15 +138,7 @@ def test_the_reduced_and_the_restored_file_keep_the_teams_group(member):
     os.chown(path, pw.pw_uid, team)  # written by a job running with the team's group
     os.chmod(path, 0o640)
     before = os.path.getsize(path)
-    cmd = ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups",
-           # to read the repository wherever CI cloned it (as test_trust_users' users do)
-           "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", sys.executable, "-c",
-           AS_USER, logdir, path]
-    env = {"PATH": os.path.dirname(sys.executable) + ":/usr/bin:/bin", "HOME": base, "PYTHONPATH": REPO,
-           "XDG_CACHE_HOME": os.path.join(base, ".cache")}
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=base, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    out = _as_member(pw, base, AS_USER, logdir, path)
     status, reason, gid, size = out["reduce"]
     assert status == "verified", reason
     assert size < before, "the event file was not rewritten"
@@ -178,14 +182,7 @@ def test_the_folders_a_restore_makes_again_keep_the_teams_group(member):
     os.chown(base, pw.pw_uid, pw.pw_gid)
     before = {os.path.relpath(d, run): os.lstat(d).st_gid for d, _, _ in os.walk(run)}
     assert len(before) > 2 and all(g == team for k, g in before.items() if k != "."), before
-    cmd = ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups",
-           "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", sys.executable, "-c",
-           AS_USER_FOLDERS, logdir, run]
-    env = {"PATH": os.path.dirname(sys.executable) + ":/usr/bin:/bin", "HOME": base, "PYTHONPATH": REPO,
-           "XDG_CACHE_HOME": os.path.join(base, ".cache")}
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=base, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    out = _as_member(pw, base, AS_USER_FOLDERS, logdir, run)
     status, reason, plugins_left = out["reduce"]
     assert status == "verified" and not plugins_left, (status, reason, plugins_left)
     status, reason = out["restore"]
