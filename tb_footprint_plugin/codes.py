@@ -140,6 +140,7 @@ class Finding(Code):
     MANIFEST_REBUILT = "manifest_rebuilt"
     MANIFEST_LOST = "manifest_unrecoverable"  # corrupt, and no log to rebuild it from
     ORPHAN_BLOBS = "orphan_blobs"  # backups no manifest refers to: kept, never purged
+    MANIFEST_MISSING = "manifest_missing"  # the change log names a verified reduce/retire whose manifest no vault holds: every backup kept
     PACKS_KEPT = "packs_kept"  # packs still listed in part that no forget deletes or repacks (held, or bytes nothing accounts for): kept as space, nothing frees them
     PURGE_FINISHED = "purge_finished"  # a killed purge was finished from its recorded intent
     COMPACTION_FINISHED = "compaction_finished"  # a killed compaction of backups into .zst was finished

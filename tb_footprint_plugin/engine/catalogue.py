@@ -12,16 +12,18 @@ import re
 import time
 from typing import Iterable, List, Optional
 
-from tb_footprint_plugin.codes import Failure, Outcome
+from tb_footprint_plugin.codes import Failure, Finding, Outcome
 from tb_footprint_plugin.engine import manifest, oplog
 # the store-neutral rules (a bucket's catalogue asks them too), re-exported for the disk's callers
 from tb_footprint_plugin.engine.catalogue_rules import is_kept, operation_summary, summarize_operations  # noqa: F401
 from tb_footprint_plugin.engine.context import Context, NoSpace, TransactionError, writing
-from tb_footprint_plugin.engine.history import append_history, disk_log, history_path, reduce_line
+from tb_footprint_plugin.engine.history import (append_history, backups_said_kept_now, disk_log, history_path,
+                                                missing_manifests as missing_in_log, reduce_line)
 from tb_footprint_plugin.engine.manifest_form import stored_plan, stored_policy
 from tb_footprint_plugin.engine.relink import LINK_FIELDS, link_groups
 from tb_footprint_plugin.engine.journal import ensure_state_subdir, pending_journals
 from tb_footprint_plugin.engine.vault import ManifestMemo, Vault, who
+from tb_footprint_plugin.engine.vault_manifests import EveryBlob
 from tb_footprint_plugin.engine.vault_index import (damaged_index_advice, damaged_vault_indexes, salvage_vault_paths,
                                                    set_aside, vault_index_entries)
 from tb_footprint_plugin.engine.vault_reads import manifest_file, read_roots, VaultRead
@@ -214,8 +216,36 @@ def vault_of(records: List[dict], ctx: Context) -> Vault:
     return Vault(begin.get("vault") or ctx.vault.root)
 
 
+def missing_manifests(ctx: Context) -> List[str]:
+    """The operations this logdir's change log says were reduced or retired and verified (their
+    backup kept, and not purged nor restored since) whose manifest no vault of the logdir holds
+    (``history.missing_manifests``, the one rule of every store; review R26 F1): which blobs
+    their runs' files are is unknown — they may be blobs another manifest names (a run copied,
+    identical bytes stored once) — so every blob is kept (``journal_blobs``) and status names
+    each (``Finding.MANIFEST_MISSING``)."""
+    kept = backups_said_kept_now(ctx.state)
+    if not kept:
+        return []
+    vaults = [Vault(root) for root in known_vaults(ctx)]
+    return missing_in_log(kept, lambda op: any(v.has_manifest(op) for v in vaults))
+
+
+def missing_manifest_findings(ctx: Context) -> List["trust.Untrusted"]:
+    """Status's words (and a purge's) for each of ``missing_manifests``, named by the change log."""
+    ops = missing_manifests(ctx)
+    if not ops:
+        return []
+    log = disk_log(ctx.state)
+    runs = log.runs_of(frozenset(ops)) if log else {}
+    return [trust.Untrusted(Finding.MANIFEST_MISSING, history_path(ctx.state),
+                            f"operation {op} of run {runs.get(op, '?')}: the change log says it was reduced and "
+                            "verified, its manifest is missing: every backup is kept") for op in ops]
+
+
 def journal_blobs(ctx: Context, exclude_op: Optional[str] = None) -> set:
-    """Blobs that unfinished operations (other than ``exclude_op``) rely on."""
+    """Blobs that unfinished operations (other than ``exclude_op``) rely on; every blob
+    (``EveryBlob``) while an operation's manifest is missing (``missing_manifests``): no purge,
+    release, rollback or forget lets a blob go by its absence from the manifests read."""
     out = set()
     for j in pending_journals(ctx.journal_dir):
         if j.op_id == exclude_op:
@@ -232,6 +262,8 @@ def journal_blobs(ctx: Context, exclude_op: Optional[str] = None) -> set:
             with contextlib.suppress(OSError):
                 with open(j.path, "rb") as f:
                     out.update(m.decode() for m in _DIGEST.findall(read_capped(f, trust.MAX_STATE_BYTES - 1)))
+    if missing_manifests(ctx):
+        return EveryBlob(out)
     return out
 
 
@@ -278,7 +310,7 @@ def refused_manifests(ctx: Context, reads: Optional[List[VaultRead]] = None) -> 
 
 def vault_problems(ctx: Context, reads: Optional[List[VaultRead]] = None) -> List["trust.Untrusted"]:
     """Manifests in this logdir's vaults that were refused as malformed, to report (from
-    ``reads`` when given)."""
+    ``reads`` when given), and those the change log names that are missing (``missing_manifests``)."""
     out = []
     for r in (read_vaults(ctx) if reads is None else reads):
         for m in r.manifests:
@@ -287,7 +319,8 @@ def vault_problems(ctx: Context, reads: Optional[List[VaultRead]] = None) -> Lis
             except trust.Untrusted as e:  # a field of the wrong type: the one schema's check
                 out.append(e)
         out += r.vault.problems
-    return out
+    # a verified operation of the change log whose manifest no vault holds (review R26 F1)
+    return out + missing_manifest_findings(ctx)
 
 
 def unsettled_op(ctx: Context, run: str) -> Optional[str]:

@@ -297,6 +297,50 @@ class ChangeLog:
         return frozenset(op for op, k, o in self._operation_lines(
             lambda _op, k, o: (kind is None or k == kind) and (outcome is None or o == outcome)))
 
+    def backups_said_kept(self) -> FrozenSet[str]:
+        """The operations (op_ids) a line says were a reduce or a retirement ``verified`` (their
+        backup kept) that no later line ends: no purge line of that op_id, no restore line whose
+        ``of_op`` it is (a restore of a reduction or of a retirement). What a vault must hold a
+        manifest of (review R26 F1: one missing hides which blobs its run's files are). One
+        read of every log, a block at a time: only op_ids are held. A log that cannot be read
+        names none (as ``logged``)."""
+        kept, ended = set(), set()
+
+        def each(log: JsonLines, repeated: int) -> None:
+            said_kept_into(log.records, kept, ended)
+
+        try:
+            listed = self._listed()
+            sealed, heads = self._sealed_of(listed), {}
+            for key in self._sealed_twice([k for k, _e in listed]):
+                self._walk(key, sealed, heads, each)
+        except (StoreFailure, OSError):
+            return frozenset()
+        return frozenset(kept - ended)
+
+    def runs_of(self, ops: FrozenSet[str]) -> Dict[str, str]:
+        """The run each of ``ops`` is named with by its reduce or retire line (its first such line;
+        a line's run is untrusted: a string, else none), one read of every log; for words only."""
+        out: Dict[str, str] = {}
+
+        def each(log: JsonLines, repeated: int) -> None:
+            for e in log.records:
+                op = e.get("op_id")
+                if op in ops and op not in out and e.get("kind") in ("reduce", "retire") \
+                        and isinstance(e.get("run"), str):
+                    out[op] = e["run"]
+
+        if not ops:
+            return out
+        try:
+            listed = self._listed()
+            sealed, heads = self._sealed_of(listed), {}
+            for key in self._sealed_twice([k for k, _e in listed]):
+                self._walk(key, sealed, heads, each)
+        except (StoreFailure, OSError):
+            pass
+        return out
+
     def append_once(self, lines: List[dict]) -> List[dict]:
         """Append (in one append) those of ``lines`` (whole entries, each with its ``time``) whose
         operation has no line of their kind and outcome yet (``logged``'s rule, one read for
@@ -771,6 +815,120 @@ def logged_operations(state: str, *, kind: Optional[str] = None, outcome: Option
     return log.logged(kind=kind, outcome=outcome) if log else frozenset()
 
 
+def said_kept_into(records: List[dict], kept: set, ended: set) -> None:
+    """``ChangeLog.backups_said_kept``'s rule for some lines (``records``, parsed, untrusted): the
+    op_id of a verified reduce's or retirement's line into ``kept``; of a purge's, or the ``of_op``
+    of a restore's, into ``ended``."""
+    for e in records:
+        op = e.get("op_id")
+        if not isinstance(op, str) or not _timed(e):
+            continue
+        kind, outcome = e.get("kind"), e.get("outcome")
+        if kind in ("reduce", "retire") and outcome == "verified":
+            kept.add(sys.intern(op))
+        elif kind == "purge":
+            ended.add(sys.intern(op))
+        elif kind == "restore" and isinstance(e.get("of_op"), str):
+            ended.add(sys.intern(e["of_op"]))
+
+
+def said_kept_lines(data: bytes, name: str) -> Tuple[set, set]:
+    """``said_kept_into`` of the whole lines ``data`` holds (lines appended to the log ``name``
+    since it was read: a damaged or torn one is passed over, as a read of the log does)."""
+    kept: set = set()
+    ended: set = set()
+    said_kept_into(_parsed(data, name).records, kept, ended)
+    return kept, ended
+
+
+def backups_said_kept(state: str) -> FrozenSet[str]:
+    """``ChangeLog.backups_said_kept`` of a state folder's logs (none when there is no folder, or
+    it cannot be read)."""
+    try:
+        log = disk_log(state)
+    except StoreFailure:
+        return frozenset()
+    return log.backups_said_kept() if log else frozenset()
+
+
+#: state folder -> ({change-log file: offset read up to (the end of its last whole line)}, the
+#: operations ``backups_said_kept`` found, those it found ended); one entry held
+_SAID_KEPT: dict = {}
+#: the longest stretch looked back through for a log's last whole line
+_LINE_LOOKBACK = 1 << 20
+
+
+def _whole_lines_end(path: str) -> Optional[int]:
+    """The offset just past ``path``'s last newline (0 when it has none in its last
+    ``_LINE_LOOKBACK`` bytes and is no longer than that), None when it cannot be told."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            start = max(0, size - _LINE_LOOKBACK)
+            f.seek(start)
+            tail = f.read(size - start)
+    except OSError:
+        return None
+    cut = tail.rfind(b"\n")
+    if cut < 0:
+        return 0 if start == 0 else None
+    return start + cut + 1
+
+
+def backups_said_kept_now(state: str) -> FrozenSet[str]:
+    """``backups_said_kept`` of ``state``, read whole once; later calls (each run a
+    restore releases, each group a purge settles: each appends its line) read only the whole
+    lines appended to each log since (``said_kept_lines``); a log that shrank or was
+    replaced (sealed) has it read whole again."""
+    files = history_files(state)
+    held = _SAID_KEPT.get(state)
+    if held is not None:
+        offsets, kept, ended = held
+        try:
+            sizes = {f: os.stat(f).st_size for f in files}
+        except OSError:
+            sizes = None
+        if sizes is not None and all(sizes.get(f, -1) >= n for f, n in offsets.items()):
+            for f in files:
+                end = _whole_lines_end(f)
+                if end is None:
+                    break
+                at = offsets.get(f, 0)
+                if end > at:
+                    try:
+                        with open(f, "rb") as fh:
+                            fh.seek(at)
+                            data = fh.read(end - at)
+                    except OSError:
+                        break
+                    more, gone = said_kept_lines(data, f)
+                    kept |= more
+                    ended |= gone
+                offsets[f] = max(at, end)
+            else:
+                return frozenset(kept - ended)
+    offsets = {}
+    for f in files:
+        end = _whole_lines_end(f)
+        if end is not None:
+            offsets[f] = end
+    # read after the offsets: a line appended meanwhile is read now and again later (a set)
+    kept = set(backups_said_kept(state))
+    _SAID_KEPT.clear()
+    if len(offsets) == len(files):
+        _SAID_KEPT[state] = (offsets, kept, set())
+    return frozenset(kept)
+
+
+def missing_manifests(kept: FrozenSet[str], has_manifest: Callable[[str], bool]) -> List[str]:
+    """The one rule of every store (review R26 F1): the operations of ``kept`` (what the change
+    log says were reduced or retired and verified, their backup kept: ``backups_said_kept``)
+    whose manifest the vaults do not hold at all (``has_manifest``: present, whatever it says,
+    purged or refused) — *missing*: which blobs their runs' files are is unknown, so a purge or
+    a restore's release keeps every blob (``EveryBlob``) and status names each. Sorted."""
+    return sorted(op for op in kept if not has_manifest(op))
+
+
 def read_history(state: str) -> List[dict]:
     """Every entry of every history file, oldest first; lines that are not JSON objects with a
     time are skipped (a damaged line costs only itself: ``history_damage`` names it). A state
@@ -1033,6 +1191,6 @@ def _sift(buf: bytearray, ident: str, entries: List[dict]) -> None:
         pos = end
 
 
-__all__ = ["BUCKET_WORKERS", "CSV_FIELDS", "ChangeLog", "HISTORY", "HISTORY_NAME", "StateFolder", "append_history", "append_rolled_back",
+__all__ = ["backups_said_kept", "backups_said_kept_now", "missing_manifests", "said_kept_into", "said_kept_lines", "BUCKET_WORKERS", "CSV_FIELDS", "ChangeLog", "HISTORY", "HISTORY_NAME", "StateFolder", "append_history", "append_rolled_back",
            "bucket_log", "changes_since", "configure_writer", "disk_log", "finite", "history_csv", "history_damage",
            "HistoryPage", "history_files", "history_problems", "history_path", "line_of", "logged_operations", "purge_line", "purge_mark", "purge_reason", "read_history", "read_history_page", "reduce_line", "rolled_back_line", "worker_file_name"]
