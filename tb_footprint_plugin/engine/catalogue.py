@@ -224,10 +224,17 @@ def missing_manifests(ctx: Context) -> List[str]:
     identical bytes stored once) — so every blob is kept (``journal_blobs``) and status names
     each (``Finding.MANIFEST_MISSING``)."""
     kept = backups_said_kept_now(ctx.state)
-    if not kept:
+    todo = kept - ctx.manifests_seen if kept else kept
+    if not todo:
         return []
     vaults = [Vault(root) for root in known_vaults(ctx)]
-    return missing_in_log(kept, lambda op: any(v.has_manifest(op) for v in vaults))
+    # each vault's index brought up to date once; one found held is not looked for again (a batch asks per run)
+    with contextlib.ExitStack() as stack:
+        for v in vaults:
+            stack.enter_context(oplog.snapshot(v.root))
+        missing = missing_in_log(frozenset(todo), lambda op: any(v.has_manifest(op) for v in vaults))
+    ctx.manifests_seen.update(todo.difference(missing))
+    return missing
 
 
 def missing_manifest_findings(ctx: Context) -> List["trust.Untrusted"]:

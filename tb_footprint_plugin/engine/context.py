@@ -129,6 +129,9 @@ class Context:
     closed_files: Dict[str, float] = field(default_factory=dict)
     #: the logdir's ``Store``, made on first use (``store``)
     _store: Optional[PosixStore] = field(default=None, init=False, repr=False, compare=False)
+    #: operations whose manifest a vault was found to hold during this command
+    #: (``catalogue.missing_manifests``): not looked for again at each run of a batch
+    manifests_seen: set = field(default_factory=set, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         self.logdir = os.path.abspath(self.logdir)

@@ -824,7 +824,7 @@ def said_kept_into(records: List[dict], kept: set, ended: set) -> None:
         if not isinstance(op, str) or not _timed(e):
             continue
         kind, outcome = e.get("kind"), e.get("outcome")
-        if kind in ("reduce", "retire") and outcome == "verified":
+        if kind in ("reduce", "retire") and outcome == Outcome.VERIFIED:
             kept.add(sys.intern(op))
         elif kind == "purge":
             ended.add(sys.intern(op))
