@@ -48,6 +48,9 @@ def active_reason(newest: float, quiet_period: float, now: float) -> Optional[st
     """Why a run whose newest counted write is ``newest`` is active, or None when it is quiet."""
     age = now - newest
     if newest and age < quiet_period:
+        if age < 0:  # a clock ahead of this one (another host's, a copy's): no age to tell
+            return (f"active: a file is dated {int(-age)} s in the future (quiet period {int(quiet_period)} s); "
+                    "a run that may still be being written is left alone")
         return (f"active: files changed {int(age)} s ago (quiet period {int(quiet_period)} s); "
                 "a run still being written is left alone")
     return None
