@@ -88,17 +88,13 @@ class BucketEngine(Engine):
         only while one is); then the ledger objects a gone worker of this host left in flight are settled: ``done``
         when the commit is proven, ``pending`` when this recovery rolled the run back
         (``bucket_ledger.settle_stale``, as a disk's start settles its ledgers: one listing when
-        nothing is stale). ``thorough`` (the ``recover`` verb): the blob folder the manifests record
-        is looked in too when no ``--backup-dir`` was given (a reading of the manifests)."""
+        nothing is stale). ``thorough`` asks nothing more: a start pays all of it already."""
         from tb_footprint_plugin.engine import bucket_ledger
         from tb_footprint_plugin.engine.bucket_blob_index import recover_index
 
         out = self.bk.recover(self.ostore, self.vault)
-        # a damaged index object of the blob folder: the backups it hid listed anew (R22 F3); the
-        # ``recover`` verb (``thorough``) given no --backup-dir looks in the folder the manifests
-        # record, by the rule of status, verify and purge (r37 W; a start does not read the manifests)
-        out += recover_index(self.vault, lambda: self.bk.manifests(self.ostore, self.vault),
-                             ostore=self.ostore if thorough else None)
+        # a damaged index object of the blob folder: the backups it hid listed anew (R22 F3)
+        out += recover_index(self.vault, lambda: self.bk.manifests(self.ostore, self.vault))
         try:
             bucket_ledger.settle_stale(self.ostore, lambda: self.bk.manifests(self.ostore, self.vault), recovered=out)
         except (OSError, ValueError):
