@@ -309,12 +309,7 @@ class ChangeLog:
         def each(log: JsonLines, repeated: int) -> None:
             said_kept_into(log.records, kept, ended)
 
-        try:
-            listed = self._listed()
-            sealed, heads = self._sealed_of(listed), {}
-            for key in self._sealed_twice([k for k, _e in listed]):
-                self._walk(key, sealed, heads, each)
-        except (StoreFailure, OSError):
+        if not self._walk_all(each):
             return frozenset()
         return frozenset(kept - ended)
 
@@ -332,13 +327,7 @@ class ChangeLog:
 
         if not ops:
             return out
-        try:
-            listed = self._listed()
-            sealed, heads = self._sealed_of(listed), {}
-            for key in self._sealed_twice([k for k, _e in listed]):
-                self._walk(key, sealed, heads, each)
-        except (StoreFailure, OSError):
-            pass
+        self._walk_all(each)
         return out
 
     def append_once(self, lines: List[dict]) -> List[dict]:
@@ -369,14 +358,21 @@ class ChangeLog:
                                      for e in log.records if isinstance(e.get("op_id"), str) and _timed(e))
                          if keep(*t))
 
+        if not self._walk_all(each):
+            return frozenset()
+        return frozenset(found)
+
+    def _walk_all(self, each: Callable[[JsonLines, int], None]) -> bool:
+        """``each`` of every log's lines, a block at a time (``_walk``; a sealed log's lines a
+        live one repeats passed again, as ``repeated``); False when a log could not be read."""
         try:
             listed = self._listed()
             sealed, heads = self._sealed_of(listed), {}
             for key in self._sealed_twice([k for k, _e in listed]):
                 self._walk(key, sealed, heads, each)
         except (StoreFailure, OSError):
-            return frozenset()
-        return frozenset(found)
+            return False
+        return True
 
     def sealed_key(self, key: str, entry: Entry) -> str:
         """Where the log ``key`` (now ``entry``) is kept once full: beside the workers' logs, named
