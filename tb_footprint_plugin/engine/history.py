@@ -886,21 +886,23 @@ def backups_said_kept_now(state: str) -> FrozenSet[str]:
             sizes = None
         if sizes is not None and all(sizes.get(f, -1) >= n for f, n in offsets.items()):
             for f in files:
-                end = _whole_lines_end(f)
-                if end is None:
-                    break
+                # only what was appended since (nothing read when nothing was: a batch asks per run),
+                # up to its last whole line; a torn tail is read again next time
                 at = offsets.get(f, 0)
-                if end > at:
-                    try:
-                        with open(f, "rb") as fh:
-                            fh.seek(at)
-                            data = fh.read(end - at)
-                    except OSError:
-                        break
-                    more, gone = said_kept_lines(data, f)
+                if sizes[f] <= at:
+                    continue
+                try:
+                    with open(f, "rb") as fh:
+                        fh.seek(at)
+                        data = fh.read(sizes[f] - at)
+                except OSError:
+                    break
+                cut = data.rfind(b"\n") + 1
+                if cut:
+                    more, gone = said_kept_lines(data[:cut], f)
                     kept |= more
                     ended |= gone
-                offsets[f] = max(at, end)
+                    offsets[f] = at + cut
             else:
                 return frozenset(kept - ended)
     offsets = {}
