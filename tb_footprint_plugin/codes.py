@@ -170,6 +170,7 @@ class Finding(Code):
     LEDGER_WRITE_FAILED = "ledger_write_failed"  # a batch ledger's mark was not written (the detail names the run); the run's outcome stands
     ORIGINAL_NOT_IN_PLACE = "original_not_in_place"  # a rollback found a key not holding the original its journal recorded (the reduced bytes or anything else): its backup kept, restorable
     OTHERS_RUN_TAKEN = "others_run_taken"  # another user's run reduced or retired on request (--include-others-runs): its originals are in your vault (the path)
+    OWNER_NOT_GIVEN_BACK = "owner_not_given_back"  # a restore by a user who is not root put back files now that user's, not their recorded owner's (only root gives an owner back): each named
     FOLDER_NOT_SETTLED = "folder_not_settled"  # a recorded folder reached only through a link kept its mode and time (its files are back): named, never followed
     # why a record read from the state was refused as untrusted input (``engine.trust.Untrusted``)
     BAD_RECORD = "bad_record"  # a journal or manifest record of the wrong shape or types

@@ -63,6 +63,7 @@ from tb_footprint_plugin.engine.vault_reads import (ARCHIVED, DAMAGED, HIDDEN, U
                                                     slim)
 from tb_footprint_plugin.engine.vault import EveryBlob, ManifestMemo, Vault, VaultError, who
 from tb_footprint_plugin.fmt import human_bytes
+from tb_footprint_plugin.plan.owners import not_given_back
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.blobstore import BlobFailure
@@ -288,6 +289,7 @@ class LocalRestore(txn.PutBack):
         self.detail = ""
         self.unsettled: List[str] = []  # recorded folders left without their mode and time (``finish_restore``)
         self.not_linked: List[str] = []  # later names of an inode put back as copies (``finish_restore``)
+        self.not_owned: List[str] = []  # files put back that are this user's, not their recorded owner's
         #: (first name, blocks): the later names of an inode ``_check_backups`` counted no blocks for
         self.later_names: list = []
         self.error: Optional[BaseException] = None
@@ -427,7 +429,8 @@ class LocalRestore(txn.PutBack):
         self.swapping = True
         report("restore", 0.5)  # past the commit point: a front end stops offering a cancel
         self.detail = finish_restore(self.ctx, self.jnl.records(), self.memo, self.prepared, self.releases,
-                                     journal=self.jnl, unsettled=self.unsettled, not_linked=self.not_linked)
+                                     journal=self.jnl, unsettled=self.unsettled, not_linked=self.not_linked,
+                                     not_owned=self.not_owned)
 
     def commit(self, report: txn.Report) -> None:
         """The temporaries no put-back took removed (the original stood there already), while
@@ -446,6 +449,7 @@ class LocalRestore(txn.PutBack):
             pass
         out.found(Finding.FOLDER_NOT_SETTLED, self.unsettled)  # each one, whatever the code says first
         out.found(Finding.HARD_LINKED, self.not_linked)  # a link recorded at the backup, not made again
+        out.found(Finding.OWNER_NOT_GIVEN_BACK, self.not_owned)  # only root gives an owner back
         out.bytes_after = manifest.get("bytes_before", 0)
         out.created_files = [f["path"] for f in manifest.get("files", [])]
         out.removed_files = [c["path"] for c in manifest.get("created", [])
@@ -517,7 +521,8 @@ def restore_abandoned(records: List[dict]) -> bool:
 def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMemo] = None,
                    prepared: Optional["Prepared"] = None, releases: Optional["Releases"] = None,
                    journal: Optional[Journal] = None,
-                   unsettled: Optional[List[str]] = None, not_linked: Optional[List[str]] = None) -> str:
+                   unsettled: Optional[List[str]] = None, not_linked: Optional[List[str]] = None,
+                   not_owned: Optional[List[str]] = None) -> str:
     """Do (or finish) the restore described by its journal records; idempotent. ``memo``: see
     ``restore_op``. ``prepared``: the temporaries this process's check streamed its big remote
     backups into (``prepare_streamed``), renamed into place instead of downloading them again.
@@ -531,7 +536,9 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
     the caller's code (``Finding.FOLDER_NOT_SETTLED``); the detail names them too (review R7 F6).
     Names of one inode at the reduction's backup go back as hard links of the first one put back
     (``relink.Relinks``); ``not_linked``: those put back as copies instead (a link failed), appended
-    for the caller's finding (``Finding.HARD_LINKED``)."""
+    for the caller's finding (``Finding.HARD_LINKED``). ``not_owned``: the files put back that are this
+    user's while their backup recorded another's (only root gives an owner back), appended for the
+    caller's finding (``Finding.OWNER_NOT_GIVEN_BACK``); the detail says whose they are now."""
     begin = records[0]
     vault = PreparedVault(begin["vault"], prepared) if prepared is not None and prepared.temps else Vault(begin["vault"])
     manifest = vault.read_manifest(begin["of_op"])
@@ -602,6 +609,9 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
     if bad:
         raise TransactionError(f"restored files do not match their sha256: {', '.join(bad)}")
     _check_reads(ctx, [f["path"] for f in manifest["files"]])
+    others = _owners_not_given(ctx, manifest["files"])
+    if not_owned is not None:
+        not_owned.extend(p for p, _u in others)
     faults.hit("restore.check")
     manifest["restored_by"] = begin["op_id"]
     manifest["restored_at"] = time.time()
@@ -630,7 +640,7 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
     detail = restored_said(len(originals), "sha256")
     if released and not (releases is not None and releases.defers(manifest["op_id"])):
         detail += f"; the vault's now redundant copy freed ({human_bytes(released)})"  # else said once finished
-    detail += left_said(kept_changed) + relinks.said()
+    detail += left_said(kept_changed) + relinks.said() + not_given_back(others)
     if not_linked is not None:
         not_linked.extend(relinks.findings())
     if changed:
@@ -643,6 +653,31 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
                         f"restore {begin['op_id']}; `tb-footprint status` shows how to bring them back")
     note = unsettled_note(left_unsettled)
     return f"{detail}; {note}" if note else detail
+
+
+def _owners_not_given(ctx: Context, files: List[dict]) -> List[Tuple[str, int]]:
+    """(path, recorded uid) of each file put back that is not its recorded owner's: run by a user who
+    is not root, a file made anew is that user's (``storage.files.give_owner`` gives back only the
+    group; review R26, a teammate's restore of a team run). Each looked at in its folder reached
+    without a link; none when root (root gives owners back) or nothing recorded another uid."""
+    me = os.geteuid()
+    if me == 0:
+        return []
+    out = []
+    for f in files:
+        uid = plausible_id(f.get("uid"))
+        if uid is None or uid == me:
+            continue
+        with folder_at(ctx, f["path"]) as at:
+            if at is None:
+                continue
+            try:
+                st = os.lstat(at[1], dir_fd=at[0])
+            except OSError:
+                continue
+        if st.st_uid != uid:
+            out.append((f["path"], uid))
+    return out
 
 
 def _kept_view(vault: Vault, d: dict) -> dict:
