@@ -71,7 +71,10 @@ def _disk_case(tmp_path: Path, backup_dir=None, verb: str = "purge") -> None:
     (f,) = _missing(logdir)
     assert op_w in f["detail"] and "of run w" in f["detail"] and "every backup is kept" in f["detail"], f
     if verb == "purge":
-        api.purge(str(logdir), run="x", yes=True)
+        rep = api.purge(str(logdir), run="x", yes=True)
+        # said as what it is: a warning (every blob kept, the purge goes on), not state refused
+        assert [w["code"] for w in rep.warnings] == [Finding.MANIFEST_MISSING], rep.to_dict()
+        assert not [r for r in rep.refused if r["code"] == Finding.MANIFEST_MISSING], rep.to_dict()
     else:  # a restore of x releases its backups: the shared ones are w's only copy
         (o,) = api.restore(str(logdir), run="x")
         assert o.status == "restored", o.to_dict()

@@ -41,7 +41,8 @@ from tb_footprint_plugin.engine.recovery_rules import RecoveryOutcome
 
 
 #: the codes of a store's findings that refuse nothing: a purge's ``warnings``, not its ``refused``
-WARNINGS = (Finding.LOGDIR_NOT_STICKY, Finding.OTHER_USERS_STATE)
+#: (a manifest the change log names gone: the purge goes on and keeps every blob, review R26 F1)
+WARNINGS = (Finding.LOGDIR_NOT_STICKY, Finding.OTHER_USERS_STATE, Finding.MANIFEST_MISSING)
 
 
 @dataclass
