@@ -846,8 +846,9 @@ def test_rewrite_and_gzip_in_the_bucket_then_restore(bucket, rewrite_logdir):
 REWRITE_CRASH_POINTS = ["reduce.stage", "reduce.upload", "reduce.swap_record",
                         "reduce.mid_swap", "reduce.swap"]
 #: a real SIGKILL at every step on S3 (a CLI start and a settle cost ~12 s a case on a bucket);
-#: GCS and Azure reach each of these steps in tests/contract/test_crash_matrix.py (every declared
-#: step, every store, settled by the next start) and are SIGKILLed mid-swap and at verify there
+#: GCS and Azure reach these steps in tests/contract/test_crash_matrix.py (every declared step on
+#: one of the three object stores and on the disk, settled by the next start; each store every verb)
+#: and are SIGKILLed mid-swap and at verify there
 REWRITE_CRASH_CASES = [("s3", f) for f in REWRITE_CRASH_POINTS]
 
 

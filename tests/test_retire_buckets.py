@@ -109,8 +109,9 @@ def test_failure_at_each_step_is_settled_by_the_next_start(s3_bucket, sweep_logd
     settles it (put back before the commit record, finished from it on) and a restore of a finished
     one gives back every byte.
 
-    On S3 (CI time): tests/contract/test_crash_matrix.py injects the same failure at every retire
-    step on GCS and Azure too and checks the settled logdir and the restore on each."""
+    On S3 (CI time): tests/contract/test_crash_matrix.py injects a failure and a crash at every
+    retire step on one of S3, GCS and Azure each (each store several retire steps of each kind, its
+    ``SAMPLED`` rule) and checks the settled logdir and the restore on each."""
     bucket = s3_bucket
     url = bucket.upload(sweep_logdir, "logs")
     before = _user(bucket)
