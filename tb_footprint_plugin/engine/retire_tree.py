@@ -371,17 +371,25 @@ def _why_not_you(ctx: Context, path: str) -> str:
             else "you may not write in its folder")
 
 
-def _give_back_owner(path: str, rec: dict, kind: int = 0, dir_fd: Optional[int] = None) -> None:
+def _give_back_owner(path: str, rec: dict, kind: int = 0, dir_fd: Optional[int] = None,
+                     moved: Optional[Tuple[int, int]] = None) -> None:
     """A file or folder put back gets its recorded owner (``rec``'s, as a restore gives it, e558d46):
     root gives both, anyone else the group when a member of it (``give_owner``; review R26 F7).
     Through an fd opened without following a link (``dir_fd``: its folder); nothing when the
-    record has no plausible owner (written before owners were kept)."""
+    record has no plausible owner (written before owners were kept). ``moved``: the (device, inode)
+    of the file just renamed to ``path``; a file found there that is not it (a link to a file outside
+    the logdir, renamed over it by someone who may write the folder: O_NOFOLLOW stops no hard link,
+    review R27 F1) is never given an owner."""
     owner = recorded_owner(rec)
     if owner is None:
         return
     fd = os.open(fsops.name_in(path, dir_fd), os.O_RDONLY | kind | getattr(os, "O_NOFOLLOW", 0)
                  | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
     try:
+        if moved is not None:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != moved:
+                return
         give_owner(fd, owner)
     finally:
         os.close(fd)
@@ -470,8 +478,9 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
         _folder_ours(dfd, f, stored, dirs)
         if strategy.renames and (same_fs or vault.same_filesystem(os.path.dirname(dst))):
             # create-only: a file a writer made at the path since the look above is never replaced
+            was = os.lstat(stored)
             _move_new(stored, dst, f, stored, dfd)
-            _give_back_owner(dst, f, dir_fd=dfd)  # a copy made across filesystems at the retirement was root's
+            _give_back_owner(dst, f, dir_fd=dfd, moved=(was.st_dev, was.st_ino))  # a copy made across filesystems at the retirement was root's
         else:
             clear_own_temp(tmp, dfd)
             try:  # made anew and set up through its fd: a link planted at that name is never followed

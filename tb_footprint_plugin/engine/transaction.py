@@ -57,7 +57,7 @@ from tb_footprint_plugin.engine.verification import (changed_files, changed_sinc
 from tb_footprint_plugin.plan.model import RunPlan
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.files import sha256_file, take_over
+from tb_footprint_plugin.storage.files import StagedReplaced, sha256_file, take_over
 from tb_footprint_plugin.verify import Stopped
 
 
@@ -303,7 +303,11 @@ class LocalReduce(txn.Txn):
                     raise
             # the file that takes the original's place has its owner (root reducing a user's run) and
             # its permission bits: a private event file stays private (neither changes bytes nor mtime)
-            take_over(tmp, backups[a.path])
+            try:
+                take_over(tmp, backups[a.path])
+            except StagedReplaced as e:  # nothing given to a file not ours; the run rolls back as it was
+                raise TransactionError(f"{a.path}: its staged file {os.path.relpath(tmp, ctx.logdir)}: {reason_of(e)}",
+                                       Failure.REFUSED) from e
             staged.append({"tmp": os.path.relpath(tmp, ctx.logdir), "final": final_rel, "src": a.path, **info})
             # no fsync of its own: the swap record's fsync makes it durable before anything in place
             # is replaced, and without it recovery rolls back by the durable stage record, which

@@ -101,6 +101,12 @@ def permission_bits(mode) -> Optional[int]:
     return mode & 0o777 if isinstance(mode, int) and not isinstance(mode, bool) and mode >= 0 else None
 
 
+class StagedReplaced(OSError):
+    """The name of a reduce's staged file no longer holds the file this process made there (a
+    folder others may write: a link to another file, or another's file, renamed over it): that file
+    is never given an owner or bits, whatever it is (review R27 F1)."""
+
+
 def take_over(path: str, rec: dict) -> None:
     """Give the file at ``path`` (a reduce's staged file, which takes an original's place) the
     original's recorded owner (``give_owner``: only when root) and permission bits (never
@@ -109,6 +115,14 @@ def take_over(path: str, rec: dict) -> None:
     anyone), and a team's file keeps its group."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
+        # O_NOFOLLOW stops no hard link: a teammate who may write the run's folder can rename a link
+        # to a file outside the logdir over the staged name after its checks; the file
+        # ``open_staged`` made is a regular file of this user's, of one name, owner-only until here
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise StagedReplaced(errno.EPERM, "not the file this reduce staged there (a link to another file, or "
+                                 "another user's file, was put at its name: a folder others may write); not touched",
+                                 path)
         give_owner(fd, recorded_owner(rec))
         mode = permission_bits(rec.get("mode")) if isinstance(rec, dict) else None
         if mode is not None:
@@ -419,4 +433,5 @@ def copy_file(src: str, dst: str) -> None:
 
 __all__ = ["CHUNK", "hash_count_sparse", "sha256_stream", "sha256_file", "matches", "is_regular", "fsync_file",
            "fsync_dir", "private_folder", "atomic_write", "atomic_write_json", "create_json", "append_line", "copy_file", "create_new", "create_exclusive", "unlink_if_same", "copy_new",
-           "CopyMismatch", "plausible_id", "permission_bits", "take_over", "open_staged"]
+           "CopyMismatch", "plausible_id", "permission_bits", "take_over", "open_staged",
+           "StagedReplaced"]

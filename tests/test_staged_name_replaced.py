@@ -1,0 +1,109 @@
+"""A file put at a name this process made in a run's folder is never given an owner or bits unless it is
+still the file this process put there (review R27 F1, HIGH by the rubric: a change outside the logdir).
+
+O_NOFOLLOW stops no hard link. In a run folder another user may write (a team folder, or the run's own
+folder when root reduces a user's run), that user can rename a hard link to a file outside the logdir
+over a reduce's staged name after its checks: ``take_over`` then ``fchmod``-ed it (as root also
+``fchown``-ed it to the run's owner). The same after an unretire's rename, before its owner is given
+back. The races are made deterministic here by doing the rename at the step's door."""
+from __future__ import annotations
+
+import os
+import stat
+
+from tb_footprint_plugin import api, synth
+from tb_footprint_plugin.codes import Failure
+from tb_footprint_plugin.engine import retire_tree, transaction
+
+from test_staged_private_and_group import _image_run
+
+
+def _victim(tmp_path, mode: int = 0o666) -> str:
+    v = tmp_path / "outside" / "victim.txt"
+    v.parent.mkdir()
+    v.write_bytes(b"not the logdir's\n")
+    os.chmod(v, mode)
+    return str(v)
+
+
+def _files(root) -> dict:
+    out = {}
+    for d, _dirs, names in os.walk(root):
+        for n in names:
+            p = os.path.join(d, n)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, root)] = f.read()
+    return out
+
+
+def test_a_link_renamed_over_the_staged_name_is_not_touched_and_the_run_rolls_back(tmp_path, monkeypatch):
+    logdir = tmp_path / "logdir"
+    path = _image_run(logdir / "run")
+    os.chmod(path, 0o640)
+    victim = _victim(tmp_path)
+    before = _files(logdir)
+    real = transaction.take_over
+
+    def swapped(tmp, rec):  # the teammate's rename, between the stage checks and the take-over
+        os.link(victim, tmp + ".x")
+        os.rename(tmp + ".x", tmp)
+        real(tmp, rec)
+
+    monkeypatch.setattr(transaction, "take_over", swapped)
+    (o,) = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",)).outcomes
+    assert (str(o.status), o.code) == ("rolled_back", Failure.REFUSED), o.to_dict()
+    assert "not the file this reduce staged there" in o.reason, o.reason
+    # before: 0o640, the original's bits given to the file outside the logdir
+    assert stat.S_IMODE(os.lstat(victim).st_mode) == 0o666
+    assert open(victim, "rb").read() == b"not the logdir's\n"
+    # the run as it was: the original in place, the link's name at the staged name gone with the rollback
+    run_files = {k: v for k, v in _files(logdir).items() if not k.startswith(".tb-footprint")}
+    assert run_files == {k: v for k, v in before.items() if not k.startswith(".tb-footprint")}
+
+
+def test_another_users_file_put_at_the_staged_name_is_not_taken_over(tmp_path, monkeypatch):
+    assert os.geteuid() == 0, "chowns a file to another uid: run as root (CI does)"
+    logdir = tmp_path / "logdir"
+    path = _image_run(logdir / "run")
+    real = transaction.take_over
+
+    def planted(tmp, rec):  # the same bytes, a file of another user's (no link)
+        data = open(tmp, "rb").read()
+        os.unlink(tmp)
+        with open(tmp, "xb") as f:
+            f.write(data)
+        os.chown(tmp, 54321, 54321)
+        real(tmp, rec)
+
+    monkeypatch.setattr(transaction, "take_over", planted)
+    (o,) = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",)).outcomes
+    assert (str(o.status), o.code) == ("rolled_back", Failure.REFUSED), o.to_dict()
+    assert os.path.getsize(path) > 0
+
+
+def test_an_unretire_gives_no_owner_to_a_link_renamed_over_the_file_it_put_back(tmp_path, monkeypatch):
+    assert os.geteuid() == 0, "gives owners back as root: run as root (CI does)"
+    logdir = tmp_path / "logdir"
+    with synth.EventWriter(str(logdir / "run")) as w:
+        w.scalar("loss", 0, 1.0)
+    for d, dirs, names in os.walk(logdir / "run"):
+        for n in dirs + names:
+            os.chown(os.path.join(d, n), 54321, 54321)
+    os.chown(logdir / "run", 54321, 54321)
+    victim = _victim(tmp_path)
+    assert api.retire(str(logdir), api.retire_rule(runs=["run"], include_others_runs=True), dry_run=False,
+                      quiet_period=0).ok
+    real = retire_tree._move_new
+
+    def swapped(src, dst, f, stored, dir_fd=None):  # the folder's owner, right after the move
+        real(src, dst, f, stored, dir_fd)
+        name = os.path.basename(dst)
+        os.link(victim, name + ".x", dst_dir_fd=dir_fd)
+        os.rename(name + ".x", name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+    monkeypatch.setattr(retire_tree, "_move_new", swapped)
+    (o,) = api.restore(str(logdir), run="run")
+    assert str(o.status) == "failed", o.to_dict()  # the tree it put back is not the retired one: said
+    st = os.lstat(victim)
+    # before: root gave the file outside the logdir to uid 54321
+    assert (st.st_uid, st.st_gid) == (0, 0), (st.st_uid, st.st_gid)
