@@ -7,6 +7,9 @@ nothing of owners. A real second Unix user in a real team group (the suite runs 
 from __future__ import annotations
 
 import os
+import time
+
+from tb_footprint_plugin import synth
 
 from test_staged_private_and_group import _as_member, _image_run, member  # noqa: F401
 
@@ -54,7 +57,7 @@ def test_a_restore_by_a_teammate_says_the_file_is_now_its_own(member):
     # the owner could not (only root can): said, naming the file, whose it is and whose it was
     assert uid == pw.pw_uid
     assert {"code": "owner_not_given_back", "path": "run/" + os.path.basename(path)} in findings, findings
-    assert f"owned by {pw.pw_name} (uid {pw.pw_uid}), not by root (uid 0) as their backup recorded" in reason, reason
+    assert f"put back are owned by {pw.pw_name} (uid {pw.pw_uid}), not by root (uid 0) as their backup recorded" in reason, reason
 
 
 def test_a_restore_of_ones_own_run_says_nothing_of_owners(member):
@@ -67,3 +70,44 @@ def test_a_restore_of_ones_own_run_says_nothing_of_owners(member):
     assert uid == pw.pw_uid
     assert not [f for f in findings if f["code"] == "owner_not_given_back"], findings
     assert "not by" not in reason, reason
+
+
+AS_USER_PROFILE = r'''
+import json, os, sys
+from tb_footprint_plugin import api
+logdir = sys.argv[1]
+drop = {"name": "drop-profiles", "rules": {c: "delete" for c in (
+    "profile_cache", "profile_secondary", "profile_xplane", "profile_other", "torch_trace")}}
+(o,) = api.reduce_logdir(logdir, policy=drop, dry_run=False, verify_backends=("python",),
+                         include_others_runs=True).outcomes
+(r,) = api.restore(logdir)
+print(json.dumps({"reduce": [str(o.status), o.reason], "restore": [str(r.status), r.reason, r.findings]}))
+'''
+
+
+def test_the_folders_a_teammates_restore_makes_again_are_named_too(member):
+    """The folders a reduce removed (a profile session's) come back as the restorer's as well."""
+    pw, team, base = member
+    logdir = os.path.join(base, "logdir")
+    run = os.path.join(logdir, "run")
+    with synth.EventWriter(run) as w:
+        w.scalar("loss", 0, 1.0)
+    synth.write_profile_session(run, n_events=200, with_caches=False, seed=0)
+    old = time.time() - 7200
+    for p in (base, logdir):
+        os.chown(p, pw.pw_uid, pw.pw_gid)
+    for root, dirs, files in os.walk(run):
+        for n in dirs + files:
+            p = os.path.join(root, n)
+            os.chown(p, 0, team)
+            os.chmod(p, 0o2775 if n in dirs else 0o664)
+            os.utime(p, (old, old))
+    os.chown(run, 0, team)
+    os.chmod(run, 0o2775)
+    out = _as_member(pw, base, AS_USER_PROFILE, logdir)
+    assert out["reduce"][0] == "verified", out["reduce"]
+    status, reason, findings = out["restore"]
+    assert status == "restored", reason
+    named = {f["path"] for f in findings if f["code"] == "owner_not_given_back"}
+    assert "run/plugins" in named and "run/plugins/profile" in named, findings
+    assert any(p.endswith(".xplane.pb") for p in named), findings

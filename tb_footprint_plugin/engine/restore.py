@@ -609,7 +609,13 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
     if bad:
         raise TransactionError(f"restored files do not match their sha256: {', '.join(bad)}")
     _check_reads(ctx, [f["path"] for f in manifest["files"]])
-    others = _owners_not_given(ctx, manifest["files"])
+    # what this restore made: the files put back (not those left where another file stands) and
+    # the folders it made again
+    left = {d["path"] for d in displaced if d.get("kept_in_place")}
+    put = [f for f in manifest["files"] if f["path"] not in left]
+    made = set(remade)
+    others = _owners_not_given(ctx, put + [d for d in manifest.get("removed_dirs", [])
+                                           if isinstance(d, dict) and d.get("path") in made])
     if not_owned is not None:
         not_owned.extend(p for p, _u in others)
     faults.hit("restore.check")
@@ -656,8 +662,8 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
 
 
 def _owners_not_given(ctx: Context, files: List[dict]) -> List[Tuple[str, int]]:
-    """(path, recorded uid) of each file put back that is not its recorded owner's: run by a user who
-    is not root, a file made anew is that user's (``storage.files.give_owner`` gives back only the
+    """(path, recorded uid) of each file put back (or folder made again) that is not its recorded
+    owner's: run by a user who is not root, a file made anew is that user's (``storage.files.give_owner`` gives back only the
     group; review R26, a teammate's restore of a team run). Each looked at in its folder reached
     without a link; none when root (root gives owners back) or nothing recorded another uid."""
     me = os.geteuid()

@@ -92,14 +92,14 @@ def taken(uid: int, vault: Optional[str]) -> str:
 
 
 def not_given_back(files: Sequence[Tuple[str, int]]) -> str:
-    """What a restore says of the files it put back that are now the restorer's while their backup
-    recorded another owner (``files``: path, recorded uid; run by a user who is not root, only the
+    """What a restore says of the files it put back (and folders it made again) that are now the
+    restorer's while their backup recorded another owner (``files``: path, recorded uid; run by a user who is not root, only the
     group is given back): "" when none."""
     if not files:
         return ""
     shown = ", ".join(p for p, _u in files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
     whose = ", ".join(user_label(u) for u in sorted({u for _p, u in files}))
-    return (f"; {len(files)} file(s) put back are owned by {user_label(os.geteuid())}, not by {whose} as their "
+    return (f"; {len(files)} file(s) or folder(s) put back are owned by {user_label(os.geteuid())}, not by {whose} as their "
             f"backup recorded (only root gives an owner back: root's `chown` can): {shown}")
 
 
