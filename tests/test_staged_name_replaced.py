@@ -107,3 +107,29 @@ def test_an_unretire_gives_no_owner_to_a_link_renamed_over_the_file_it_put_back(
     st = os.lstat(victim)
     # before: root gave the file outside the logdir to uid 54321
     assert (st.st_uid, st.st_gid) == (0, 0), (st.st_uid, st.st_gid)
+
+
+def test_a_file_put_at_the_staged_name_during_the_verification_is_never_swapped_in(tmp_path, monkeypatch):
+    """The swap half: the staged file taken over, then verified (seconds) by path; a file of another
+    user's with the same bytes put at its name meanwhile would be renamed into the run, that user's,
+    who could write into the reduced file afterwards unseen."""
+    assert os.geteuid() == 0, "chowns a file to another uid: run as root (CI does)"
+    logdir = tmp_path / "logdir"
+    path = _image_run(logdir / "run")
+    before = open(path, "rb").read()
+    real = transaction.apply_swap
+
+    def planted(ctx, rp, journal, staged, *a, **k):
+        for s in staged:
+            tmp = ctx.abs(s["tmp"])
+            data = open(tmp, "rb").read()
+            os.unlink(tmp)
+            with open(tmp, "xb") as f:
+                f.write(data)
+            os.chown(tmp, 54321, 54321)
+        return real(ctx, rp, journal, staged, *a, **k)
+
+    monkeypatch.setattr(transaction, "apply_swap", planted)
+    (o,) = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",)).outcomes
+    assert (str(o.status), o.code) == ("rolled_back", Failure.REFUSED), o.to_dict()
+    assert open(path, "rb").read() == before and os.lstat(path).st_uid == 0

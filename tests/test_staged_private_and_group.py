@@ -58,7 +58,7 @@ def test_a_staged_file_is_owner_only_until_it_takes_the_originals_place(tmp_path
 
     def look(p, rec):
         seen.append(_mode(p))  # never chmodded before: its mode all the while it was written
-        real(p, rec)
+        return real(p, rec)
 
     monkeypatch.setattr(transaction, "take_over", look)
     old = os.umask(0o002)

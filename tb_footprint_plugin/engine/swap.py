@@ -123,7 +123,9 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
         # never by a path: a folder on the way swapped for a link to an outside folder since the
         # look is refused (coded, naming it), nothing placed or unlinked out there (invariant 4)
         with _staged_folders(ctx, s) as (dfd, tfd):
-            if tfd is not None and _lstat_in(tfd, os.path.basename(tmp)) is not None:
+            st = _lstat_in(tfd, os.path.basename(tmp)) if tfd is not None else None
+            if st is not None:
+                _same_staged(s, st)
                 new_name = s["final"] not in backups
                 # a copy a killed attempt began here (a new name its ``copying`` record names, an
                 # original's when resuming on a copying folder): finished, or emptied and made again
@@ -212,6 +214,25 @@ def _staged_folders(ctx: Context, s: dict) -> Iterator[Tuple[Optional[int], Opti
         if dfd is None and tfd is not None and _lstat_in(tfd, os.path.basename(s["tmp"])) is not None:
             raise TransactionError(f"{s['final']}: its folder is gone; the staged file is not put in place")
         yield dfd, tfd
+
+
+def _same_staged(s: dict, st: os.stat_result) -> None:
+    """The file at a staged name is the one the stage made and took over (its ``ident``, inode and
+    change time, recorded with it; untrusted, so only ever a reason to refuse): a file someone who may
+    write the run's folder put there during the verification is never renamed into the run
+    (review R27 F1's swap half). ``TransactionError`` coded ``refused``: the run rolls back."""
+    if _not_staged(s, st):
+        raise TransactionError(f"{s['tmp']}: not the file this reduce staged there (another was put at its name "
+                               "since: a folder others may write); not put in place", Failure.REFUSED)
+
+
+def _not_staged(s: dict, st: os.stat_result) -> bool:
+    """Whether ``st`` is not the staged file its record names by inode and change time once taken
+    over (``storage.files.take_over``): a file made at that name since has another change time even
+    where the filesystem gave it the freed inode again. Not the device: a restart may number a
+    filesystem anew, and the name is in the run's own folder."""
+    ident = s.get("ident")
+    return isinstance(ident, list) and len(ident) == 2 and [st.st_ino, st.st_ctime_ns] != ident
 
 
 def _lstat_in(dir_fd: int, name: str) -> Optional[os.stat_result]:
@@ -1132,6 +1153,10 @@ def roll_forward(ctx: Context, records: List[dict]) -> bool:
             return False  # changed after the crash: roll back (keeping the new bytes)
     for s in staged:
         if not (holds_original(ctx.store, ctx.key(s["tmp"]), s) or holds_original(ctx.store, ctx.key(s["final"]), s)):
+            return False
+        with folder_at(ctx, s["tmp"]) as at:  # another file put at a staged name: rolled back, never put in place
+            st = _lstat_in(at[0], at[1]) if at is not None else None
+        if st is not None and _not_staged(s, st):
             return False
     plan = records[0]["plan"]
     rp = RunPlan(run=plan["run"], bytes_before=plan["bytes_before"],

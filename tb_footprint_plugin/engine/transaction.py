@@ -304,11 +304,13 @@ class LocalReduce(txn.Txn):
             # the file that takes the original's place has its owner (root reducing a user's run) and
             # its permission bits: a private event file stays private (neither changes bytes nor mtime)
             try:
-                take_over(tmp, backups[a.path])
+                ident = take_over(tmp, backups[a.path])
             except StagedReplaced as e:  # nothing given to a file not ours; the run rolls back as it was
                 raise TransactionError(f"{a.path}: its staged file {os.path.relpath(tmp, ctx.logdir)}: {reason_of(e)}",
                                        Failure.REFUSED) from e
-            staged.append({"tmp": os.path.relpath(tmp, ctx.logdir), "final": final_rel, "src": a.path, **info})
+            # its inode: the swap renames this file, never one put at its name during the verification
+            staged.append({"tmp": os.path.relpath(tmp, ctx.logdir), "final": final_rel, "src": a.path, **info,
+                           "ident": list(ident)})
             # no fsync of its own: the swap record's fsync makes it durable before anything in place
             # is replaced, and without it recovery rolls back by the durable stage record, which
             # names the temp file (the final name exists only after the swap)

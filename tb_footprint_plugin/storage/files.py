@@ -107,12 +107,14 @@ class StagedReplaced(OSError):
     is never given an owner or bits, whatever it is (review R27 F1)."""
 
 
-def take_over(path: str, rec: dict) -> None:
+def take_over(path: str, rec: dict) -> Tuple[int, int]:
     """Give the file at ``path`` (a reduce's staged file, which takes an original's place) the
     original's recorded owner (``give_owner``: only when root) and permission bits (never
     set-user-id, set-group-id or sticky), through its fd, following no link: reduced, a private
     event file stays private (``open_staged`` made it 0600; the umask's 0644 was readable by
-    anyone), and a team's file keeps its group."""
+    anyone), and a team's file keeps its group. ``StagedReplaced`` when its name no longer holds
+    the file ``open_staged`` made. Returns its (inode, change time in ns) once taken over: the swap
+    renames that file and no other put at its name since (``engine.swap.apply_swap``)."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         # O_NOFOLLOW stops no hard link: a teammate who may write the run's folder can rename a link
@@ -127,6 +129,8 @@ def take_over(path: str, rec: dict) -> None:
         mode = permission_bits(rec.get("mode")) if isinstance(rec, dict) else None
         if mode is not None:
             os.fchmod(fd, mode)
+        st = os.fstat(fd)  # its change time now: a file made at its name later has another, inode reused or not
+        return st.st_ino, st.st_ctime_ns
     finally:
         os.close(fd)
 
