@@ -27,7 +27,8 @@ from typing import Dict, List, Optional, Tuple
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.storage import jsondoc
 from tb_footprint_plugin.storage.remote import ObjectInfo
-from tb_footprint_plugin.storage.store import READ_ALL_LIMIT, Copied, Entry, StoreFailure, check_key
+from tb_footprint_plugin.storage.store import (METADATA_LIMITS, READ_ALL_LIMIT, Copied, Entry, StoreFailure, check_key,
+                                               checked_headers)
 from tb_footprint_plugin.storage.store_object import ObjectStore, info_of, listing_of
 
 #: the ``BucketState`` of the stores used last (``BucketState.of``), by ``id`` of the store;
@@ -171,11 +172,12 @@ class BucketState:
         store, key = self.where(path)
         return store.read_range(key, start, end)
 
-    def open_read(self, path: str, size: int):
+    def open_read(self, path: str, size: int, *, headers: bool = False):
         """A seekable reader of the object at ``path`` of the listed ``size`` (no request to open;
-        one ranged read per ``read``)."""
+        one ranged read per ``read``); ``headers``: its ``headers`` said by its first read where
+        the listing said none (``ObjectStore.open_read``)."""
         store, key = self.where(path)
-        return store.open_read(key, size)
+        return store.open_read(key, size, headers=True) if headers else store.open_read(key, size)
 
     def read_bytes(self, path: str, limit: int = READ_ALL_LIMIT) -> bytes:
         """The whole object at ``path`` in one read (``StoreFailure`` ``TOO_LARGE`` past ``limit``)."""
@@ -189,19 +191,24 @@ class BucketState:
         e = self.stat(path)
         return None if e is None else info_of(e)
 
-    def put(self, path: str, data: bytes, *, if_absent: bool = False, if_version: Optional[str] = None) -> str:
-        """Write ``data`` whole at ``path`` (create-only, or only over ``if_version``): one request."""
+    def put(self, path: str, data: bytes, *, if_absent: bool = False, if_version: Optional[str] = None,
+            headers: Optional[dict] = None) -> str:
+        """Write ``data`` whole at ``path`` (create-only, or only over ``if_version``): one request;
+        ``headers``: the object's Content-Type and user metadata, set by it (``ObjectStore.put``)."""
         store, key = self.where(path)
-        version = store.put(key, data, if_absent=if_absent, if_version=if_version)
+        version = store.put(key, data, if_absent=if_absent, if_version=if_version,
+                            **({"headers": headers} if headers is not None else {}))
         if if_version is None:
             _grown(path, 1)
         return version
 
-    def put_file(self, path: str, local: str) -> ObjectInfo:
+    def put_file(self, path: str, local: str, headers: Optional[dict] = None) -> ObjectInfo:
         """Upload the local file ``local`` to ``path`` with the store's checksum of the whole
-        object (``whole_checksum``: what a staged object is compared by), then its metadata."""
+        object (``whole_checksum``: what a staged object is compared by), then its metadata;
+        ``headers``: the object's Content-Type and user metadata, set by the upload."""
         store, key = self.where(path)
-        info = info_of(store.put_file(key, local, whole_checksum=True))
+        info = info_of(store.put_file(key, local, whole_checksum=True,
+                                      **({"headers": headers} if headers is not None else {})))
         _grown(path, 1)
         return info
 
@@ -308,4 +315,22 @@ class BucketState:
         return failed
 
 
-__all__ = ["BucketState", "STATE_LIMIT", "info_of"]
+#: a bucket file entry's record of its original's Content-Type and user metadata
+#: (``storage.store.checked_headers``' shape), taken at the reduce from an answer it already had
+#: (a GCS or Azure listing, a head, an S3 read's GET); absent where none said them (an S3 listing
+#: of a drop-only reduce with server-side copies, which keep them) and in manifests of before it
+HEADERS = "headers"
+
+
+def entry_headers(f: dict, protocol: str) -> Tuple[Optional[dict], str]:
+    """The headers a file entry (untrusted) records, as they may be sent to the store of
+    ``protocol`` (``checked_headers`` within its metadata limit): ``(headers, "")``; ``(None, "")``
+    when it records none; ``(None, why)`` when its record is refused (never sent)."""
+    doc = f.get(HEADERS) if isinstance(f, dict) else None
+    if doc is None:
+        return None, ""
+    headers, why, _ = checked_headers(doc, METADATA_LIMITS.get(protocol, min(METADATA_LIMITS.values())))
+    return headers, why
+
+
+__all__ = ["BucketState", "HEADERS", "STATE_LIMIT", "entry_headers", "info_of"]

@@ -52,6 +52,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import faults, txn
+from tb_footprint_plugin.engine.bucket_objects import HEADERS
 from tb_footprint_plugin.engine.bucket_op_records import create_manifest
 from tb_footprint_plugin.engine.bucket_blobs import (
     adding,
@@ -316,11 +317,13 @@ class ObjectReduce(txn.Txn):
         self.jnl.step(Rec.STAGED, runs=[self.en])  # progress: a long rewrite's lock is not taken for a dead one's
 
     def transform(self, report: txn.Report) -> None:
-        """Each new file uploaded under its temporary key and read back; step ``uploaded``."""
+        """Each new file uploaded under its temporary key, with its original's Content-Type and
+        user metadata (``_original_headers``), and read back; step ``uploaded``."""
         for f in self.files:
             if f.get("tmp"):
                 self.cancel.check()
-                _upload_and_read_back(self.ostore, f, self.local["staged"][f["path"]])
+                _upload_and_read_back(self.ostore, f, self.local["staged"][f["path"]],
+                                      _new_headers(f, _original_headers(self.ostore, f)))
         self.jnl.step(Rec.UPLOADED, runs=[self.en])  # the new objects, their checksums and read-back recorded
 
     def verify(self, report: txn.Report) -> None:
@@ -547,10 +550,35 @@ def _stage_run(ostore: ObjectStore, rp, files: List[dict], listing: Dict[str, Ob
             scratch.use_root(prev_root)
 
 
-def _upload_and_read_back(ostore: ObjectStore, f: dict, staged: dict) -> None:
-    """Upload the staged file under ``f['tmp']`` (streamed) and read it back through
-    TensorBoard's own reader over the store's URL scheme: same sha256, same record count."""
-    info = BucketState.of(ostore).put_file(f["tmp"], staged["local"])
+def _original_headers(ostore: ObjectStore, f: dict) -> Optional[dict]:
+    """The Content-Type and user metadata of ``f``'s original (``bucket_objects.HEADERS``): as the
+    listing (GCS, Azure) or the blob backup's read (S3) recorded them, else one head of the
+    original (an S3 listing says none; a rewrite's cost, never a drop-only one's), recorded in the
+    entry; an original not at its planned version is changed since its backup."""
+    if f.get(HEADERS) is not None:
+        return f[HEADERS]
+    cur = BucketState.of(ostore).head(ostore.path(f["path"]))
+    if cur is None or cur.version_token != f["version"]:
+        raise BucketTxnError(Failure.CHANGED_SINCE_BACKUP, f"{f['path']}: changed since its backup; run left as it was")
+    if cur.headers is not None:
+        f[HEADERS] = cur.headers
+    return cur.headers
+
+
+def _new_headers(f: dict, headers: Optional[dict]) -> Optional[dict]:
+    """What the new object of ``f`` is written with: its original's headers where it replaces it
+    under its name; a compressed copy under a new name keeps its user metadata, its Content-Type
+    the store's default (its bytes are gzip now, not of the original's type)."""
+    if headers is None or in_place(f):
+        return headers
+    return {"content_type": None, "metadata": dict(headers.get("metadata") or {})}
+
+
+def _upload_and_read_back(ostore: ObjectStore, f: dict, staged: dict, headers: Optional[dict] = None) -> None:
+    """Upload the staged file under ``f['tmp']`` (streamed), with ``headers`` (the copy over the
+    original keeps them: S3, GCS and Azure copy an object's headers with its bytes), and read it
+    back through TensorBoard's own reader over the store's URL scheme: same sha256, same record count."""
+    info = BucketState.of(ostore).put_file(f["tmp"], staged["local"], headers=headers)
     if info.size != staged["size"]:
         raise BucketTxnError(Failure.STORE_ERROR, f"{f['path']}: uploaded {info.size} bytes of {staged['size']}")
     url = f"{ostore.scheme}://{f['tmp']}"

@@ -23,6 +23,7 @@ from typing import Dict, List, Optional
 
 from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import faults, lease, manifest
+from tb_footprint_plugin.engine.bucket_objects import HEADERS
 from tb_footprint_plugin.engine.bucket_op_records import create_manifest, forget_record
 from tb_footprint_plugin.engine.bucket_blobs import KEPT_IN, is_blob_entry, missing_blobs, put_back
 from tb_footprint_plugin.engine.bucket_verified import plan_record
@@ -48,9 +49,14 @@ def in_place(f: dict) -> bool:
 
 def file_entry(vault: BucketVault, op_id: str, a, o: ObjectInfo) -> dict:
     """A journal/manifest entry of one planned file: its action, size, version, checksums and
-    backup key (a server-side copy), or ``kept_in: blobstore`` with a vault of blobs."""
+    backup key (a server-side copy), or ``kept_in: blobstore`` with a vault of blobs; its
+    Content-Type and user metadata (``bucket_objects.HEADERS``) where the listing said them (an S3
+    listing says none: a blob backup's read or a rewrite's head records them then, and a
+    server-side copy keeps them)."""
     f = {"path": a.path, "action": a.kind, "size": o.size, "version": o.version_token,
          "checksums": content_checksums(o)}
+    if o.headers is not None:  # its Content-Type and user metadata, where the listing said them (GCS, Azure)
+        f[HEADERS] = o.headers
     if vault.blobs is not None:  # its sha256 once verified in the blob vault (``bucket_blobs``)
         f["kept_in"] = KEPT_IN
     else:

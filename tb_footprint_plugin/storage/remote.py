@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar
 
 from tb_footprint_plugin.codes import StoreError
-from tb_footprint_plugin.storage.store import RangeReader
+from tb_footprint_plugin.storage.store import METADATA_LIMITS, RangeReader, checked_headers
 
 #: The bytes one ranged GET asks for when streaming an event file (the record reader's chunk).
 READ_CHUNK = 1 << 20
@@ -287,6 +287,9 @@ class ObjectInfo:
     etag: str = ""
     generation: str = ""  # GCS generation; '' on S3 and Azure (their preconditions take the ETag)
     checksums: Dict[str, str] = field(default_factory=dict)  # e.g. {'md5': ..., 'crc32c': ...}
+    #: its Content-Type and user metadata (``store.checked_headers``' shape) where the answer gave
+    #: them (a head; a GCS or Azure listing), None where it did not (an S3 listing)
+    headers: Optional[dict] = field(default=None, compare=False)  # not what tells two versions apart
 
     @property
     def version_token(self) -> str:
@@ -355,6 +358,33 @@ def _checksums(info: dict) -> Dict[str, str]:
 
         out["md5"] = base64.b64encode(bytes(md5)).decode("ascii")
     return out
+
+
+def _field(obj, name: str):
+    """``obj[name]`` of a mapping, else its attribute (Azure's ``ContentSettings`` is either)."""
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def said_headers(protocol: str, content_type, metadata) -> Optional[dict]:
+    """An object's Content-Type and user metadata as a store said them, in ``checked_headers``'
+    shape within the store's limit; None when they break it (recorded as not known, never sent)."""
+    doc = {"content_type": content_type or None, "metadata": {str(k): str(v) for k, v in (metadata or {}).items()}}
+    return checked_headers(doc, METADATA_LIMITS.get(protocol, min(METADATA_LIMITS.values())))[0]
+
+
+def _listed_headers(protocol: str, info: dict) -> Optional[dict]:
+    """What a listing says of an object's headers: GCS lists each object's resource
+    (``contentType``, ``metadata``), Azure each blob's properties (listed with its metadata);
+    an S3 listing says neither (None: not known)."""
+    if protocol == "gcs":
+        return said_headers(protocol, info.get("contentType"), info.get("metadata"))
+    if protocol == "az" and ("content_settings" in info or "metadata" in info):
+        return said_headers(protocol, _field(info.get("content_settings"), "content_type"), info.get("metadata"))
+    return None
 
 
 def _s3_kwargs() -> dict:
@@ -611,6 +641,7 @@ class RemoteFS:
                 # (a version id would not do, and only versioned buckets have one)
                 generation=str(info.get("generation") or ""),
                 checksums=_checksums(info),
+                headers=_listed_headers(self.protocol, info),
             )
         pages = max(1, math.ceil(len(found) / LIST_PAGE.get(self.protocol, 1000)))
         self.stats.add("list", pages)
@@ -1017,12 +1048,32 @@ class _S3Ops(_Ops):
             self.rfs.stats.add("head")
         cs = {"sha256": r["ChecksumSHA256"]} if r.get("ChecksumSHA256") else {}
         info = ObjectInfo(key=k, size=r["ContentLength"], mtime=_mtime(r), etag=r["ETag"].strip('"'),
-                          checksums=cs)
+                          checksums=cs, headers=said_headers("s3", r.get("ContentType"), r.get("Metadata")))
         return info
 
-    def put(self, path, data: bytes, *, if_absent=False, if_version: Optional[str] = None) -> str:
+    @staticmethod
+    def _header_kw(headers: Optional[dict]) -> dict:
+        """An object's headers as S3's put and upload arguments (none when not given)."""
+        if not headers:
+            return {}
+        kw = {"Metadata": dict(headers.get("metadata") or {})}
+        if headers.get("content_type"):
+            kw["ContentType"] = headers["content_type"]
+        return kw
+
+    def get_range(self, path: str, start: int, end: int) -> Tuple[bytes, Optional[dict]]:
+        """Bytes ``[start, end)`` of an object in one ranged GET, and its headers that answer
+        carries (an S3 listing says none: the first read of an object tells them at no cost)."""
         b, k = self.split(path)
-        kw = {"ChecksumAlgorithm": "SHA256"}
+        r = self._request("read", path, lambda: self.client.get_object(Bucket=b, Key=k, Range=f"bytes={start}-{end - 1}"))
+        data = r["Body"].read()
+        self.rfs.stats.add("read", 0, down=len(data))
+        return data, said_headers("s3", r.get("ContentType"), r.get("Metadata"))
+
+    def put(self, path, data: bytes, *, if_absent=False, if_version: Optional[str] = None,
+            headers: Optional[dict] = None) -> str:
+        b, k = self.split(path)
+        kw = {"ChecksumAlgorithm": "SHA256", **self._header_kw(headers)}
         if if_absent:
             kw["IfNoneMatch"] = "*"
         if if_version:
@@ -1078,7 +1129,7 @@ class _S3Ops(_Ops):
             cs["md5"] = md5
         return CopyResult(version=etag, checksums=cs)
 
-    def upload_file(self, path: str, local: str) -> ObjectInfo:
+    def upload_file(self, path: str, local: str, headers: Optional[dict] = None) -> ObjectInfo:
         """Stream a local file to ``path`` (multipart above 64 MiB: memory stays at one part)."""
         from boto3.s3.inject import upload_file as transfer
         from boto3.s3.transfer import TransferConfig
@@ -1088,7 +1139,8 @@ class _S3Ops(_Ops):
         part = 64 << 20
         parts = max(1, math.ceil(size / part))
         cfg = TransferConfig(multipart_threshold=part, multipart_chunksize=part, max_concurrency=2)
-        self._request("put", path, lambda: transfer(self.client, local, b, k, Config=cfg), up=size)
+        extra = self._header_kw(headers) or None
+        self._request("put", path, lambda: transfer(self.client, local, b, k, ExtraArgs=extra, Config=cfg), up=size)
         if parts > 1:  # create + parts + complete, counted as what they are: puts
             self.rfs.stats.add("put", parts + 1)
         info = self.head(path)
@@ -1165,14 +1217,18 @@ class _S3Ops(_Ops):
         what = f"copy {src} -> {dst}"
         want = part_kw.get("CopySourceIfMatch", "").strip('"')
 
-        def source_unchanged() -> None:  # also where a server ignores CopySourceIfMatch on parts (moto)
+        def source_unchanged() -> Optional[ObjectInfo]:  # also where a server ignores CopySourceIfMatch on parts (moto)
             cur = self.head(src)
             if want and (cur is None or cur.etag != want):
                 raise RemoteError(PRECONDITION_FAILED, f"copy {src}: changed since it was read (precondition failed)")
+            return cur
 
-        source_unchanged()
+        # a multipart upload takes its headers from its start, not from the parts' source: the
+        # source's, from the read that checks it (CopyObject keeps them itself)
+        first = source_unchanged()
+        keep = self._header_kw(first.headers if first is not None else None)
         up = self._request("copy", what, lambda: self.client.create_multipart_upload(
-            Bucket=db, Key=dk, ChecksumAlgorithm="SHA256"))
+            Bucket=db, Key=dk, ChecksumAlgorithm="SHA256", **keep))
         uid = up["UploadId"]
         try:
             parts = []
@@ -1214,7 +1270,8 @@ class _GCSOps(_Ops):
     @staticmethod
     def _info(key, r) -> ObjectInfo:
         return ObjectInfo(key=key, size=int(r.get("size", 0)), mtime=_mtime(r), etag=r.get("etag", ""),
-                          generation=str(r.get("generation", "")), checksums=_checksums(r))
+                          generation=str(r.get("generation", "")), checksums=_checksums(r),
+                          headers=said_headers("gcs", r.get("contentType"), r.get("metadata")))
 
     def head(self, path):
         b, k = self.split(path)
@@ -1241,7 +1298,8 @@ class _GCSOps(_Ops):
         if if_version and (cur is None or cur.generation != if_version):
             raise RemoteError(PRECONDITION_FAILED, f"{path}: changed since it was read (precondition failed)")
 
-    def put(self, path, data: bytes, *, if_absent=False, if_version: Optional[str] = None) -> str:
+    def put(self, path, data: bytes, *, if_absent=False, if_version: Optional[str] = None,
+            headers: Optional[dict] = None) -> str:
         b, k = self.split(path)
         self._check(path, if_absent=if_absent, if_version=if_version)
         kw = {}
@@ -1249,9 +1307,23 @@ class _GCSOps(_Ops):
             kw["ifGenerationMatch"] = "0"
         elif if_version:
             kw["ifGenerationMatch"] = if_version
-        r = self._request("put", path, lambda: self._call(
-            "POST", f"{self.rfs.fs._location}/upload/storage/v1/b/{b}/o", uploadType="media", name=k, data=data,
-            json_out=True, **kw), up=len(data), create_only=if_absent)
+        url = f"{self.rfs.fs._location}/upload/storage/v1/b/{b}/o"
+        if headers:
+            # the object's resource and its bytes in one request (a multipart upload, gcsfs's
+            # ``simple_upload`` form, with the conditions above)
+            import json
+
+            res = {"name": k, "metadata": dict(headers.get("metadata") or {})}
+            ct = headers.get("content_type") or "application/octet-stream"
+            res["contentType"] = ct
+            body = (b"--==0==\nContent-Type: application/json; charset=UTF-8\n\n" + json.dumps(res).encode()
+                    + b"\n--==0==\nContent-Type: " + ct.encode("ascii") + b"\n\n" + bytes(data) + b"\n--==0==--")
+            call = lambda: self._call(  # noqa: E731
+                "POST", url, uploadType="multipart", headers={"Content-Type": 'multipart/related; boundary="==0=="'},
+                data=body, json_out=True, **kw)
+        else:
+            call = lambda: self._call("POST", url, uploadType="media", name=k, data=data, json_out=True, **kw)  # noqa: E731
+        r = self._request("put", path, call, up=len(data), create_only=if_absent)
         return str(r.get("generation", ""))
 
     def copy(self, src, dst, *, if_source_version: Optional[str] = None, if_absent=False,
@@ -1283,11 +1355,15 @@ class _GCSOps(_Ops):
         res = r.get("resource", {})
         return CopyResult(version=str(res.get("generation", "")), checksums=_checksums(res))
 
-    def upload_file(self, path: str, local: str) -> ObjectInfo:
+    def upload_file(self, path: str, local: str, headers: Optional[dict] = None) -> ObjectInfo:
         """Stream a local file to ``path`` (gcsfs uploads in resumable chunks above its block size)."""
         size = os.path.getsize(local)
         chunks = max(1, math.ceil(size / (50 << 20)))
-        self._request("put", path, lambda: self.rfs.fs.put_file(local, path), up=size)
+        kw = {}
+        if headers:
+            kw = {"metadata": dict(headers.get("metadata") or {}),
+                  "content_type": headers.get("content_type") or "application/octet-stream"}
+        self._request("put", path, lambda: self.rfs.fs.put_file(local, path, **kw), up=size)
         if chunks > 1:
             self.rfs.stats.add("put", chunks)
         info = self.head(path)
@@ -1370,12 +1446,27 @@ class _AzureOps(_Ops):
         if p.content_settings and p.content_settings.content_md5:
             cs["md5"] = _b64(p.content_settings.content_md5)
         return ObjectInfo(key=self.split(path)[1], size=p.size, mtime=p.last_modified.timestamp(),
-                          etag=p.etag.strip('"'), checksums=cs)
+                          etag=p.etag.strip('"'), checksums=cs,
+                          headers=said_headers("az", _field(p.content_settings, "content_type"), p.metadata))
 
-    def put(self, path, data: bytes, *, if_absent=False, if_version: Optional[str] = None) -> str:
+    @staticmethod
+    def _header_kw(headers: Optional[dict]) -> dict:
+        """An object's headers as the blob client's upload arguments (none when not given): its
+        user metadata and, of its content settings, the Content-Type alone."""
+        if not headers:
+            return {}
+        from azure.storage.blob import ContentSettings
+
+        kw = {"metadata": dict(headers.get("metadata") or {})}
+        if headers.get("content_type"):
+            kw["content_settings"] = ContentSettings(content_type=headers["content_type"])
+        return kw
+
+    def put(self, path, data: bytes, *, if_absent=False, if_version: Optional[str] = None,
+            headers: Optional[dict] = None) -> str:
         from azure.core import MatchConditions
 
-        kw = {"overwrite": not if_absent}
+        kw = {"overwrite": not if_absent, **self._header_kw(headers)}
         if if_version:
             kw.update(etag=f'"{if_version}"', match_condition=MatchConditions.IfNotModified)
         r = self._request("put", path, lambda: self._blob(path).upload_blob(data, **kw), up=len(data))
@@ -1432,13 +1523,14 @@ class _AzureOps(_Ops):
             time.sleep(pause)
             pause = min(2.0, pause * 1.5)
 
-    def upload_file(self, path: str, local: str) -> ObjectInfo:
+    def upload_file(self, path: str, local: str, headers: Optional[dict] = None) -> ObjectInfo:
         """Stream a local file to ``path`` in blocks (the client stages 4 MiB blocks above 64 MiB)."""
         size = os.path.getsize(local)
+        kw = self._header_kw(headers)
 
         def up():
             with open(local, "rb") as f:
-                return self._blob(path).upload_blob(f, overwrite=True, length=size, max_concurrency=2)
+                return self._blob(path).upload_blob(f, overwrite=True, length=size, max_concurrency=2, **kw)
 
         self._request("put", path, up, up=size)
         blocks = math.ceil(size / (4 << 20)) if size > (64 << 20) else 0

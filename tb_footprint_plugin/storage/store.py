@@ -30,7 +30,7 @@ import abc
 import io
 import threading
 from dataclasses import dataclass, field
-from typing import BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Union
+from typing import BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.storage import throttle
@@ -81,7 +81,10 @@ class Capabilities:
     makes (a conditional rewrite reads the object whole: ``READ_ALL_LIMIT``), None where the store
     sets none of its own. ``retention_query``: ``retention`` can say
     whether deleted bytes stay stored (a bucket's versioning, lifecycle and soft delete); a
-    folder cannot tell (its filesystem's snapshots are out of its sight).
+    folder cannot tell (its filesystem's snapshots are out of its sight). ``headers_kept``: an
+    object's Content-Type and user metadata are said by ``stat`` (``Entry.headers``) and set by
+    ``put``/``put_file(headers=)`` (an object store's; a folder has none: its files' mode and
+    time are ``mode_kept``/``mtime_kept``).
     """
 
     rename_atomic: bool
@@ -97,10 +100,54 @@ class Capabilities:
     append: str
     retention_query: bool = False
     append_limit: Optional[int] = None
+    headers_kept: bool = False
 
     def to_dict(self) -> dict:
         """The capabilities as JSON (what a status or a dry run can show)."""
         return dict(self.__dict__)
+
+
+#: the most user metadata (its keys and values, UTF-8) an object of each store takes (S3: 2 KB of
+#: x-amz-meta-* headers; GCS and Azure: 8 KiB): what is recorded of an object and sent back is
+#: never more (a manifest is untrusted: a larger record is dropped, never sent)
+METADATA_LIMITS = {"s3": 2048, "gcs": 8192, "az": 8192}
+#: the longest Content-Type recorded or sent
+CONTENT_TYPE_LIMIT = 256
+#: what ``checked_headers`` takes: the object's Content-Type and its user metadata, nothing else
+HEADER_KEYS = ("content_type", "metadata")
+
+
+def _printable(s: str) -> bool:
+    """No control character (a CR or LF in a header value would start another header)."""
+    return not any(ord(c) < 0x20 or ord(c) == 0x7f for c in s)
+
+
+def checked_headers(doc, limit: int = min(METADATA_LIMITS.values())) -> "Tuple[Optional[dict], str, Optional[StoreError]]":
+    """``doc`` (untrusted: a manifest's record, or what a store said of an object) as an object's
+    headers, ``({"content_type": str or None, "metadata": {str: str}}, "", None)``, or ``(None,
+    why, code)`` when it is not that (``NOT_SUPPORTED``: a control character, an empty or non-token
+    metadata key, another field) or larger than a store takes (``TOO_LARGE``: ``limit``, its user
+    metadata in UTF-8, keys and values; a Content-Type past ``CONTENT_TYPE_LIMIT``): the one rule
+    of what is recorded and what is ever sent."""
+    if not isinstance(doc, dict) or set(doc) - set(HEADER_KEYS):
+        return None, "not a record of an object's Content-Type and metadata", StoreError.NOT_SUPPORTED
+    ct, md = doc.get("content_type"), doc.get("metadata")
+    if ct is not None and (not isinstance(ct, str) or not ct or not ct.isascii() or not _printable(ct)):
+        return None, "its Content-Type is not a header value", StoreError.NOT_SUPPORTED
+    if ct is not None and len(ct) > CONTENT_TYPE_LIMIT:
+        return None, f"its Content-Type is longer than {CONTENT_TYPE_LIMIT} characters", StoreError.TOO_LARGE
+    md = {} if md is None else md
+    if not isinstance(md, dict):
+        return None, "its metadata is not a mapping", StoreError.NOT_SUPPORTED
+    size = 0
+    for k, v in md.items():
+        if not isinstance(k, str) or not isinstance(v, str) or not k or \
+                not all(c.isascii() and (c.isalnum() or c in "-_.") for c in k) or not _printable(v):
+            return None, f"its metadata {str(k)[:40]!r} is not a header name and value", StoreError.NOT_SUPPORTED
+        size += len(k.encode()) + len(v.encode())
+    if size > limit:
+        return None, f"its metadata is {size} bytes, more than the {limit} the store takes", StoreError.TOO_LARGE
+    return {"content_type": ct, "metadata": dict(md)}, "", None
 
 
 @dataclass(frozen=True)
@@ -115,6 +162,9 @@ class Entry:
     version: str
     checksums: Dict[str, str] = field(default_factory=dict)  # e.g. {'md5': ..., 'crc32c': ...} (base64)
     mode: Optional[int] = None
+    #: an object's Content-Type and user metadata (``checked_headers``' shape) where the store's
+    #: answer gave them (a head; a GCS or Azure listing), None where it did not (an S3 listing, a file)
+    headers: Optional[dict] = field(default=None, compare=False)  # not what tells two versions apart
 
 
 @dataclass(frozen=True)
@@ -187,6 +237,9 @@ class RangeReader(io.RawIOBase):
         self._pos = 0
         self._on_close = on_close
         self.name = name
+        #: the object's headers (``Entry.headers``) where its store's first read answered them
+        #: (``ObjectStore.open_read(headers=True)``), else None
+        self.headers: Optional[dict] = None
 
     def readable(self) -> bool:
         return True
@@ -619,6 +672,6 @@ class ThrottledStore(Wrapper):
                 self.bucket.take(n)
 
 
-__all__ = ["CLOCK_SKEW", "Capabilities", "Copied", "CountingStore", "DeleteResult", "Entry", "RangeReader", "READ_ALL_LIMIT", "ReplaceResult",
+__all__ = ["CLOCK_SKEW", "CONTENT_TYPE_LIMIT", "METADATA_LIMITS", "checked_headers", "Capabilities", "Copied", "CountingStore", "DeleteResult", "Entry", "RangeReader", "READ_ALL_LIMIT", "ReplaceResult",
            "STREAM_PART", "Store", "StoreFailure", "StoreStats", "ThrottledStore", "TMP_PREFIX", "VERBS", "Wrapper", "unwrapped",
            "check_key"]

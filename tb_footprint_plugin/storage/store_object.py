@@ -34,9 +34,9 @@ from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.storage.remote import (ObjectInfo, RemoteError, RemoteFS, content_checksums, is_bucket_url,
                                                 protocol_of)
-from tb_footprint_plugin.storage.store import (READ_ALL_LIMIT, STREAM_PART, TMP_PREFIX, Capabilities, Copied,
-                                               DeleteResult, Entry, RangeReader, ReplaceResult, Source, Store,
-                                               StoreFailure, check_key, on_a_new_line, unwrapped)
+from tb_footprint_plugin.storage.store import (METADATA_LIMITS, READ_ALL_LIMIT, STREAM_PART, TMP_PREFIX, Capabilities,
+                                               Copied, DeleteResult, Entry, RangeReader, ReplaceResult, Source, Store,
+                                               StoreFailure, check_key, checked_headers, on_a_new_line, unwrapped)
 
 #: names of uploads in progress (a streaming put conditional on a version stages here, then copies); never listed
 STAGE_PREFIX = TMP_PREFIX
@@ -50,7 +50,7 @@ _APPENDING_MU = threading.Lock()
 BUCKET_CAPABILITIES = Capabilities(
     rename_atomic=False, hard_link=False, fsync=False, versions=True, mtime_kept=False, mode_kept=False,
     open_writer_detection=False, server_side_copy=True, conditional_put=True, folders=False,
-    append="conditional_rewrite", retention_query=True, append_limit=READ_ALL_LIMIT)
+    append="conditional_rewrite", retention_query=True, append_limit=READ_ALL_LIMIT, headers_kept=True)
 
 #: what the objects under a URL of another fsspec scheme offer (``hdfs://``, a scheme fsspec
 #: registers): a listing and ranged reads through the same ``Store`` calls, nothing written (there
@@ -259,7 +259,18 @@ class ObjectStore(Store):
 
     def _entry(self, key: str, info: ObjectInfo) -> Entry:
         return Entry(key=key, size=info.size, mtime=info.mtime, version=info.version_token,
-                     checksums=content_checksums(info))
+                     checksums=content_checksums(info), headers=info.headers)
+
+    def _headers(self, key: str, headers: Optional[dict]) -> Optional[dict]:
+        """``headers`` to set on ``key`` as ``checked_headers`` takes them for this store (its
+        metadata limit): what is sent is never more, nor anything else (its code, ``TOO_LARGE`` or
+        ``NOT_SUPPORTED``, and nothing written); None: none given (the store's defaults)."""
+        if headers is None:
+            return None
+        got, why, code = checked_headers(headers, METADATA_LIMITS.get(self.rfs.protocol, min(METADATA_LIMITS.values())))
+        if got is None:
+            raise StoreFailure(code or StoreError.NOT_SUPPORTED, key, f"its headers are not sent: {why}; nothing written")
+        return got
 
     def _head(self, key: str) -> Optional[ObjectInfo]:
         path = self._path(key)
@@ -330,7 +341,11 @@ class ObjectStore(Store):
                 raise failed
             return self.rfs.read_range(key, start, info.size)
 
-    def open_read(self, key: str, size: Optional[int] = None) -> RangeReader:
+    def open_read(self, key: str, size: Optional[int] = None, *, headers: bool = False) -> RangeReader:
+        """``Store.open_read``; ``headers``: the reader's ``headers`` are the object's as its first
+        read answered them, on a store whose listing says none (S3: that read is a GET through the
+        conditional client, which returns them; one request as before). Elsewhere the listing
+        (``Entry.headers``) said them, and the reader's stay None."""
         if size is None:
             info = self._head(key)
             if info is None:
@@ -338,25 +353,55 @@ class ObjectStore(Store):
             size = info.size
         else:
             self._path(key)
-        return RangeReader(lambda s, e: self.read_range(key, s, e), size, self.rfs.url_of(key))
+        # its first read says the headers (the client is made for it only when asked)
+        first = {"due": bool(headers and size and hasattr(self.ops, "get_range"))}
+
+        def fetch(s: int, e: int) -> bytes:
+            if not first["due"]:
+                return self.read_range(key, s, e)
+            first["due"] = False
+            try:
+                with _coded(key):
+                    data, reader.headers = self.ops.get_range(self._path(key), s, min(e, size))
+            except StoreFailure as err:
+                if err.code == StoreError.NOT_FOUND:
+                    raise
+                # anything else (a range past an object shortened since its listing): read as any
+                # read is, whose rules say what a short or failed read is; its headers not said
+                return self.read_range(key, s, e)
+            return data
+
+        reader = RangeReader(fetch, size, self.rfs.url_of(key))
+        return reader
 
     # --- writing ------------------------------------------------------------------------------
     def put(self, key: str, data: bytes, *, if_absent: bool = False, if_version: Optional[str] = None,
-            mode: Optional[int] = None) -> str:
+            mode: Optional[int] = None, headers: Optional[dict] = None) -> str:
+        """``Store.put``; ``headers`` (``capabilities.headers_kept``): the object's Content-Type and
+        user metadata (``checked_headers``' shape), set by the same request."""
         path = self._path(key)
+        headers = self._headers(key, headers)
         with _absent_is_stale(if_version, key), _coded(key):
-            return self.ops.put(path, bytes(data), if_absent=if_absent, if_version=if_version)
+            return self.ops.put(path, bytes(data), if_absent=if_absent, if_version=if_version,
+                                **({"headers": headers} if headers is not None else {}))
 
     def put_file(self, key: str, src: Source, *, if_absent: bool = False, if_version: Optional[str] = None,
                  mtime_ns: Optional[int] = None, mode: Optional[int] = None,
-                 whole_checksum: bool = False) -> Entry:
+                 whole_checksum: bool = False, headers: Optional[dict] = None) -> Entry:
+        """``Store.put_file``; ``headers`` as ``put``'s, taken by the whole-checksum upload of a
+        local file (the one a staged or restored object is written by), ``NOT_SUPPORTED`` by the
+        others (their streaming writers set none)."""
         path = self._path(key)
+        headers = self._headers(key, headers)
+        if headers is not None and not whole_checksum:
+            raise StoreFailure(StoreError.NOT_SUPPORTED, key, "headers are set by a whole-checksum upload only")
         if whole_checksum:
             if if_absent or if_version or not isinstance(src, (str, os.PathLike)):
                 raise StoreFailure(StoreError.NOT_SUPPORTED, key, "a whole-object checksum is asked of an "
                                    "unconditional upload of a local file only")
             with _coded(key):  # the client's file uploader: one request up to its part size, then a head
-                return self._entry(key, self.ops.upload_file(path, os.fspath(src)))
+                return self._entry(key, self.ops.upload_file(path, os.fspath(src),
+                                                             **({"headers": headers} if headers is not None else {})))
         with contextlib.ExitStack() as stack:
             f = src
             if isinstance(src, (str, os.PathLike)):
@@ -548,7 +593,8 @@ class ObjectStore(Store):
 def info_of(e: Entry) -> ObjectInfo:
     """A store's ``Entry`` as the listing's ``ObjectInfo`` the engine and the scan compare it with
     (its version the token preconditions take, its checksums those the store computed)."""
-    return ObjectInfo(key=e.key, size=e.size, mtime=e.mtime, etag=e.version, checksums=dict(e.checksums))
+    return ObjectInfo(key=e.key, size=e.size, mtime=e.mtime, etag=e.version, checksums=dict(e.checksums),
+                      headers=e.headers)
 
 
 def listing_of(store: "ObjectStore", prefix: str = "") -> Dict[str, ObjectInfo]:

@@ -1,0 +1,43 @@
+"""``Capabilities.headers_kept`` checked against behaviour on every store (review R26 F5): where it is
+declared, an object written with a Content-Type and user metadata (``put``, ``put_file`` of a local
+file with its whole checksum) has them, as ``stat`` says, a listing says where its store's does (GCS,
+Azure; an S3 listing says none: None, not known, never "none"), a server-side copy keeps them and a
+record a store does not take is refused before anything is sent (``TOO_LARGE`` past its size,
+``NOT_SUPPORTED`` for what is no header; nothing written);
+where it is not (a folder), ``stat`` says none."""
+from contract_stores import buckets, store  # noqa: F401 - the store fixtures
+from tb_footprint_plugin.codes import StoreError
+from tb_footprint_plugin.storage.store import StoreFailure
+
+H = {"content_type": "application/x-custom", "metadata": {"team": "vision"}}
+
+
+def test_headers_are_set_said_and_copied_where_the_store_keeps_them(store, tmp_path):
+    store.put("plain", b"x")
+    if not store.capabilities.headers_kept:
+        assert store.stat("plain").headers is None
+        return
+    store.put("h/small", b"abc", headers=H)
+    assert store.stat("h/small").headers == H
+    src = tmp_path / "big"
+    src.write_bytes(b"y" * 70_000)
+    e = store.put_file("h/file", str(src), whole_checksum=True, headers=H)
+    assert e.headers == H and store.stat("h/file").headers == H
+    store.copy("h/small", "h/copied")
+    assert store.stat("h/copied").headers == H
+    listed = {e.key: e.headers for e in store.list("h")}
+    if store.scheme == "s3":
+        assert set(listed.values()) == {None}  # an S3 listing says no headers: not known
+    else:
+        assert listed == {"h/small": H, "h/file": H, "h/copied": H}
+    # a record the store does not take is never sent
+    for bad, code in (({"content_type": "a\r\nx-amz-acl: public-read", "metadata": {}}, StoreError.NOT_SUPPORTED),
+                      ({"content_type": None, "metadata": {"k": "v" * 9000}}, StoreError.TOO_LARGE),
+                      ({"content_type": None, "metadata": {"bad key": "v"}}, StoreError.NOT_SUPPORTED)):
+        try:
+            store.put("h/bad", b"z", headers=bad)
+        except StoreFailure as err:
+            assert err.code == code, err
+        else:
+            raise AssertionError(f"sent {bad}")
+        assert store.stat("h/bad") is None
