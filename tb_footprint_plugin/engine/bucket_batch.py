@@ -30,7 +30,7 @@ from tb_footprint_plugin.engine.bucket_blobs import adding, backup_entries, is_b
 from tb_footprint_plugin.engine.bucket_history import note_shard_batch
 from tb_footprint_plugin.engine.bucket_op_records import create_manifest
 from tb_footprint_plugin.engine.bucket_verified import drop_verification, listed, unverified
-from tb_footprint_plugin.engine.history import append_rolled_back, rolled_back_line
+from tb_footprint_plugin.engine.history import append_kept, append_rolled_back, kept_line, rolled_back_line
 from tb_footprint_plugin.engine.bucket_state import (ACTIVE_OPS, BucketState, BucketTxnError, BucketVault, failure_code,
                                                      listing_of_runs, must_close, must_delete, new_journal, now_s,
                                                      STORE_FAILURES, unlock_all)
@@ -307,6 +307,7 @@ class ObjectBatchReduce(txn.Txn):
             o.bytes_after = o.bytes_before - sum(f["size"] for f in en["files"])
         self._unverified({en["op"]: outs[en["run"]].reason for en in live
                           if outs[en["run"]].status == Outcome.FAILED})
+        self._witness([outs[en["run"]] for en in live if outs[en["run"]].status == Outcome.VERIFIED])
         if not rollback_unfinished(self.entries, outs):
             ours, versions = unlock_all([self.held[en["run"]] for en in self.entries])
             self._write_lines()
@@ -315,6 +316,21 @@ class ObjectBatchReduce(txn.Txn):
             self.jnl.step(Rec.DONE, runs=self.entries)
         ops = {en["op"] for en in live}  # a shard worker's next partition reads none of these (#28)
         note_shard_batch(self.ostore, self.vault, [n for n in self.noted if n[0] in ops])
+
+    def _witness(self, verified: List[RunOutcome]) -> None:
+        """With a blob folder, the batch's verified operations appended to the bucket's witness in
+        one append (``history.append_kept``: a head, a read and a conditional put; the first ever a
+        head and a put), before the journal goes: past the commit record with every backup verified
+        a start finishes the batch, never rolls it back, so no manifest the witness names is dropped
+        by it. Once a manifest object is gone, the witness still names its operation, and no forget
+        lets a blob go (``bucket_blobs.names_in_bucket``: a copied run's blobs are another's too;
+        review R26 F1). A witness the store refuses is said in each outcome; the runs stand."""
+        if self.vault.blobs is None or not verified:
+            return
+        said = append_kept(BucketState.of(self.ostore).logdir_store(),
+                           [kept_line(o.op_id, "reduce", o.run) for o in verified])
+        for o in verified if said else ():
+            o.reason = f"{o.reason}; {said}" if o.reason else said
 
     def _unverified(self, why: Dict[str, str]) -> None:
         """The manifest of each run whose listing after the swap found it not as planned (``why``:

@@ -5,15 +5,17 @@ operation rolled back made anew released (``release_rolled_back``), the folder's
 from __future__ import annotations
 
 import os
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Finding, Outcome
+from tb_footprint_plugin.codes import Finding, Outcome, StoreError
 from tb_footprint_plugin.engine.bucket_blob_claims import Claims, drop_fresh, fresh_of
-from tb_footprint_plugin.engine.bucket_blobs import names_in_bucket
+from tb_footprint_plugin.engine.bucket_blobs import listed_op, missing_in_bucket, names_in_bucket, said_kept_in_bucket
+from tb_footprint_plugin.engine.history import BUCKET_KEPT, HISTORY_NAME, bucket_kept_log, missing_manifest_words
 from tb_footprint_plugin.engine.bucket_identity import claimed_here
-from tb_footprint_plugin.engine.bucket_state import BucketTxnError, BucketVault, STORE_FAILURES
+from tb_footprint_plugin.engine.bucket_state import BucketState, BucketTxnError, BucketVault, STORE_FAILURES
 from tb_footprint_plugin.storage.blobstore import BlobFailure
 from tb_footprint_plugin.storage.lock import Locked, release, try_exclusive
+from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
 
@@ -128,14 +130,16 @@ def folder_orphans(ostore: ObjectStore, vault: BucketVault, manifests_read: Opti
     (it is named among the problems already). ``manifests_read``: the manifests ``status`` read (the
     one schema), so only the journals' listing (and a read of each journal) is added; without them
     the manifests are listed and read too. Nothing asked of the bucket when the folder holds no blob
-    of this logdir."""
+    of this logdir. Counted by what the manifests and journals name, the witness not read: an
+    operation it names whose manifest is missing has its own row (``missing_rows_of``), and its
+    blobs no other manifest names are among these (kept all the same)."""
     bv = vault.blobs
     if bv is None or not os.path.isdir(bv.folder):
         return []
     try:
         bv.store.reload()
         mine, earlier = claimed_here(bv)
-        named = names_in_bucket(ostore, vault, manifests_read) if mine or earlier else None
+        named = names_in_bucket(ostore, vault, manifests_read, said_kept=frozenset()) if mine or earlier else None
     except BlobFailure:
         return []  # its index does not read: said by the verbs that read it
     if not isinstance(named, tuple):
@@ -157,6 +161,32 @@ def folder_orphans(ostore: ObjectStore, vault: BucketVault, manifests_read: Opti
                        "at its end or at the start that rolls it back)"}]
 
 
+def missing_rows_of(ostore: ObjectStore, vault: BucketVault, found: List[dict],
+                    rows: List[dict]) -> Tuple[frozenset, List[dict]]:
+    """What the witness says was verified into the blob folder (``bucket_blobs.said_kept_in_bucket``:
+    none without a folder, no request), and status's row of each of those operations whose manifest
+    object is not there (``missing_in_bucket``, the one rule, review R26 F1: every blob is kept
+    while one is) in a disk's words (``history.missing_manifest_words``), named by the witness. Present:
+    each manifest read (``found``) and each row naming a manifest key (``rows``: one damaged, refused,
+    another logdir's). A witness that does not read is named (nothing is forgotten while it does not)."""
+    log = bucket_kept_log(BucketState.of(ostore).logdir_store())
+    url = log.name_of(f"{BUCKET_KEPT}/{HISTORY_NAME}")
+    try:
+        said_kept = said_kept_in_bucket(ostore, vault)
+    except (StoreFailure, OSError) as e:  # nothing is forgotten while it does not read (``names_in_bucket``)
+        return frozenset(), [{"code": getattr(e, "code", None) or StoreError.STORE_ERROR, "op_id": None, "run": None,
+                              "file": url, "bytes": 0,
+                              "detail": f"{url}: not readable ({e}): no backup of {vault.blobs.folder} is forgotten "
+                                        "until it reads"}]
+    present = {listed_op(m["_path"]) for m in found if isinstance(m.get("_path"), str)}
+    present |= {listed_op(r[k]) for r in rows for k in ("_path", "file")
+                if isinstance(r.get(k), str) and "/manifests/" in r[k]}
+    missing = missing_in_bucket(said_kept, present)
+    runs = log.runs_of(frozenset(missing)) if missing else {}
+    return said_kept, [{"code": Finding.MANIFEST_MISSING, "op_id": op, "run": runs.get(op), "file": url, "bytes": 0,
+                        "detail": f"{url}: {missing_manifest_words(op, runs.get(op))}"} for op in missing]
+
+
 def _earlier_row(bv, refs) -> Optional[dict]:
     """``status``'s finding of the blobs this logdir claimed at an earlier location (its prefix
     moved since, review R11 G2) that no manifest or journal here needs any more: kept (a copy of
@@ -172,5 +202,5 @@ def _earlier_row(bv, refs) -> Optional[dict]:
                       "this logdir left there may still need them"}
 
 
-__all__ = ["folder_orphans", "gave_back", "release_claims", "release_fresh", "release_rolled_back",
+__all__ = ["folder_orphans", "gave_back", "missing_rows_of", "release_claims", "release_fresh", "release_rolled_back",
            "release_settled"]

@@ -30,6 +30,10 @@ the folder keeps its blobs). While a manifest or journal cannot be read nothing 
 may be the only one naming a blob). Right before its swap an operation reads the folder's index
 again: a blob forgotten anyway (by hand, by an older version) rolls the run back.
 
+Why one module: the folder's one rule of what a blob is to the bucket (added, named, let go, kept
+while a manifest is missing: ``names_in_bucket``) is read by every verb that adds or forgets one;
+split, the add and the forget could disagree on what a manifest or the witness names.
+
 Not yet the vault in the bucket (issue #27 item 2): the code above takes any ``Store``, but its
 forget lock is a ``flock``, which holds on one machine only, and workers on several machines
 reduce one bucket. The bucket's version would follow restic: an add creates
@@ -49,7 +53,7 @@ import contextlib
 import hashlib
 import io
 import os
-from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Callable, Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
 
 from tb_footprint_plugin.codes import BlobError, Failure, Skip, StoreError
 from tb_footprint_plugin.engine import manifest
@@ -58,6 +62,8 @@ from tb_footprint_plugin.engine.bucket_identity import BLOB_OWNER, claimed_here,
 from tb_footprint_plugin.engine.catalogue_rules import entry_released
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.journal_object import pending_objects
+from tb_footprint_plugin.engine.history import BUCKET_KEPT, HISTORY_NAME, bucket_kept_log, missing_manifests
+from tb_footprint_plugin.engine.vault_manifests import EveryBlob
 from tb_footprint_plugin.engine.bucket_state import (
     BlobVault,
     BucketState,
@@ -411,18 +417,46 @@ def _purged(doc, file: str) -> bool:
         return False
 
 
+def said_kept_in_bucket(ostore: ObjectStore, vault: BucketVault) -> FrozenSet[str]:
+    """The operations the witness (``history.bucket_kept_log``) says were verified into a blob
+    folder, by the disk's rule (``backups_said_kept``); none without a folder (no request). Raises
+    ``StoreFailure`` when the witness cannot be read."""
+    return bucket_kept_log(BucketState.of(ostore).logdir_store()).backups_said_kept(strict=True) \
+        if vault.blobs is not None else frozenset()
+
+
+def listed_op(key: str) -> str:
+    """The op id a manifest's key names (``…/manifests/<op_id>.json``)."""
+    name = str(key).rsplit("/", 1)[-1]
+    return name[:-len(".json")] if name.endswith(".json") else name
+
+
+def missing_in_bucket(said_kept: FrozenSet[str], present: Set[str]) -> List[str]:
+    """``history.missing_manifests`` (the one rule, review R26 F1) of a bucket: those of ``said_kept``
+    whose manifest key is not listed (``present``: ``listed_op`` of each; any content counts)."""
+    return missing_manifests(said_kept, present.__contains__) if said_kept else []
+
+
 def names_in_bucket(ostore: ObjectStore, vault: BucketVault, manifests_read: Optional[List[dict]] = None,
-                    entries: Optional[List[Tuple[dict, bool]]] = None):
+                    entries: Optional[List[Tuple[dict, bool]]] = None, said_kept: Optional[FrozenSet[str]] = None):
     """``(needed, let_go)``: the digests a journal or a manifest (not purged) of the bucket names,
     and those a manifest lets go (marked purged, or an entry a restore released) with the owner its
     entry records (``named_digests``); the path of the
     first that is not readable instead (nothing may be forgotten then: it may name any blob).
+    ``needed`` is every blob (``EveryBlob``) while an operation the witness names has no manifest
+    (``missing_in_bucket``: no forget lets a blob go then). The witness (``said_kept``: as the
+    caller read it) is read before the listings: an operation committed in between is listed.
     ``manifests_read``: the manifests as the caller read them in the one schema (``status``: no
     read twice), else listed and read here. A forget's caller holds the exclusive forget lock.
     ``entries``: each file entry naming a digest, with whether it is needed (``named_digests``)."""
     st = BucketState(ostore)
     needed: Set[str] = set()
     let_go: Set[Tuple[Optional[str], str]] = set()
+    if said_kept is None:
+        try:
+            said_kept = said_kept_in_bucket(ostore, vault)
+        except (StoreFailure, OSError):
+            return bucket_kept_log(BucketState.of(ostore).logdir_store()).name_of(f"{BUCKET_KEPT}/{HISTORY_NAME}")
     # journals first: an operation's journal names its digests until its manifest exists and
     # goes only after, so one that commits between the two listings is named by one of them
     # (the journal folder through its one listing, ``journal_object.pending_objects``)
@@ -441,6 +475,10 @@ def names_in_bucket(ostore: ObjectStore, vault: BucketVault, manifests_read: Opt
             return path
     for m in manifests_read or []:
         named_digests(m, needed, let_go, bool(m.get(manifest.BACKUP_PURGED)), entries)
+    if said_kept:
+        present = {listed_op(p) for p, _i in listed} | {listed_op(m.get("_path", "")) for m in manifests_read or []}
+        if missing_in_bucket(said_kept, present):
+            return EveryBlob(needed), let_go
     return needed, let_go
 
 
@@ -484,5 +522,5 @@ def forget_let_go(bv: BlobVault, needed: Set[str], let_go: Set[Tuple[Optional[st
 
 
 __all__ = ["LEFT_AS_IT_WAS", "adding", "backup_entries", "blobs_of", "check_entry",
-           "copy_from_blobs", "entry_failure", "entry_ok", "forget_let_go", "forget_lock", "is_blob_entry", "missing_blobs", "named_digests", "names_in_bucket", "names_our_backup", "plain_under",
+           "copy_from_blobs", "entry_failure", "entry_ok", "forget_let_go", "forget_lock", "is_blob_entry", "listed_op", "missing_blobs", "missing_in_bucket", "named_digests", "names_in_bucket", "names_our_backup", "plain_under", "said_kept_in_bucket",
            "put_back"]

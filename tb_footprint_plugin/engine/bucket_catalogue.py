@@ -250,13 +250,14 @@ def status(ostore: ObjectStore, vault: BucketVault,
                                          manifest.RESTORED_BY)},
                     **({"takes_along": list(m.get("takes_along") or [])} if m["kind"] == "retire" else {})})
     local = {}
+    from tb_footprint_plugin.engine.bucket_blob_release import folder_orphans, missing_rows_of
+
+    problems = problems + missing_rows_of(ostore, vault, found, problems + others)[1]
     if vault.blobs is not None and os.path.isdir(vault.blobs.folder):
         # what the folder holds as stored (compressed, packed), beside the originals' sizes above
         fig = vault.blobs.store.stats()
         local = {"vault_stored_bytes": fig["stored_bytes"], "vault_objects": fig["objects"] + fig["index_objects"]}
         if not any(p.get("code") in (Finding.MANIFEST_DAMAGED, Finding.WHOSE_UNKNOWN) for p in problems):  # may name any blob
-            from tb_footprint_plugin.engine.bucket_blob_release import folder_orphans
-
             # its orphans, as a disk vault's, from the manifests read above (R9 F8's follow-up)
             problems = problems + folder_orphans(ostore, vault, found)
     problems += others_row(ostore, vault, others)

@@ -90,7 +90,7 @@ from tb_footprint_plugin.engine.catalogue_rules import RELEASED_BY
 from tb_footprint_plugin.engine.bucket_steps import (backup_object, copies_there, copy_matches, finish_op, journal_started,
                                                       stream_digest)
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id
-from tb_footprint_plugin.engine.history import append_rolled_back
+from tb_footprint_plugin.engine.history import append_kept, append_rolled_back, kept_line
 from tb_footprint_plugin.engine.journal import Rec
 from tb_footprint_plugin.engine.journal_object import ObjectJournal, journal_entries
 from tb_footprint_plugin.engine.putback import begins_with
@@ -166,8 +166,16 @@ def retire_run(ostore: ObjectStore, vault: BucketVault, run: str, *, takes_along
     outcome (``verified`` when the run left the logdir for the vault), never raises for a failed
     run: any failure puts every object back where it was. ``cancel``: honoured between the steps
     up to the commit record (the front end passes none: a cancel stops the next run)."""
-    return one_retirement.retire(BucketRetire(ostore, vault, run, sorted(set(takes_along)), rule, quiet_period,
-                                              closed_files), cancel)
+    out = one_retirement.retire(BucketRetire(ostore, vault, run, sorted(set(takes_along)), rule, quiet_period,
+                                             closed_files), cancel)
+    if out.status == Outcome.VERIFIED and out.op_id and vault.blobs is not None:
+        # with a blob folder, its witness (``history.append_kept``), once its journal is closed (before,
+        # a start could still put the run back and drop the manifest the witness names): once the
+        # manifest object is gone no forget lets a blob go, a copied run's too (review R26 F1)
+        said = append_kept(BucketState.of(ostore).logdir_store(), [kept_line(out.op_id, KIND, run)])
+        if said:
+            out.reason = f"{out.reason}; {said}" if out.reason else said
+    return out
 
 
 class BucketRetire(one_retirement.RetireLayout):

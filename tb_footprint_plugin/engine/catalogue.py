@@ -18,7 +18,8 @@ from tb_footprint_plugin.engine import manifest, oplog
 from tb_footprint_plugin.engine.catalogue_rules import is_kept, operation_summary, summarize_operations  # noqa: F401
 from tb_footprint_plugin.engine.context import Context, NoSpace, TransactionError, writing
 from tb_footprint_plugin.engine.history import (append_history, backups_said_kept_now, disk_log, history_path,
-                                                missing_manifests as missing_in_log, reduce_line)
+                                                missing_manifest_words, missing_manifests as missing_in_log,
+                                                reduce_line)
 from tb_footprint_plugin.engine.manifest_form import stored_plan, stored_policy
 from tb_footprint_plugin.engine.relink import LINK_FIELDS, link_groups
 from tb_footprint_plugin.engine.journal import ensure_state_subdir, pending_journals
@@ -244,9 +245,8 @@ def missing_manifest_findings(ctx: Context) -> List["trust.Untrusted"]:
         return []
     log = disk_log(ctx.state)
     runs = log.runs_of(frozenset(ops)) if log else {}
-    return [trust.Untrusted(Finding.MANIFEST_MISSING, history_path(ctx.state),
-                            f"operation {op} of run {runs.get(op, '?')}: the change log says it was reduced and "
-                            "verified, its manifest is missing: every backup is kept") for op in ops]
+    return [trust.Untrusted(Finding.MANIFEST_MISSING, history_path(ctx.state), missing_manifest_words(op, runs.get(op)))
+            for op in ops]
 
 
 def journal_blobs(ctx: Context, exclude_op: Optional[str] = None) -> set:

@@ -406,7 +406,8 @@ class BucketEngine(Engine):
         return PurgeReport(dry_run=d["dry_run"], ops=d["ops"], freed_bytes=d["freed_bytes"], kept=d["kept"],
                            # as on a disk: journals recovery refused, manifests the purge did not act on
                            refused=refused_rows(recovered) + d.get("refused", []),
-                           folder_freed_bytes=d.get("folder_freed_bytes"))
+                           # findings that refuse nothing: a manifest the witness names gone (every blob kept)
+                           warnings=d.get("warnings", []), folder_freed_bytes=d.get("folder_freed_bytes"))
 
     def sample(self, op_id: str, side: str, plugin: str, tag: str, step: int, index: int = 0) -> tuple:
         """The run's event objects and the operation's backups of them (server-side copies, or

@@ -297,19 +297,22 @@ class ChangeLog:
         return frozenset(op for op, k, o in self._operation_lines(
             lambda _op, k, o: (kind is None or k == kind) and (outcome is None or o == outcome)))
 
-    def backups_said_kept(self) -> FrozenSet[str]:
+    def backups_said_kept(self, *, strict: bool = False) -> FrozenSet[str]:
         """The operations (op_ids) a line says were a reduce or a retirement ``verified`` (their
         backup kept) that no later line ends: no purge line of that op_id, no restore line whose
         ``of_op`` it is (a restore of a reduction or of a retirement). What a vault must hold a
         manifest of (review R26 F1: one missing hides which blobs its run's files are). One
         read of every log, a block at a time: only op_ids are held. A log that cannot be read
-        names none (as ``logged``)."""
+        names none (as ``logged``); ``strict``: raises its ``StoreFailure`` (``OSError``) instead
+        (a bucket's blob forget then keeps every blob: ``bucket_blobs.names_in_bucket``)."""
         kept, ended = set(), set()
 
         def each(log: JsonLines, repeated: int) -> None:
             said_kept_into(log.records, kept, ended)
 
-        if not self._walk_all(each):
+        if strict:
+            self._walk_every(each)
+        elif not self._walk_all(each):
             return frozenset()
         return frozenset(kept - ended)
 
@@ -366,13 +369,17 @@ class ChangeLog:
         """``each`` of every log's lines, a block at a time (``_walk``; a sealed log's lines a
         live one repeats passed again, as ``repeated``); False when a log could not be read."""
         try:
-            listed = self._listed()
-            sealed, heads = self._sealed_of(listed), {}
-            for key in self._sealed_twice([k for k, _e in listed]):
-                self._walk(key, sealed, heads, each)
+            self._walk_every(each)
         except (StoreFailure, OSError):
             return False
         return True
+
+    def _walk_every(self, each: Callable[[JsonLines, int], None]) -> None:
+        """``_walk_all``, raising what a log that could not be read raised."""
+        listed = self._listed()
+        sealed, heads = self._sealed_of(listed), {}
+        for key in self._sealed_twice([k for k, _e in listed]):
+            self._walk(key, sealed, heads, each)
 
     def sealed_key(self, key: str, entry: Entry) -> str:
         """Where the log ``key`` (now ``entry``) is kept once full: beside the workers' logs, named
@@ -994,6 +1001,51 @@ def bucket_log(store: Store) -> ChangeLog:
     return ChangeLog(store, STATE_DIR_NAME, workers=BUCKET_WORKERS)  # bounded by the store's append_limit
 
 
+#: where a bucket logdir keeps the witness of its verified operations whose backups are blobs of
+#: a local folder (``bucket_kept_log``)
+BUCKET_KEPT = f"{STATE_DIR_NAME}/blob-ops"
+
+
+def bucket_kept_log(store: Store) -> ChangeLog:
+    """The witness of a bucket logdir's verified reductions and retirements whose backups went to
+    a local blob folder (``--backup-dir /folder``): a change log of its own (the object
+    ``.tb-footprint/blob-ops/history.jsonl``, a shard worker's own in ``blob-ops/shards/``), one
+    line per operation (``kept_line``), appended once a batch (``append_kept``) after its commit
+    record. What names such an operation once its manifest object is gone (review R26 F1: a bucket's
+    change log has no line of a clean reduce, so nothing else did): ``backups_said_kept`` of it,
+    less the operations whose manifest object is listed (``missing_manifests``, the one rule), keeps
+    every blob of the folder (``bucket_blobs.names_in_bucket``) and status names each. Apart from
+    ``bucket_log``: the bucket's history and a shard partition read reductions from their manifests,
+    and a line of every reduce there would show and count each twice. A blob folder only: server-side
+    copies are each operation's own keys, which no other operation's purge deletes."""
+    return ChangeLog(store, BUCKET_KEPT, workers=f"{BUCKET_KEPT}/shards")
+
+
+def kept_line(op_id: str, kind: str, run: str) -> dict:
+    """The witness line of a verified bucket operation (``bucket_kept_log``): what
+    ``said_kept_into`` reads (op_id, kind, outcome ``verified``, time) and its run, for the words."""
+    return {"time": time.time(), "op_id": op_id, "kind": kind, "run": run, "outcome": str(Outcome.VERIFIED)}
+
+
+def append_kept(store: Store, lines: List[dict]) -> Optional[str]:
+    """Append ``lines`` (``kept_line``) to the bucket logdir's witness in one append (a head, a read
+    and a conditional put; none when there is no line). A store that refuses it is said, never
+    raised (the operations stand; only their witness is not written): returned, None when written."""
+    if not lines:
+        return None
+    try:
+        bucket_kept_log(store).append_lines(lines)
+    except StoreFailure as e:
+        return f"the witness of its verified operation(s) was not written ({e})"
+    return None
+
+
+def missing_manifest_words(op: str, run: Optional[str]) -> str:
+    """What status (and a purge) says of an operation ``missing_manifests`` names, on every store."""
+    return (f"operation {op} of run {run or '?'}: the change log says it was reduced and verified, its manifest "
+            "is missing: every backup is kept")
+
+
 def reduce_line(*, op_id: str, run: str, policy: Optional[str], before, after, outcome: str,
                 reason: Optional[str], code, user: Optional[str] = None, host: Optional[str] = None) -> dict:
     """The change-log entry of a reduce (its time is added when appended), on every store: kept
@@ -1189,6 +1241,6 @@ def _sift(buf: bytearray, ident: str, entries: List[dict]) -> None:
         pos = end
 
 
-__all__ = ["backups_said_kept", "backups_said_kept_now", "missing_manifests", "said_kept_into", "said_kept_lines", "BUCKET_WORKERS", "CSV_FIELDS", "ChangeLog", "HISTORY", "HISTORY_NAME", "StateFolder", "append_history", "append_rolled_back",
+__all__ = ["BUCKET_KEPT", "append_kept", "bucket_kept_log", "kept_line", "missing_manifest_words", "backups_said_kept", "backups_said_kept_now", "missing_manifests", "said_kept_into", "said_kept_lines", "BUCKET_WORKERS", "CSV_FIELDS", "ChangeLog", "HISTORY", "HISTORY_NAME", "StateFolder", "append_history", "append_rolled_back",
            "bucket_log", "changes_since", "configure_writer", "disk_log", "finite", "history_csv", "history_damage",
            "HistoryPage", "history_files", "history_problems", "history_path", "line_of", "logged_operations", "purge_line", "purge_mark", "purge_reason", "read_history", "read_history_page", "reduce_line", "rolled_back_line", "worker_file_name"]
