@@ -56,9 +56,13 @@ def test_a_link_renamed_over_the_staged_name_is_not_touched_and_the_run_rolls_ba
     # before: 0o640, the original's bits given to the file outside the logdir
     assert stat.S_IMODE(os.lstat(victim).st_mode) == 0o666
     assert open(victim, "rb").read() == b"not the logdir's\n"
-    # the run as it was: the original in place, the link's name at the staged name gone with the rollback
+    # the run as it was: the original in place; the link put at the staged name is not this reduce's
+    # file, so the rollback leaves it where it was put (named in the reason), as any file not its own
     run_files = {k: v for k, v in _files(logdir).items() if not k.startswith(".tb-footprint")}
-    assert run_files == {k: v for k, v in before.items() if not k.startswith(".tb-footprint")}
+    left = {k: v for k, v in run_files.items() if os.path.basename(k).startswith(".footprint-")}
+    assert list(left.values()) == [b"not the logdir's\n"] and os.path.basename(next(iter(left))) in o.reason
+    assert {k: v for k, v in run_files.items() if k not in left} == \
+        {k: v for k, v in before.items() if not k.startswith(".tb-footprint")}
 
 
 def test_another_users_file_put_at_the_staged_name_is_not_taken_over(tmp_path, monkeypatch):
@@ -133,3 +137,33 @@ def test_a_file_put_at_the_staged_name_during_the_verification_is_never_swapped_
     (o,) = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",)).outcomes
     assert (str(o.status), o.code) == ("rolled_back", Failure.REFUSED), o.to_dict()
     assert open(path, "rb").read() == before and os.lstat(path).st_uid == 0
+
+
+def test_a_users_own_file_moved_over_the_staged_name_is_neither_taken_over_nor_removed(tmp_path, monkeypatch):
+    """Review R27 F3: a teammate who may write both folders moves the user's own private file (0600, one
+    name: every property a staged file has) over the staged name. It was given the original's group and
+    bits (the teammate could read it), and the rollback then removed it: its only copy. Now only the
+    file this process made there is taken over or removed; the other stays where it was put, intact."""
+    logdir = tmp_path / "logdir"
+    path = _image_run(logdir / "run")
+    os.chmod(path, 0o640)
+    secret = tmp_path / "logdir" / "notes" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_bytes(b"the user's private notes\n")
+    os.chmod(secret, 0o600)
+    real = transaction.take_over
+    moved_to = []
+
+    def moved(tmp, rec):
+        os.rename(secret, tmp)
+        moved_to.append(tmp)
+        return real(tmp, rec)
+
+    monkeypatch.setattr(transaction, "take_over", moved)
+    (o,) = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",)).outcomes
+    assert (str(o.status), o.code) == ("rolled_back", Failure.REFUSED), o.to_dict()
+    (where,) = moved_to
+    # before: mode 0o640 given to it, then removed by the rollback
+    assert open(where, "rb").read() == b"the user's private notes\n"
+    assert stat.S_IMODE(os.lstat(where).st_mode) == 0o600
+    assert os.path.basename(where) in o.reason, o.reason

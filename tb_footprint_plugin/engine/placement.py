@@ -46,7 +46,8 @@ from tb_footprint_plugin.engine.journal import OpJournal, Rec, copying_path
 from tb_footprint_plugin.engine.putback import at_free_name, begins_with, holds_original
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.files import CHUNK, copy_new, finish_new_file, give_owner, matches, sha256_stream
+from tb_footprint_plugin.engine.staged_ident import staged_still
+from tb_footprint_plugin.storage.files import CHUNK, copy_new, finish_new_file, forget_staged, give_owner, matches, sha256_stream
 from tb_footprint_plugin.storage.regular import open_regular, open_regular_at
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_posix import PosixStore, version_of
@@ -418,9 +419,10 @@ def undo_new_name(ctx: Context, tmp: Optional[str], final: Optional[str], s: Opt
         resume_at(ctx, final, s, beginning, {})
     if tmp:
         with folder_at(ctx, tmp) as at:
-            if at is not None:
+            if at is not None and staged_still(ctx, tmp, s, at):
                 with contextlib.suppress(FileNotFoundError):
                     fsops.unlink(at[1], dir_fd=at[0])
+        forget_staged(ctx.abs(tmp))
     if final and s:
         with folder_at(ctx, final) as at:
             if at is not None and holds_whole(at[1], s, at[0]):

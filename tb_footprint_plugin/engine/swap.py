@@ -29,12 +29,13 @@ from tb_footprint_plugin.engine.placement import (IN_PLACE, copies_begun, folder
                                                   partial_put_back, put_in_place, resume_at, resume_copy, settle_folder, stands_at,
                                                   starts_with, undo_new_name, version_at, version_in)
 from tb_footprint_plugin.engine.relink import Relinks, link_groups
+from tb_footprint_plugin.engine.staged_ident import staged_replaced
 from tb_footprint_plugin.engine.salvage import keep_late_records
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path
 from tb_footprint_plugin.plan.model import Action, RunPlan
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
-from tb_footprint_plugin.storage.files import plausible_id, recorded_owner, sha256_stream
+from tb_footprint_plugin.storage.files import forget_staged, plausible_id, recorded_owner, sha256_stream
 from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256, plausible_mtime_ns
@@ -136,6 +137,7 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
                     raise TransactionError(f"{s['final']}: appeared meanwhile; it would be overwritten")
                 put_in_place(strategy, journal, {"path": s["final"], "sha256": s["sha256"], "size": s["size"]},
                              begun=named, sparse=False)(tmp, final, src_dir_fd=tfd, dst_dir_fd=dfd)
+        forget_staged(tmp)
         dirs.add(os.path.dirname(s["final"]))
         faults.hit("reduce.mid_swap")
     finals = {s["final"] for s in staged}
@@ -221,18 +223,9 @@ def _same_staged(s: dict, st: os.stat_result) -> None:
     change time, recorded with it; untrusted, so only ever a reason to refuse): a file someone who may
     write the run's folder put there during the verification is never renamed into the run
     (review R27 F1's swap half). ``TransactionError`` coded ``refused``: the run rolls back."""
-    if _not_staged(s, st):
+    if staged_replaced(s, st):
         raise TransactionError(f"{s['tmp']}: not the file this reduce staged there (another was put at its name "
                                "since: a folder others may write); not put in place", Failure.REFUSED)
-
-
-def _not_staged(s: dict, st: os.stat_result) -> bool:
-    """Whether ``st`` is not the staged file its record names by inode and change time once taken
-    over (``storage.files.take_over``): a file made at that name since has another change time even
-    where the filesystem gave it the freed inode again. Not the device: a restart may number a
-    filesystem anew, and the name is in the run's own folder."""
-    ident = s.get("ident")
-    return isinstance(ident, list) and len(ident) == 2 and [st.st_ino, st.st_ctime_ns] != ident
 
 
 def _lstat_in(dir_fd: int, name: str) -> Optional[os.stat_result]:
@@ -1156,7 +1149,7 @@ def roll_forward(ctx: Context, records: List[dict]) -> bool:
             return False
         with folder_at(ctx, s["tmp"]) as at:  # another file put at a staged name: rolled back, never put in place
             st = _lstat_in(at[0], at[1]) if at is not None else None
-        if st is not None and _not_staged(s, st):
+        if st is not None and staged_replaced(s, st):
             return False
     plan = records[0]["plan"]
     rp = RunPlan(run=plan["run"], bytes_before=plan["bytes_before"],

@@ -14,7 +14,7 @@ import os
 import shutil
 import stat
 import tempfile
-from typing import BinaryIO, Optional, Tuple
+from typing import BinaryIO, Dict, Optional, Tuple
 
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.storage.sparse import SparseWriter
@@ -121,7 +121,9 @@ def take_over(path: str, rec: dict) -> Tuple[int, int]:
         # to a file outside the logdir over the staged name after its checks; the file
         # ``open_staged`` made is a regular file of this user's, of one name, owner-only until here
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        made = staged_here(path)
+        if made is not None and (st.st_dev, st.st_ino) != made or not stat.S_ISREG(st.st_mode) \
+                or st.st_nlink != 1 or st.st_uid != os.geteuid() or st.st_mode & 0o077:
             raise StagedReplaced(errno.EPERM, "not the file this reduce staged there (a link to another file, or "
                                  "another user's file, was put at its name: a folder others may write); not touched",
                                  path)
@@ -337,12 +339,32 @@ def create_new(path: str, mode: int = 0o600) -> int:
     raise FileExistsError(errno.EEXIST, "not created", path)  # pragma: no cover
 
 
+#: (device, inode) of each staged file this process made (``open_staged``), by absolute path, until
+#: it is swapped in or undone (``forget_staged``): its name is in a folder others may write, so the
+#: file found there later is acted on only while it is this one (review R27 F1/F3)
+_STAGED: Dict[str, Tuple[int, int]] = {}
+
+
+def staged_here(path: str) -> Optional[Tuple[int, int]]:
+    """(device, inode) of the staged file this process made at ``path`` and still owns; None when it
+    made none there (another process's, before a restart: the journal's records tell then)."""
+    return _STAGED.get(os.path.abspath(path))
+
+
+def forget_staged(path: str) -> None:
+    """The staged file at ``path`` is swapped in or undone: no longer this process's to look for."""
+    _STAGED.pop(os.path.abspath(path), None)
+
+
 def open_staged(path: str) -> BinaryIO:
     """A buffered write file made anew at ``path`` (``create_exclusive``: never through a link or
     over a file standing there), owner-only while it is written: another user who may read (or,
     in a team folder with umask 002, write) the original must not open it meanwhile and keep that
     descriptor past the swap. ``take_over`` gives it the original's owner and bits at the end."""
-    return os.fdopen(create_exclusive(path, 0o600), "wb")
+    fd = create_exclusive(path, 0o600)
+    st = os.fstat(fd)
+    _STAGED[os.path.abspath(path)] = (st.st_dev, st.st_ino)
+    return os.fdopen(fd, "wb")
 
 
 def create_exclusive(path: str, mode: int = 0o600, dir_fd: Optional[int] = None) -> int:
@@ -438,4 +460,4 @@ def copy_file(src: str, dst: str) -> None:
 __all__ = ["CHUNK", "hash_count_sparse", "sha256_stream", "sha256_file", "matches", "is_regular", "fsync_file",
            "fsync_dir", "private_folder", "atomic_write", "atomic_write_json", "create_json", "append_line", "copy_file", "create_new", "create_exclusive", "unlink_if_same", "copy_new",
            "CopyMismatch", "plausible_id", "permission_bits", "take_over", "open_staged",
-           "StagedReplaced"]
+           "StagedReplaced", "staged_here", "forget_staged"]
