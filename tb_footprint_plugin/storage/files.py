@@ -343,6 +343,9 @@ def create_new(path: str, mode: int = 0o600) -> int:
 #: it is swapped in or undone (``forget_staged``): its name is in a folder others may write, so the
 #: file found there later is acted on only while it is this one (review R27 F1/F3)
 _STAGED: Dict[str, Tuple[int, int]] = {}
+#: the most remembered at once (the oldest goes first): memory flat however many files a process
+#: stages; a reduce's few files in flight are the newest
+STAGED_REMEMBERED = 4096
 
 
 def staged_here(path: str) -> Optional[Tuple[int, int]]:
@@ -364,6 +367,8 @@ def open_staged(path: str) -> BinaryIO:
     fd = create_exclusive(path, 0o600)
     st = os.fstat(fd)
     _STAGED[os.path.abspath(path)] = (st.st_dev, st.st_ino)
+    if len(_STAGED) > STAGED_REMEMBERED:  # a transform's output outside a reduce is never forgotten
+        _STAGED.pop(next(iter(_STAGED)), None)
     return os.fdopen(fd, "wb")
 
 
