@@ -27,8 +27,7 @@ from typing import Dict, List, Optional, Tuple
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.storage import jsondoc
 from tb_footprint_plugin.storage.remote import ObjectInfo
-from tb_footprint_plugin.storage.store import (METADATA_LIMITS, READ_ALL_LIMIT, Copied, Entry, StoreFailure, check_key,
-                                               checked_headers)
+from tb_footprint_plugin.storage.store import READ_ALL_LIMIT, Copied, Entry, StoreFailure, check_key, checked_headers
 from tb_footprint_plugin.storage.store_object import ObjectStore, info_of, listing_of
 
 #: the ``BucketState`` of the stores used last (``BucketState.of``), by ``id`` of the store;
@@ -324,12 +323,12 @@ HEADERS = "headers"
 
 def entry_headers(f: dict, protocol: str) -> Tuple[Optional[dict], str]:
     """The headers a file entry (untrusted) records, as they may be sent to the store of
-    ``protocol`` (``checked_headers`` within its metadata limit): ``(headers, "")``; ``(None, "")``
+    ``protocol`` (``checked_headers``, that store's rule): ``(headers, "")``; ``(None, "")``
     when it records none; ``(None, why)`` when its record is refused (never sent)."""
     doc = f.get(HEADERS) if isinstance(f, dict) else None
     if doc is None:
         return None, ""
-    headers, why, _ = checked_headers(doc, METADATA_LIMITS.get(protocol, min(METADATA_LIMITS.values())))
+    headers, why, _ = checked_headers(doc, protocol)
     return headers, why
 
 

@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar
 
 from tb_footprint_plugin.codes import StoreError
-from tb_footprint_plugin.storage.store import METADATA_LIMITS, RangeReader, checked_headers
+from tb_footprint_plugin.storage.store import RangeReader, checked_headers
 
 #: The bytes one ranged GET asks for when streaming an event file (the record reader's chunk).
 READ_CHUNK = 1 << 20
@@ -371,9 +371,9 @@ def _field(obj, name: str):
 
 def said_headers(protocol: str, content_type, metadata) -> Optional[dict]:
     """An object's Content-Type and user metadata as a store said them, in ``checked_headers``'
-    shape within the store's limit; None when they break it (recorded as not known, never sent)."""
+    shape for that store; None when they break its rule (recorded as not known, never sent)."""
     doc = {"content_type": content_type or None, "metadata": {str(k): str(v) for k, v in (metadata or {}).items()}}
-    return checked_headers(doc, METADATA_LIMITS.get(protocol, min(METADATA_LIMITS.values())))[0]
+    return checked_headers(doc, protocol)[0]
 
 
 def _listed_headers(protocol: str, info: dict) -> Optional[dict]:

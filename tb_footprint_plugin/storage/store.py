@@ -122,13 +122,21 @@ def _printable(s: str) -> bool:
     return not any(ord(c) < 0x20 or ord(c) == 0x7f for c in s)
 
 
-def checked_headers(doc, limit: int = min(METADATA_LIMITS.values())) -> "Tuple[Optional[dict], str, Optional[StoreError]]":
+#: the stores whose metadata values travel as HTTP headers (ASCII only; S3 says others RFC 2047
+#: encoded, in ASCII); GCS takes UTF-8 values in its JSON object resource
+ASCII_METADATA = frozenset({"s3", "az"})
+
+
+def checked_headers(doc, protocol: Optional[str] = None) -> "Tuple[Optional[dict], str, Optional[StoreError]]":
     """``doc`` (untrusted: a manifest's record, or what a store said of an object) as an object's
-    headers, ``({"content_type": str or None, "metadata": {str: str}}, "", None)``, or ``(None,
-    why, code)`` when it is not that (``NOT_SUPPORTED``: a control character, an empty or non-token
-    metadata key, another field) or larger than a store takes (``TOO_LARGE``: ``limit``, its user
-    metadata in UTF-8, keys and values; a Content-Type past ``CONTENT_TYPE_LIMIT``): the one rule
-    of what is recorded and what is ever sent."""
+    headers for the store of ``protocol`` (``s3``, ``gcs``, ``az``; None: the strictest),
+    ``({"content_type": str or None, "metadata": {str: str}}, "", None)``, or ``(None, why, code)``
+    when it is not that (``NOT_SUPPORTED``: a control character, a value the store's headers cannot
+    carry, an empty or non-token metadata key, another field) or larger than the store takes
+    (``TOO_LARGE``: its ``METADATA_LIMITS``, user metadata in UTF-8, keys and values; a
+    Content-Type past ``CONTENT_TYPE_LIMIT``): the one rule of what is recorded and what is ever sent."""
+    limit = METADATA_LIMITS.get(protocol or "", min(METADATA_LIMITS.values()))
+    ascii_only = protocol not in METADATA_LIMITS or protocol in ASCII_METADATA
     if not isinstance(doc, dict) or set(doc) - set(HEADER_KEYS):
         return None, "not a record of an object's Content-Type and metadata", StoreError.NOT_SUPPORTED
     ct, md = doc.get("content_type"), doc.get("metadata")
@@ -142,7 +150,8 @@ def checked_headers(doc, limit: int = min(METADATA_LIMITS.values())) -> "Tuple[O
     size = 0
     for k, v in md.items():
         if not isinstance(k, str) or not isinstance(v, str) or not k or \
-                not all(c.isascii() and (c.isalnum() or c in "-_.") for c in k) or not _printable(v):
+                not all(c.isascii() and (c.isalnum() or c in "-_.") for c in k) or not _printable(v) or \
+                (ascii_only and not v.isascii()):
             return None, f"its metadata {str(k)[:40]!r} is not a header name and value", StoreError.NOT_SUPPORTED
         size += len(k.encode()) + len(v.encode())
     if size > limit:
@@ -672,6 +681,6 @@ class ThrottledStore(Wrapper):
                 self.bucket.take(n)
 
 
-__all__ = ["CLOCK_SKEW", "CONTENT_TYPE_LIMIT", "METADATA_LIMITS", "checked_headers", "Capabilities", "Copied", "CountingStore", "DeleteResult", "Entry", "RangeReader", "READ_ALL_LIMIT", "ReplaceResult",
+__all__ = ["ASCII_METADATA", "CLOCK_SKEW", "CONTENT_TYPE_LIMIT", "METADATA_LIMITS", "checked_headers", "Capabilities", "Copied", "CountingStore", "DeleteResult", "Entry", "RangeReader", "READ_ALL_LIMIT", "ReplaceResult",
            "STREAM_PART", "Store", "StoreFailure", "StoreStats", "ThrottledStore", "TMP_PREFIX", "VERBS", "Wrapper", "unwrapped",
            "check_key"]

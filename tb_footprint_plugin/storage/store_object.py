@@ -34,8 +34,8 @@ from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.storage.remote import (ObjectInfo, RemoteError, RemoteFS, content_checksums, is_bucket_url,
                                                 protocol_of)
-from tb_footprint_plugin.storage.store import (METADATA_LIMITS, READ_ALL_LIMIT, STREAM_PART, TMP_PREFIX, Capabilities,
-                                               Copied, DeleteResult, Entry, RangeReader, ReplaceResult, Source, Store,
+from tb_footprint_plugin.storage.store import (READ_ALL_LIMIT, STREAM_PART, TMP_PREFIX, Capabilities, Copied,
+                                               DeleteResult, Entry, RangeReader, ReplaceResult, Source, Store,
                                                StoreFailure, check_key, checked_headers, on_a_new_line, unwrapped)
 
 #: names of uploads in progress (a streaming put conditional on a version stages here, then copies); never listed
@@ -262,12 +262,11 @@ class ObjectStore(Store):
                      checksums=content_checksums(info), headers=info.headers)
 
     def _headers(self, key: str, headers: Optional[dict]) -> Optional[dict]:
-        """``headers`` to set on ``key`` as ``checked_headers`` takes them for this store (its
-        metadata limit): what is sent is never more, nor anything else (its code, ``TOO_LARGE`` or
+        """``headers`` to set on ``key`` as ``checked_headers`` takes them for this store: what is sent is never more, nor anything else (its code, ``TOO_LARGE`` or
         ``NOT_SUPPORTED``, and nothing written); None: none given (the store's defaults)."""
         if headers is None:
             return None
-        got, why, code = checked_headers(headers, METADATA_LIMITS.get(self.rfs.protocol, min(METADATA_LIMITS.values())))
+        got, why, code = checked_headers(headers, self.rfs.protocol)
         if got is None:
             raise StoreFailure(code or StoreError.NOT_SUPPORTED, key, f"its headers are not sent: {why}; nothing written")
         return got

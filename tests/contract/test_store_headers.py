@@ -3,7 +3,7 @@ declared, an object written with a Content-Type and user metadata (``put``, ``pu
 file with its whole checksum) has them, as ``stat`` says, a listing says where its store's does (GCS,
 Azure; an S3 listing says none: None, not known, never "none"), a server-side copy keeps them and a
 record a store does not take is refused before anything is sent (``TOO_LARGE`` past its size,
-``NOT_SUPPORTED`` for what is no header; nothing written);
+``NOT_SUPPORTED`` for what is no header, or a value its headers cannot carry; nothing written);
 where it is not (a folder), ``stat`` says none."""
 from contract_stores import buckets, store  # noqa: F401 - the store fixtures
 from tb_footprint_plugin.codes import StoreError
@@ -41,3 +41,16 @@ def test_headers_are_set_said_and_copied_where_the_store_keeps_them(store, tmp_p
         else:
             raise AssertionError(f"sent {bad}")
         assert store.stat("h/bad") is None
+    # a value S3's and Azure's headers cannot carry (not ASCII) is refused there; GCS takes UTF-8
+    uni = {"content_type": None, "metadata": {"team": "v\u00efsion"}}
+    if store.scheme == "gs":
+        store.put("h/uni", b"u", headers=uni)
+        assert store.stat("h/uni").headers["metadata"] == uni["metadata"]  # (no type given: the default)
+    else:
+        try:
+            store.put("h/uni", b"u", headers=uni)
+        except StoreFailure as err:
+            assert err.code == StoreError.NOT_SUPPORTED, err
+        else:
+            raise AssertionError(f"sent {uni}")
+        assert store.stat("h/uni") is None
