@@ -11,10 +11,9 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Outcome, Skip
 from tb_footprint_plugin.engine.bucket_batch import reduce_batch
-from tb_footprint_plugin.engine.bucket_state import STORE_FAILURES, BucketState, BucketVault, failure_code
+from tb_footprint_plugin.engine.bucket_state import STORE_FAILURES, BucketVault, failure_code
 from tb_footprint_plugin.engine.bucket_rewrite import reduce_rewrite_run
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome
-from tb_footprint_plugin.engine.history import append_kept, kept_line
 from tb_footprint_plugin.plan.cost import BATCH_RUNS
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.remote import ObjectInfo
@@ -116,24 +115,9 @@ def reduce_runs(ostore: ObjectStore, vault: BucketVault, rps: List, listing: Dic
                                    (lambda step, frac, run=rp.run: progress(run, step, frac)),
                                    readers_root=readers))
 
-    try:
-        _rewrite_all(heavy, rewrite, jobs, cancel)
-    finally:
-        _witness(ostore, vault, [outcomes[rp.run] for rp in heavy if rp.run in outcomes])
+    # each rewrite transaction writes its witness itself, before its journal goes (``bucket_rewrite``)
+    _rewrite_all(heavy, rewrite, jobs, cancel)
     return [outcomes[rp.run] for rp in rps]
-
-
-def _witness(ostore: ObjectStore, vault: BucketVault, outs: List[RunOutcome]) -> None:
-    """With a blob folder, the rewrite transactions verified appended to the bucket's witness in one
-    append for all of them (``history.append_kept``; each transaction's journal closed by then, so
-    none is rolled back after), never one a run: once a manifest object is gone the witness still
-    names its operation and no forget lets a blob go (review R26 F1). Refused: said in each outcome."""
-    verified = [o for o in outs if o.status == Outcome.VERIFIED and o.op_id]
-    if vault.blobs is None or not verified:
-        return
-    said = append_kept(BucketState.of(ostore).logdir_store(), [kept_line(o.op_id, "reduce", o.run) for o in verified])
-    for o in verified if said else ():
-        o.reason = f"{o.reason}; {said}" if o.reason else said
 
 
 def _rewrite_all(heavy: List, rewrite: Callable, jobs: int, cancel: CancelToken) -> None:

@@ -61,7 +61,7 @@ from tb_footprint_plugin.engine.bucket_blobs import (
     is_blob_entry,
     missing_blobs,
 )
-from tb_footprint_plugin.engine.history import append_rolled_back, rolled_back_line
+from tb_footprint_plugin.engine.history import append_kept, append_rolled_back, kept_line, rolled_back_line
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
     BucketState,
@@ -389,6 +389,14 @@ class ObjectReduce(txn.Txn):
         out.bytes_after = self.bytes_after
         out.removed_files = [f["path"] for f in files if not in_place(f)]
         out.created_files = [f["final"] for f in files if f.get("tmp")]
+        if self.vault.blobs is not None:
+            # its witness before its journal goes (a kill in between: the start that finishes it
+            # writes it, once), never after: a command's later kill left the runs it had closed
+            # unwitnessed (review R27 F4); once a manifest object is gone, the witness still names
+            # its operation and no forget lets a blob go (review R26 F1)
+            said = append_kept(BucketState.of(self.ostore).logdir_store(), [kept_line(self.op_id, "reduce", rp.run)])
+            if said:
+                out.reason = f"{out.reason}; {said}" if out.reason else said
         ours = unlock_versions(self.lock)
         self.jnl.close(also=[self.lock.path] if ours else [], versions=ours)
 

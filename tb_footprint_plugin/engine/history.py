@@ -1018,7 +1018,13 @@ def bucket_kept_log(store: Store) -> ChangeLog:
     ``bucket_log``: the bucket's history and a shard partition read reductions from their manifests,
     and a line of every reduce there would show and count each twice. A blob folder only: server-side
     copies are each operation's own keys, which no other operation's purge deletes."""
-    return ChangeLog(store, BUCKET_KEPT, workers=f"{BUCKET_KEPT}/shards")
+    # sealed at 1 MiB (~8,000 lines): a bucket's append rewrites the object whole, so a witness of
+    # 100,000 operations would be rewritten at 13 MB an append (#28); its sealed pieces are read with it
+    return ChangeLog(store, BUCKET_KEPT, workers=f"{BUCKET_KEPT}/shards", limit=KEPT_LOG_LIMIT)
+
+
+#: the largest piece of a bucket's witness an append rewrites (``bucket_kept_log``)
+KEPT_LOG_LIMIT = 1 << 20
 
 
 def kept_line(op_id: str, kind: str, run: str) -> dict:
@@ -1027,14 +1033,17 @@ def kept_line(op_id: str, kind: str, run: str) -> dict:
     return {"time": time.time(), "op_id": op_id, "kind": kind, "run": run, "outcome": str(Outcome.VERIFIED)}
 
 
-def append_kept(store: Store, lines: List[dict]) -> Optional[str]:
+def append_kept(store: Store, lines: List[dict], *, once: bool = False) -> Optional[str]:
     """Append ``lines`` (``kept_line``) to the bucket logdir's witness in one append (a head, a read
-    and a conditional put; none when there is no line). A store that refuses it is said, never
-    raised (the operations stand; only their witness is not written): returned, None when written."""
+    and a conditional put; none when there is no line); ``once``: only those whose operation has no
+    verified line yet (``ChangeLog.append_once``: a start finishing an operation whose process may
+    have written it before it was killed). A store that refuses it is said, never raised (the
+    operations stand; only their witness is not written): returned, None when written."""
     if not lines:
         return None
     try:
-        bucket_kept_log(store).append_lines(lines)
+        log = bucket_kept_log(store)
+        log.append_once(lines) if once else log.append_lines(lines)
     except StoreFailure as e:
         return f"the witness of its verified operation(s) was not written ({e})"
     return None
@@ -1241,6 +1250,6 @@ def _sift(buf: bytearray, ident: str, entries: List[dict]) -> None:
         pos = end
 
 
-__all__ = ["BUCKET_KEPT", "append_kept", "bucket_kept_log", "kept_line", "missing_manifest_words", "backups_said_kept", "backups_said_kept_now", "missing_manifests", "said_kept_into", "said_kept_lines", "BUCKET_WORKERS", "CSV_FIELDS", "ChangeLog", "HISTORY", "HISTORY_NAME", "StateFolder", "append_history", "append_rolled_back",
+__all__ = ["BUCKET_KEPT", "KEPT_LOG_LIMIT", "append_kept", "bucket_kept_log", "kept_line", "missing_manifest_words", "backups_said_kept", "backups_said_kept_now", "missing_manifests", "said_kept_into", "said_kept_lines", "BUCKET_WORKERS", "CSV_FIELDS", "ChangeLog", "HISTORY", "HISTORY_NAME", "StateFolder", "append_history", "append_rolled_back",
            "bucket_log", "changes_since", "configure_writer", "disk_log", "finite", "history_csv", "history_damage",
            "HistoryPage", "history_files", "history_problems", "history_path", "line_of", "logged_operations", "purge_line", "purge_mark", "purge_reason", "read_history", "read_history_page", "reduce_line", "rolled_back_line", "worker_file_name"]

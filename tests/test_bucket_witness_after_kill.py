@@ -1,0 +1,62 @@
+"""Review R27 F4 (on R26 F1's bucket half): a bucket reduce into a local blob folder killed after its commit record
+and before its witness line was written (the batch's append, or a rewrite transaction's) is finished by the next
+start, which now writes the witness line of each operation it finishes (once). Before, it wrote none: once that
+run's manifest object went missing, a copied run's purge deleted the shared blobs, its only copy, as before the
+witness existed. A rewrite transaction now writes its line before its journal goes (a kill later in the command
+left every run it had finished unwitnessed). A real SIGKILL of the CLI at the witness append, on moto."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers_cli import cli_env
+from test_bucket_missing_manifest_keeps_shared_blobs import DROP, _json, _logdir, _manifest_key, _missing, _ops
+
+KILLED_AT_THE_WITNESS = r'''
+import os, signal, sys
+from tb_footprint_plugin.engine import bucket_batch, bucket_reduce, bucket_rewrite
+def killed(*a, **k):
+    os.kill(os.getpid(), signal.SIGKILL)
+for m in (bucket_batch, bucket_reduce, bucket_rewrite):  # wherever a reduce writes its witness
+    if hasattr(m, "append_kept"):
+        m.append_kept = killed
+from tb_footprint_plugin import cli
+sys.exit(cli.main(sys.argv[1:]))
+'''
+
+
+@pytest.mark.parametrize("policy_name", ["drop", "archive"])  # a batch; each run its own rewrite transaction
+def test_a_reduce_killed_at_its_witness_is_witnessed_by_the_start_that_finishes_it(s3_bucket, tmp_path, capsys,
+                                                                                   policy_name):
+    src = _logdir(tmp_path / "src")
+    url = s3_bucket.upload(src, "logs")
+    want = s3_bucket.hashes("logs", skip=(".tb-footprint/",))
+    vault = str(tmp_path / "vault")
+    policy = tmp_path / "drop.json"
+    policy.write_text(json.dumps(DROP))
+    pol = str(policy) if policy_name == "drop" else "archive"
+    ops = _ops(_json(capsys, "reduce", url, "--run", "x", "--backup-dir", vault, "--policy", pol, "--yes",
+                     "--quiet-period", "0", "--verify", "python"))
+    p = subprocess.run([sys.executable, "-c", KILLED_AT_THE_WITNESS, "reduce", url, "--run", "w", "--backup-dir", vault,
+                        "--policy", pol, "--yes", "--quiet-period", "0", "--verify", "python"],
+                       env=cli_env(), capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert p.returncode == -9, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    rec = _json(capsys, "recover", url, "--backup-dir", vault)
+    done = [o for o in rec if o.get("action") == "completed"]
+    assert [r["run"] for o in done for r in o.get("runs", [])] == ["w"], rec
+    ops["w"] = done[0]["runs"][0]["op_id"]
+    key = _manifest_key(s3_bucket, ops["w"])
+    kept_aside = s3_bucket.fs.cat_file(key)
+    s3_bucket.fs.rm(key)  # w's manifest object deleted by hand
+    s3_bucket.fs.invalidate_cache()
+    (f,) = _missing(capsys, url, vault)  # before: nothing said, nothing named the operation
+    assert f["op_id"] == ops["w"], f
+    _json(capsys, "purge", url, "--run", "x", "--backup-dir", vault, "--yes")
+    s3_bucket.fs.pipe_file(key, kept_aside)
+    s3_bucket.fs.invalidate_cache()
+    doc = _json(capsys, "restore", url, "--run", "w", "--backup-dir", vault, "--yes")
+    assert [o["status"] for o in doc] == ["restored"], doc  # before: backup damaged or missing
+    now = s3_bucket.hashes("logs", skip=(".tb-footprint/",))
+    assert {k: v for k, v in now.items() if k.startswith("w/")} == {k: v for k, v in want.items() if k.startswith("w/")}
