@@ -8,8 +8,8 @@ restore from a local blob folder (``--backup-dir``) uploaded the original's byte
 reduce records both in the manifest entry (from the listing on GCS and Azure, a head of the
 rewritten original on S3) and writes the reduced object with them, in both backup forms; a restore
 from server-side copies keeps them (the copies do). Each is read back through the store's own
-client (not the tool's), after the reduce and after the restore. (A restore from a blob folder:
-``test_bucket_blob_restore_says_metadata``.)
+client (not the tool's), after the reduce and after the restore; a restore from a blob folder
+uploads the original with what its manifest entry recorded.
 """
 import pytest
 
@@ -97,6 +97,12 @@ def test_a_rewritten_object_keeps_its_content_type_and_metadata_reduced_and_rest
     assert "Content-Type" not in r.reason, r.reason
 
 
-def test_a_rewritten_object_keeps_its_content_type_and_metadata_reduced_with_a_blob_folder(
+def test_a_rewritten_object_keeps_its_content_type_and_metadata_reduced_and_restored_from_a_blob_folder(
         bucket, rewrite_logdir, tmp_path):
-    _reduced(bucket, rewrite_logdir, "hd-blobs", str(tmp_path / "blobs"))
+    backup_dir = str(tmp_path / "blobs")
+    url, ev, before = _reduced(bucket, rewrite_logdir, "hd-blobs", backup_dir)
+    (r,) = api.restore(url, run=RUN, backup_dir=backup_dir)
+    assert r.status == Outcome.RESTORED, (r.status, r.reason)
+    assert _logdir_hashes(bucket, "hd-blobs") == before
+    assert headers(bucket, f"hd-blobs/{ev}") == WANT  # uploaded with what its manifest entry recorded
+    assert "not given back" not in r.reason, r.reason

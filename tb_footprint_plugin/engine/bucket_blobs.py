@@ -57,6 +57,7 @@ from typing import Callable, Dict, FrozenSet, Iterator, List, Optional, Set, Tup
 
 from tb_footprint_plugin.codes import BlobError, Failure, Skip, StoreError
 from tb_footprint_plugin.engine import manifest
+from tb_footprint_plugin.engine.bucket_objects import HEADERS, entry_headers
 from tb_footprint_plugin.engine.bucket_blob_claims import FreshNotes, noting_in
 from tb_footprint_plugin.engine.bucket_identity import BLOB_OWNER, claimed_here, dropped_claims, entry_claimed, let_go_owner
 from tb_footprint_plugin.engine.catalogue_rules import entry_released
@@ -153,7 +154,8 @@ def _fetch(ostore: ObjectStore, f: dict, work: str, n: int) -> Tuple[str, Callab
     store gives one, the MD5 it computed for the planned version: anything else changed since."""
     size = int(f["size"])
     h, md5 = hashlib.sha256(), hashlib.md5()
-    reader = BucketState.of(ostore).open_read(ostore.path(f["path"]), size) if size else io.BytesIO(b"")
+    # its first read says the object's headers where the listing did not (S3: the GET answers them)
+    reader = BucketState.of(ostore).open_read(ostore.path(f["path"]), size, headers=True) if size else io.BytesIO(b"")
     buf = io.BytesIO() if size <= IN_MEMORY else None
     path = os.path.join(work, f"{n:06d}.orig")
     got = 0
@@ -170,6 +172,9 @@ def _fetch(ostore: ObjectStore, f: dict, work: str, n: int) -> Tuple[str, Callab
     want = (f.get("checksums") or {}).get("md5")
     if got != size or (want and want != base64.b64encode(md5.digest()).decode("ascii")):
         raise BucketTxnError(Skip.NOT_IN_PLAN, f"{f['path']}: changed while it was read for its backup")
+    said = getattr(reader, "headers", None)
+    if said is not None and f.get(HEADERS) is None:  # the blob keeps bytes only: the entry records these
+        f[HEADERS] = said
     if data is not None:
         return h.hexdigest(), lambda: io.BytesIO(data)
     return h.hexdigest(), lambda: open(path, "rb")
@@ -274,17 +279,21 @@ def put_back(ostore: ObjectStore, vault: BucketVault, f: dict, *, if_version: Op
         raise BucketTxnError(Failure.REFUSED, f"{f['path']}: names a blob of {bv.folder} this logdir did not add")
     orig = ostore.path(f["path"])
     size = int(f["size"])
+    # the Content-Type and user metadata its entry recorded, set by the upload (a record refused is
+    # never sent: the restore's words name it, ``bucket_putback.headers_said``)
+    headers, _ = entry_headers(f, ostore.protocol)
     try:
         if size <= IN_MEMORY:
             with bv.store.open(sha) as src:
                 data = src.read()
             if len(data) != size:
                 raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: its blob holds {len(data)} bytes, not {size}")
-            token = BucketState.of(ostore).put(orig, data, if_absent=if_version is None, if_version=if_version)
+            token = BucketState.of(ostore).put(orig, data, if_absent=if_version is None, if_version=if_version,
+                                               headers=headers)
             if token == hashlib.md5(data).hexdigest():
                 return  # S3's ETag of a single-part put is the MD5 of what it stored: these bytes
         else:
-            _put_back_large(ostore, vault, bv, f, sha, orig, if_version)
+            _put_back_large(ostore, vault, bv, f, sha, orig, if_version, headers)
     except BlobFailure as e:
         raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: its backup in {bv.folder} does not read back "
                              f"({e}); nothing was written") from None
@@ -294,9 +303,10 @@ def put_back(ostore: ObjectStore, vault: BucketVault, f: dict, *, if_version: Op
 
 
 def _put_back_large(ostore: ObjectStore, vault: BucketVault, bv: BlobVault, f: dict, sha: str, orig: str,
-                    if_version: Optional[str]) -> None:
+                    if_version: Optional[str], headers: Optional[dict] = None) -> None:
     """A large original back: verified into a scratch file, uploaded under a temporary key of the
-    vault, then copied over its key with the condition (a bucket's only conditional large write)."""
+    vault with ``headers``, then copied over its key with the condition (a bucket's only
+    conditional large write; the copy keeps the headers)."""
     tmp = f"{vault.root}/tmp/put-back/{sha}"
     with scratch.scratch("bucket-restore", scratch.system_root()) as work:
         local = os.path.join(work, "orig")
@@ -306,7 +316,7 @@ def _put_back_large(ostore: ObjectStore, vault: BucketVault, bv: BlobVault, f: d
                 if not b:
                     break
                 out.write(b)
-        BucketState.of(ostore).put_file(tmp, local)
+        BucketState.of(ostore).put_file(tmp, local, headers=headers)
     try:
         BucketState.of(ostore).copy(tmp, orig, if_absent=if_version is None, if_version=if_version, size=int(f["size"]))
     finally:

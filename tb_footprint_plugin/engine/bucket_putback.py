@@ -8,7 +8,8 @@ and purge leaves its copies alone. Neither is ever undone (no rollback record): 
 the journal goes if nothing was put back yet (the run is as it was), else it stays with its locks
 and the next start finishes the put-back (``settle_failed_journal``). At the end the locks are no
 longer renewed and deleted, unless the journal stands. Written once here (``duplicates --change``
-found the two copies).
+found the two copies). And a restore's words on what of each object's headers went back with
+it from a blob folder (``headers_said``).
 """
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ import contextlib
 import contextvars
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
-from tb_footprint_plugin.codes import Failure, StoreError
+from tb_footprint_plugin.codes import Failure, Finding, StoreError
 from tb_footprint_plugin.engine import txn
 from tb_footprint_plugin.engine.bucket_blob_index import collect
+from tb_footprint_plugin.engine.bucket_objects import entry_headers
 from tb_footprint_plugin.engine.bucket_blobs import is_blob_entry
 from tb_footprint_plugin.engine.bucket_purge_journal import purge_journal_first, renew
 from tb_footprint_plugin.engine.bucket_state import (
@@ -321,5 +323,43 @@ class ObjectPutBack(PutBackHold, txn.PutBack):
         self.let_go()
 
 
-__all__ = ["ObjectPutBack", "PutBackHold", "beside_at_free_name", "copy_keys", "delete_copies", "drop_journal",
-           "forget_unnamed", "forgets_at_end", "LateForgets", "release_note", "release_restored", "settle_failed_journal", "store_delete_batch"]
+#: what of an object's headers no backup form records (a blob folder keeps bytes, the manifest its
+#: Content-Type and user metadata; a server-side copy keeps them all): said where a blob went back
+NOT_RECORDED_HEADERS = "Content-Encoding, Content-Disposition, Content-Language, Cache-Control and tags"
+
+
+def headers_said(ostore: ObjectStore, m: dict, out: RunOutcome) -> str:
+    """The restore's words on the headers of the objects it put back from a local blob folder
+    (review R26 F5; a server-side copy back keeps every header its backup copy kept, and is said
+    nothing of): each uploaded with the Content-Type and user metadata its manifest entry recorded
+    (``bucket_objects.entry_headers``, the rule ``bucket_blobs.put_back`` sends them by); an entry
+    that records none (a manifest of an older version, an S3 object of no bytes) or whose record is
+    refused (larger than the store takes, not a header: ``Finding.BAD_RECORD`` noted on the
+    outcome, never sent) is named with what it did not get back. '' when no blob went back."""
+    back = set(out.created_files)
+    blobs = [f for f in m.get("files") or [] if isinstance(f, dict) and is_blob_entry(f) and f.get("path") in back]
+    if not blobs:
+        return ""
+    unknown: List[str] = []
+    refused: List[Tuple[str, str]] = []
+    for f in blobs:
+        headers, why = entry_headers(f, ostore.protocol)
+        if why:
+            refused.append((f["path"], why))
+        elif headers is None:
+            unknown.append(f["path"])
+    said = (f"; from the local blob folder each object went back with the Content-Type and user metadata "
+            f"recorded at its reduce; its {NOT_RECORDED_HEADERS} are not recorded there: the store's defaults")
+    if unknown:
+        said += (f"; {len(unknown)} object(s) have no Content-Type or user metadata recorded (a manifest of an "
+                 f"older version, or an S3 object of no bytes, which no read answered them for): theirs are not "
+                 f"given back (the store's defaults), e.g. {unknown[0]}")
+    if refused:
+        out.found(Finding.BAD_RECORD, [p for p, _ in refused])
+        said += (f"; {len(refused)} object(s) record headers that are not sent ({refused[0][1]}): their Content-Type "
+                 f"and user metadata are not given back, e.g. {refused[0][0]}")
+    return said
+
+
+__all__ = ["NOT_RECORDED_HEADERS", "ObjectPutBack", "PutBackHold", "beside_at_free_name", "copy_keys", "delete_copies", "drop_journal",
+           "forget_unnamed", "forgets_at_end", "headers_said", "LateForgets", "release_note", "release_restored", "settle_failed_journal", "store_delete_batch"]

@@ -27,7 +27,8 @@ from tb_footprint_plugin.engine.bucket_blobs import blobs_of, check_entry, is_bl
 from tb_footprint_plugin.engine.bucket_moved import MOVED_FROM, marked_afresh, not_ours_refusal, outside_words, restore_doc
 from tb_footprint_plugin.engine.bucket_kept import (grown_key, journaled_standing, keep_grown, keep_standing, late_from_kept,
                                                     standing_record)
-from tb_footprint_plugin.engine.bucket_putback import ObjectPutBack
+from tb_footprint_plugin.engine.bucket_objects import HEADERS
+from tb_footprint_plugin.engine.bucket_putback import ObjectPutBack, headers_said
 from tb_footprint_plugin.engine.bucket_state import (STORE_FAILURES, BucketState, BucketTxnError, BucketVault, journal_path,
                                                      lock_runs, must_delete, must_delete_versioned, new_journal, now_s,
                                                      run_listing, run_prefix, vault_url)
@@ -57,7 +58,7 @@ def restore_journal(ostore: ObjectStore, vault: BucketVault, manifest: dict, kin
     """The journal a restore of ``manifest`` writes before its first put-back: the operation, the
     run and every file to put back with its backup key (from the manifest, already checked to be
     keys of the logdir and of the vault's blobs)."""
-    keep = ("path", "backup", "action", "size", "final", "checksums", "kept_in", "sha256")
+    keep = ("path", "backup", "action", "size", "final", "checksums", "kept_in", "sha256", HEADERS)
     return {"op": manifest["op_id"], "kind": kind, "run": run, "logdir": ostore.url, "vault": vault.root,
             "step": "restoring", "created": now_s(), "takes_along": list(takes_along or []),
             "files": [{k: f[k] for k in keep if f.get(k) is not None} for f in manifest["files"]]}
@@ -382,11 +383,7 @@ class ObjectRestore(ObjectPutBack):
         out.code = restore_code(displaced, Finding.MTIME_NOT_KEPT, left_in_vault=conflicts)
         out.reason = (restored_said(len(out.created_files), "checksums") + "; the object store keeps no file "
                       "modification times or modes: restored objects are dated now")
-        if vault.blobs is not None:
-            # a blob folder keeps bytes only, and the upload sets none of the object's headers
-            # (a server-side copy keeps them): said, never left for a pipeline to find (review R26 F5)
-            out.reason += ("; a local blob folder keeps each object's bytes only: its Content-Type and user "
-                           "metadata (x-amz-meta-*, GCS/Azure metadata) are not given back")
+        out.reason += headers_said(ostore, self.m, out)
         out.reason += late_records_said(displaced)
         out.reason += kept_said(len(displaced), "object", "`tb-footprint status` shows how to bring them back")
         out.reason += left_said(self.left)

@@ -64,6 +64,7 @@ from tb_footprint_plugin.engine.bucket_moved import (MADE_AT, MOVED_FROM, marked
 from tb_footprint_plugin.engine.bucket_blobs import (KEPT_IN, adding, backup_entries, blobs_of, entry_failure,
                                                       entry_ok, is_blob_entry, put_back)
 from tb_footprint_plugin.engine.bucket_blob_folder import with_recorded_folder
+from tb_footprint_plugin.engine.bucket_objects import HEADERS
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
     BucketState,
@@ -373,9 +374,12 @@ class BucketRetire(one_retirement.RetireLayout):
 
 def _file_entry(vault: BucketVault, op_id: str, index: int, key: str, o: ObjectInfo) -> dict:
     """The journal/manifest entry of one object of the run: its numbered copy in the vault, or
-    ``kept_in: blobstore`` with a local vault of blobs (its ``sha256`` once verified there)."""
+    ``kept_in: blobstore`` with a local vault of blobs (its ``sha256`` once verified there); its
+    headers (``bucket_objects.HEADERS``) where the listing said them."""
     f = {"path": key, "action": "delete", "size": o.size, "version": o.version_token, "mtime": o.mtime,
          "checksums": content_checksums(o)}
+    if o.headers is not None:  # its Content-Type and user metadata where the listing said them (GCS, Azure)
+        f[HEADERS] = o.headers  # (S3: the blob backup's read records them); a blob put back is sent them
     if vault.blobs is not None:
         f["kept_in"] = KEPT_IN
     else:
