@@ -882,20 +882,23 @@ def backups_said_kept_now(state: str) -> FrozenSet[str]:
     """``backups_said_kept`` of ``state``, read whole once; later calls (each run a
     restore releases, each group a purge settles: each appends its line) read only the whole
     lines appended to each log since (``said_kept_lines``); a log that shrank or was
-    replaced (sealed) has it read whole again."""
+    replaced (sealed, put back from a copy: another file at its name, whatever its size; review
+    R27 F2) has it read whole again."""
     files = history_files(state)
     held = _SAID_KEPT.get(state)
     if held is not None:
         offsets, kept, ended = held
         try:
-            sizes = {f: os.stat(f).st_size for f in files}
+            now = {f: os.stat(f) for f in files}
+            sizes = {f: st.st_size for f, st in now.items()}
         except OSError:
             sizes = None
-        if sizes is not None and all(sizes.get(f, -1) >= n for f, n in offsets.items()):
+        if sizes is not None and all(f in now and (now[f].st_dev, now[f].st_ino) == (dev, ino) and sizes[f] >= n
+                                     for f, (dev, ino, n) in offsets.items()):
             for f in files:
                 # only what was appended since (nothing read when nothing was: a batch asks per run),
                 # up to its last whole line; a torn tail is read again next time
-                at = offsets.get(f, 0)
+                dev, ino, at = offsets.get(f, (now[f].st_dev, now[f].st_ino, 0))
                 if sizes[f] <= at:
                     continue
                 try:
@@ -909,14 +912,18 @@ def backups_said_kept_now(state: str) -> FrozenSet[str]:
                     more, gone = said_kept_lines(data[:cut], f)
                     kept |= more
                     ended |= gone
-                    offsets[f] = at + cut
+                    offsets[f] = (dev, ino, at + cut)
             else:
                 return frozenset(kept - ended)
     offsets = {}
     for f in files:
+        try:
+            st = os.stat(f)  # its identity before its end: a log replaced in between is read whole next time
+        except OSError:
+            continue
         end = _whole_lines_end(f)
         if end is not None:
-            offsets[f] = end
+            offsets[f] = (st.st_dev, st.st_ino, end)
     # read after the offsets: a line appended meanwhile is read now and again later (a set)
     kept = set(backups_said_kept(state))
     _SAID_KEPT.clear()
