@@ -16,10 +16,10 @@ from test_bucket_missing_manifest_keeps_shared_blobs import DROP, _json, _logdir
 
 KILLED_AT_THE_WITNESS = r'''
 import os, signal, sys
-from tb_footprint_plugin.engine import bucket_batch, bucket_reduce, bucket_rewrite
+from tb_footprint_plugin.engine import bucket_batch, bucket_reduce, bucket_retire, bucket_rewrite
 def killed(*a, **k):
     os.kill(os.getpid(), signal.SIGKILL)
-for m in (bucket_batch, bucket_reduce, bucket_rewrite):  # wherever a reduce writes its witness
+for m in (bucket_batch, bucket_reduce, bucket_rewrite, bucket_retire):  # wherever an operation writes its witness
     if hasattr(m, "append_kept"):
         m.append_kept = killed
 from tb_footprint_plugin import cli
@@ -27,7 +27,8 @@ sys.exit(cli.main(sys.argv[1:]))
 '''
 
 
-@pytest.mark.parametrize("policy_name", ["drop", "archive"])  # a batch; each run its own rewrite transaction
+# a batch; each run its own rewrite transaction; a retirement
+@pytest.mark.parametrize("policy_name", ["drop", "archive", "retire"])
 def test_a_reduce_killed_at_its_witness_is_witnessed_by_the_start_that_finishes_it(s3_bucket, tmp_path, capsys,
                                                                                    policy_name):
     src = _logdir(tmp_path / "src")
@@ -37,10 +38,13 @@ def test_a_reduce_killed_at_its_witness_is_witnessed_by_the_start_that_finishes_
     policy = tmp_path / "drop.json"
     policy.write_text(json.dumps(DROP))
     pol = str(policy) if policy_name == "drop" else "archive"
-    ops = _ops(_json(capsys, "reduce", url, "--run", "x", "--backup-dir", vault, "--policy", pol, "--yes",
-                     "--quiet-period", "0", "--verify", "python"))
-    p = subprocess.run([sys.executable, "-c", KILLED_AT_THE_WITNESS, "reduce", url, "--run", "w", "--backup-dir", vault,
-                        "--policy", pol, "--yes", "--quiet-period", "0", "--verify", "python"],
+    if policy_name == "retire":
+        verb = ["retire", url, "--backup-dir", vault, "--yes", "--quiet-period", "0", "--run"]
+    else:
+        verb = ["reduce", url, "--backup-dir", vault, "--policy", pol, "--yes", "--quiet-period", "0", "--verify",
+                "python", "--run"]
+    ops = _ops(_json(capsys, *verb, "x"))
+    p = subprocess.run([sys.executable, "-c", KILLED_AT_THE_WITNESS, *verb, "w"],
                        env=cli_env(), capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert p.returncode == -9, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
     rec = _json(capsys, "recover", url, "--backup-dir", vault)

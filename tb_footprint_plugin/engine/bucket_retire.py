@@ -167,16 +167,8 @@ def retire_run(ostore: ObjectStore, vault: BucketVault, run: str, *, takes_along
     outcome (``verified`` when the run left the logdir for the vault), never raises for a failed
     run: any failure puts every object back where it was. ``cancel``: honoured between the steps
     up to the commit record (the front end passes none: a cancel stops the next run)."""
-    out = one_retirement.retire(BucketRetire(ostore, vault, run, sorted(set(takes_along)), rule, quiet_period,
-                                             closed_files), cancel)
-    if out.status == Outcome.VERIFIED and out.op_id and vault.blobs is not None:
-        # with a blob folder, its witness (``history.append_kept``), once its journal is closed (before,
-        # a start could still put the run back and drop the manifest the witness names): once the
-        # manifest object is gone no forget lets a blob go, a copied run's too (review R26 F1)
-        said = append_kept(BucketState.of(ostore).logdir_store(), [kept_line(out.op_id, KIND, run)])
-        if said:
-            out.reason = f"{out.reason}; {said}" if out.reason else said
-    return out
+    return one_retirement.retire(BucketRetire(ostore, vault, run, sorted(set(takes_along)), rule, quiet_period,
+                                              closed_files), cancel)
 
 
 class BucketRetire(one_retirement.RetireLayout):
@@ -322,6 +314,14 @@ class BucketRetire(one_retirement.RetireLayout):
         if left:
             raise BucketTxnError(Skip.ACTIVE, f"{sorted(left)[0]}: written into the run while it was being retired; "
                                  "run put back beside it")
+        if self.vault.blobs is not None:
+            # with a blob folder, its witness (``history.append_kept``) before its journal goes (a kill in
+            # between: the start that finishes it writes it, once; after the close, a kill left the
+            # retirement unnamed, review R27 F4): once the manifest object is gone no forget lets a
+            # blob go, a copied run's too (review R26 F1); refused, said in its outcome
+            said = append_kept(BucketState.of(self.ostore).logdir_store(), [kept_line(self.op_id, KIND, self.run)])
+            if said:
+                self.out.reason = f"{self.out.reason}; {said}" if self.out.reason else said
         must_close(self.jnl)
 
     def files(self) -> List[dict]:
