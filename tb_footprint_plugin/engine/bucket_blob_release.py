@@ -176,7 +176,7 @@ def missing_rows_of(ostore: ObjectStore, vault: BucketVault, found: List[dict],
     except (StoreFailure, OSError) as e:  # nothing is forgotten while it does not read (``names_in_bucket``)
         return frozenset(), [{"code": getattr(e, "code", None) or StoreError.STORE_ERROR, "op_id": None, "run": None,
                               "file": url, "bytes": 0,
-                              "detail": f"{url}: not readable ({e}): no backup of {vault.blobs.folder} is forgotten "
+                              "detail": f"not readable ({e}): no backup of {vault.blobs.folder} is forgotten "
                                         "until it reads"}]
     present = {listed_op(m["_path"]) for m in found if isinstance(m.get("_path"), str)}
     present |= {listed_op(r[k]) for r in rows for k in ("_path", "file")
@@ -184,7 +184,8 @@ def missing_rows_of(ostore: ObjectStore, vault: BucketVault, found: List[dict],
     missing = missing_in_bucket(said_kept, present)
     runs = log.runs_of(frozenset(missing)) if missing else {}
     return said_kept, [{"code": Finding.MANIFEST_MISSING, "op_id": op, "run": runs.get(op), "file": url, "bytes": 0,
-                        "detail": f"{url}: {missing_manifest_words(op, runs.get(op))}"} for op in missing]
+                        # the row's ``file`` names the witness: its words are said after it, once
+                        "detail": missing_manifest_words(op, runs.get(op))} for op in missing]
 
 
 def _earlier_row(bv, refs) -> Optional[dict]:
