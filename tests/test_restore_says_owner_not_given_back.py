@@ -9,9 +9,7 @@ from __future__ import annotations
 import os
 import time
 
-from tb_footprint_plugin import synth
-
-from test_staged_private_and_group import _as_member, _image_run, member  # noqa: F401
+from test_staged_private_and_group import _as_member, _image_run, _profile_run, member  # noqa: F401
 
 AS_USER = r'''
 import json, os, sys
@@ -90,9 +88,7 @@ def test_the_folders_a_teammates_restore_makes_again_are_named_too(member):
     pw, team, base = member
     logdir = os.path.join(base, "logdir")
     run = os.path.join(logdir, "run")
-    with synth.EventWriter(run) as w:
-        w.scalar("loss", 0, 1.0)
-    synth.write_profile_session(run, n_events=200, with_caches=False, seed=0)
+    _profile_run(run)
     old = time.time() - 7200
     for p in (base, logdir):
         os.chown(p, pw.pw_uid, pw.pw_gid)

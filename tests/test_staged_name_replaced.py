@@ -15,6 +15,7 @@ from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.codes import Failure
 from tb_footprint_plugin.engine import retire_tree, transaction
 
+from helpers_runs import read_tree
 from test_staged_private_and_group import _image_run
 
 
@@ -26,22 +27,12 @@ def _victim(tmp_path, mode: int = 0o666) -> str:
     return str(v)
 
 
-def _files(root) -> dict:
-    out = {}
-    for d, _dirs, names in os.walk(root):
-        for n in names:
-            p = os.path.join(d, n)
-            with open(p, "rb") as f:
-                out[os.path.relpath(p, root)] = f.read()
-    return out
-
-
 def test_a_link_renamed_over_the_staged_name_is_not_touched_and_the_run_rolls_back(tmp_path, monkeypatch):
     logdir = tmp_path / "logdir"
     path = _image_run(logdir / "run")
     os.chmod(path, 0o640)
     victim = _victim(tmp_path)
-    before = _files(logdir)
+    before = read_tree(logdir)
     real = transaction.take_over
 
     def swapped(tmp, rec):  # the teammate's rename, between the stage checks and the take-over
@@ -58,7 +49,7 @@ def test_a_link_renamed_over_the_staged_name_is_not_touched_and_the_run_rolls_ba
     assert open(victim, "rb").read() == b"not the logdir's\n"
     # the run as it was: the original in place; the link put at the staged name is not this reduce's
     # file, so the rollback leaves it where it was put (named in the reason), as any file not its own
-    run_files = {k: v for k, v in _files(logdir).items() if not k.startswith(".tb-footprint")}
+    run_files = {k: v for k, v in read_tree(logdir).items() if not k.startswith(".tb-footprint")}
     left = {k: v for k, v in run_files.items() if os.path.basename(k).startswith(".footprint-")}
     assert list(left.values()) == [b"not the logdir's\n"] and os.path.basename(next(iter(left))) in o.reason
     assert {k: v for k, v in run_files.items() if k not in left} == \

@@ -39,6 +39,13 @@ def _mode(p) -> int:
     return stat.S_IMODE(os.lstat(p).st_mode)
 
 
+def _profile_run(run: str) -> None:
+    """A run of one scalar and a small profile session (what a drop-profiles reduce removes, folders too)."""
+    with synth.EventWriter(run) as w:
+        w.scalar("loss", 0, 1.0)
+    synth.write_profile_session(run, n_events=200, with_caches=False, seed=0)
+
+
 def _image_run(run) -> str:
     with synth.EventWriter(str(run)) as w:
         for s in range(30):
@@ -167,9 +174,7 @@ def test_the_folders_a_restore_makes_again_keep_the_teams_group(member):
     pw, team, base = member
     logdir = os.path.join(base, "logdir")
     run = os.path.join(logdir, "run")
-    with synth.EventWriter(run) as w:
-        w.scalar("loss", 0, 1.0)
-    synth.write_profile_session(run, n_events=200, with_caches=False, seed=0)
+    _profile_run(run)
     old = time.time() - 7200
     for root, dirs, files in os.walk(base):
         for n in dirs + files:
