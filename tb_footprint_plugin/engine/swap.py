@@ -117,6 +117,11 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
     # staged bytes or their beginning): its copy journals no ``copying`` record of its own
     named = begun | set(backups)
     dirs = set()  # logdir-relative: each fsynced as the walk reaches it
+    for s in staged:  # each staged file the stage's own before the first goes in: a refusal changes nothing
+        with _staged_folders(ctx, s) as (_dfd, tfd):
+            st = _lstat_in(tfd, os.path.basename(s["tmp"])) if tfd is not None else None
+        if st is not None:
+            _same_staged(s, st)
     for s in staged:
         no_symlink(ctx, s["final"])
         tmp, final = ctx.abs(s["tmp"]), ctx.abs(s["final"])
