@@ -93,6 +93,7 @@ def _case(s3_bucket, tmp_path, capsys, *, verb: str, retire: bool = False, polic
     (f,) = _missing(capsys, url, vault)
     assert f["op_id"] == ops["w"] and f["run"] == "w", f
     assert "of run w" in f["detail"] and "every backup is kept" in f["detail"], f
+    assert ("retired and verified" if retire else "reduced and verified") in f["detail"], f  # its kind's words
     assert f["file"].endswith("blob-ops/history.jsonl") and f["file"] not in f["detail"], f  # named once, by its row
     if verb == "purge":
         out = _cli(capsys, "purge", url, "--run", "x", "--backup-dir", vault, "--yes")

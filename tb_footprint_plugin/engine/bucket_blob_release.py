@@ -10,7 +10,7 @@ from typing import List, Optional, Tuple
 from tb_footprint_plugin.codes import Finding, Outcome, StoreError
 from tb_footprint_plugin.engine.bucket_blob_claims import Claims, drop_fresh, fresh_of
 from tb_footprint_plugin.engine.bucket_blobs import listed_op, missing_in_bucket, names_in_bucket, said_kept_in_bucket
-from tb_footprint_plugin.engine.history import BUCKET_KEPT, HISTORY_NAME, bucket_kept_log, missing_manifest_words
+from tb_footprint_plugin.engine.history import BUCKET_KEPT, HISTORY_NAME, bucket_kept_log, missing_manifests_said
 from tb_footprint_plugin.engine.bucket_identity import claimed_here
 from tb_footprint_plugin.engine.bucket_state import BucketState, BucketTxnError, BucketVault, STORE_FAILURES
 from tb_footprint_plugin.storage.blobstore import BlobFailure
@@ -166,7 +166,7 @@ def missing_rows_of(ostore: ObjectStore, vault: BucketVault, found: List[dict],
     """What the witness says was verified into the blob folder (``bucket_blobs.said_kept_in_bucket``:
     none without a folder, no request), and status's row of each of those operations whose manifest
     object is not there (``missing_in_bucket``, the one rule, review R26 F1: every blob is kept
-    while one is) in a disk's words (``history.missing_manifest_words``), named by the witness. Present:
+    while one is) in a disk's words (``history.missing_manifests_said``), named by the witness. Present:
     each manifest read (``found``) and each row naming a manifest key (``rows``: one damaged, refused,
     another logdir's). A witness that does not read is named (nothing is forgotten while it does not)."""
     log = bucket_kept_log(BucketState.of(ostore).logdir_store())
@@ -182,10 +182,10 @@ def missing_rows_of(ostore: ObjectStore, vault: BucketVault, found: List[dict],
     present |= {listed_op(r[k]) for r in rows for k in ("_path", "file")
                 if isinstance(r.get(k), str) and "/manifests/" in r[k]}
     missing = missing_in_bucket(said_kept, present)
-    runs = log.runs_of(frozenset(missing)) if missing else {}
-    return said_kept, [{"code": Finding.MANIFEST_MISSING, "op_id": op, "run": runs.get(op), "file": url, "bytes": 0,
+    said = missing_manifests_said(log, missing)
+    return said_kept, [{"code": Finding.MANIFEST_MISSING, "op_id": op, "run": said[op][0], "file": url, "bytes": 0,
                         # the row's ``file`` names the witness: its words are said after it, once
-                        "detail": missing_manifest_words(op, runs.get(op))} for op in missing]
+                        "detail": said[op][1]} for op in missing]
 
 
 def _earlier_row(bv, refs) -> Optional[dict]:

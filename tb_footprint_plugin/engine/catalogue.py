@@ -18,7 +18,7 @@ from tb_footprint_plugin.engine import manifest, oplog
 from tb_footprint_plugin.engine.catalogue_rules import is_kept, operation_summary, summarize_operations  # noqa: F401
 from tb_footprint_plugin.engine.context import Context, NoSpace, TransactionError, writing
 from tb_footprint_plugin.engine.history import (append_history, backups_said_kept_now, disk_log, history_path,
-                                                missing_manifest_words, missing_manifests as missing_in_log,
+                                                missing_manifests_said, missing_manifests as missing_in_log,
                                                 reduce_line)
 from tb_footprint_plugin.engine.manifest_form import stored_plan, stored_policy
 from tb_footprint_plugin.engine.relink import LINK_FIELDS, link_groups
@@ -243,10 +243,8 @@ def missing_manifest_findings(ctx: Context) -> List["trust.Untrusted"]:
     ops = missing_manifests(ctx)
     if not ops:
         return []
-    log = disk_log(ctx.state)
-    runs = log.runs_of(frozenset(ops)) if log else {}
-    return [trust.Untrusted(Finding.MANIFEST_MISSING, history_path(ctx.state), missing_manifest_words(op, runs.get(op)))
-            for op in ops]
+    said = missing_manifests_said(disk_log(ctx.state), ops)
+    return [trust.Untrusted(Finding.MANIFEST_MISSING, history_path(ctx.state), said[op][1]) for op in ops]
 
 
 def journal_blobs(ctx: Context, exclude_op: Optional[str] = None) -> set:

@@ -316,9 +316,10 @@ class ChangeLog:
             return frozenset()
         return frozenset(kept - ended)
 
-    def runs_of(self, ops: FrozenSet[str]) -> Dict[str, str]:
+    def runs_of(self, ops: FrozenSet[str], kinds: Optional[Dict[str, str]] = None) -> Dict[str, str]:
         """The run each of ``ops`` is named with by its reduce or retire line (its first such line;
-        a line's run is untrusted: a string, else none), one read of every log; for words only."""
+        a line's run is untrusted: a string, else none), one read of every log; for words only.
+        ``kinds``: filled with each one's kind (``reduce`` or ``retire``) too."""
         out: Dict[str, str] = {}
 
         def each(log: JsonLines, repeated: int) -> None:
@@ -327,6 +328,8 @@ class ChangeLog:
                 if op in ops and op not in out and e.get("kind") in ("reduce", "retire") \
                         and isinstance(e.get("run"), str):
                     out[op] = e["run"]
+                    if kinds is not None:
+                        kinds[op] = e["kind"]
 
         if not ops:
             return out
@@ -1056,9 +1059,19 @@ def append_kept(store: Store, lines: List[dict], *, once: bool = False) -> Optio
     return None
 
 
-def missing_manifest_words(op: str, run: Optional[str]) -> str:
-    """What status (and a purge) says of an operation ``missing_manifests`` names, on every store."""
-    return (f"operation {op} of run {run or '?'}: the change log says it was reduced and verified, its manifest "
+def missing_manifests_said(log: Optional[ChangeLog], ops: List[str]) -> Dict[str, Tuple[Optional[str], str]]:
+    """Each of ``ops`` (``missing_manifests``) with its run and ``missing_manifest_words``, its run
+    and kind read from ``log`` (None: unknown), one read of it only when there is one to say."""
+    kinds: Dict[str, str] = {}
+    runs = log.runs_of(frozenset(ops), kinds) if log is not None and ops else {}
+    return {op: (runs.get(op), missing_manifest_words(op, runs.get(op), kinds.get(op))) for op in ops}
+
+
+def missing_manifest_words(op: str, run: Optional[str], kind: Optional[str] = None) -> str:
+    """What status (and a purge) says of an operation ``missing_manifests`` names, on every store
+    (``kind``: its line's, ``retire`` said as such)."""
+    done = "retired" if kind == "retire" else "reduced"
+    return (f"operation {op} of run {run or '?'}: the change log says it was {done} and verified, its manifest "
             "is missing: every backup is kept")
 
 
@@ -1257,6 +1270,6 @@ def _sift(buf: bytearray, ident: str, entries: List[dict]) -> None:
         pos = end
 
 
-__all__ = ["BUCKET_KEPT", "KEPT_LOG_LIMIT", "append_kept", "bucket_kept_log", "kept_line", "missing_manifest_words", "backups_said_kept", "backups_said_kept_now", "missing_manifests", "said_kept_into", "said_kept_lines", "BUCKET_WORKERS", "CSV_FIELDS", "ChangeLog", "HISTORY", "HISTORY_NAME", "StateFolder", "append_history", "append_rolled_back",
+__all__ = ["BUCKET_KEPT", "KEPT_LOG_LIMIT", "append_kept", "bucket_kept_log", "kept_line", "missing_manifest_words", "missing_manifests_said", "backups_said_kept", "backups_said_kept_now", "missing_manifests", "said_kept_into", "said_kept_lines", "BUCKET_WORKERS", "CSV_FIELDS", "ChangeLog", "HISTORY", "HISTORY_NAME", "StateFolder", "append_history", "append_rolled_back",
            "bucket_log", "changes_since", "configure_writer", "disk_log", "finite", "history_csv", "history_damage",
            "HistoryPage", "history_files", "history_problems", "history_path", "line_of", "logged_operations", "purge_line", "purge_mark", "purge_reason", "read_history", "read_history_page", "reduce_line", "rolled_back_line", "worker_file_name"]
