@@ -117,7 +117,7 @@ def test_big_run_reduce_reads_the_original_once(tmp_path, monkeypatch):
 def test_planted_graph_tag_drop_on_the_handover_path_is_rolled_back(tmp_path, monkeypatch):
     """The planted transform of ``test_dashboard_routes`` on the big-run path, where the
     verification uses what the rewrite read: still rolled back, naming route and tag."""
-    from test_dashboard_routes import _drop_records
+    from test_dashboard_routes import _drop_records, _into_the_staged_file
 
     from tb_footprint_plugin.storage.files import sha256_file
     from tb_footprint_plugin.transforms import event_rewrite
@@ -133,7 +133,7 @@ def test_planted_graph_tag_drop_on_the_handover_path_is_rolled_back(tmp_path, mo
         handed.append(original is not None and bool(original.files))
         staged = tmp + ".planted"
         planted.append(_drop_records(Path(tmp), Path(staged), "graph_run_metadata"))
-        os.replace(staged, tmp)
+        _into_the_staged_file(Path(staged), Path(tmp))
         info["size"] = os.path.getsize(tmp)
         info["sha256"] = sha256_file(tmp)
         info["expectations"] = {k: v for k, v in info["expectations"].items()
