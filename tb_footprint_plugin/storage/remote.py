@@ -1316,10 +1316,18 @@ class _GCSOps(_Ops):
             res = {"name": k, "metadata": dict(headers.get("metadata") or {})}
             ct = headers.get("content_type") or "application/octet-stream"
             res["contentType"] = ct
-            body = (b"--==0==\nContent-Type: application/json; charset=UTF-8\n\n" + json.dumps(res).encode()
-                    + b"\n--==0==\nContent-Type: " + ct.encode("ascii") + b"\n\n" + bytes(data) + b"\n--==0==--")
+            import secrets
+
+            # a boundary the bytes do not hold (gcsfs's fixed "==0==" could stand in an object's
+            # bytes and cut it short at the server)
+            mark = "==" + secrets.token_hex(16) + "=="
+            while mark.encode() in data:
+                mark = "==" + secrets.token_hex(16) + "=="
+            sep = b"--" + mark.encode()
+            body = (sep + b"\nContent-Type: application/json; charset=UTF-8\n\n" + json.dumps(res).encode()
+                    + b"\n" + sep + b"\nContent-Type: " + ct.encode("ascii") + b"\n\n" + bytes(data) + b"\n" + sep + b"--")
             call = lambda: self._call(  # noqa: E731
-                "POST", url, uploadType="multipart", headers={"Content-Type": 'multipart/related; boundary="==0=="'},
+                "POST", url, uploadType="multipart", headers={"Content-Type": f'multipart/related; boundary="{mark}"'},
                 data=body, json_out=True, **kw)
         else:
             call = lambda: self._call("POST", url, uploadType="media", name=k, data=data, json_out=True, **kw)  # noqa: E731

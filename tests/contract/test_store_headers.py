@@ -54,3 +54,14 @@ def test_headers_are_set_said_and_copied_where_the_store_keeps_them(store, tmp_p
         else:
             raise AssertionError(f"sent {uni}")
         assert store.stat("h/uni") is None
+
+
+def test_bytes_holding_a_multipart_boundary_go_up_whole_with_their_headers(store):
+    """A put with headers on GCS is one multipart request: bytes that hold gcsfs's fixed boundary
+    (``--==0==``) must not end the part at the server (the boundary is drawn anew, one the bytes do not hold)."""
+    if not store.capabilities.headers_kept:
+        return
+    data = b"\x00events\n--==0==\nContent-Type: text/plain\n\n--==0==--\n" * 50
+    store.put("h/boundary", data, headers=H)
+    assert store.read_range("h/boundary", 0, len(data) + 10) == data
+    assert store.stat("h/boundary").headers == H
