@@ -1253,6 +1253,10 @@ class _S3Ops(_Ops):
         return CopyResult(version=r.get("ETag", "").strip('"'), checksums={})
 
 
+#: below this size gcsfs's ``put_file`` makes a simple (multipart) upload: ``_GCSOps.upload_file``
+GCSFS_SIMPLE_BELOW = 5 << 20
+
+
 class _GCSOps(_Ops):
     """GCS JSON API through gcsfs's session. Preconditions are generation matches."""
 
@@ -1367,11 +1371,18 @@ class _GCSOps(_Ops):
         """Stream a local file to ``path`` (gcsfs uploads in resumable chunks above its block size)."""
         size = os.path.getsize(local)
         chunks = max(1, math.ceil(size / (50 << 20)))
-        kw = {}
-        if headers:
-            kw = {"metadata": dict(headers.get("metadata") or {}),
-                  "content_type": headers.get("content_type") or "application/octet-stream"}
-        self._request("put", path, lambda: self.rfs.fs.put_file(local, path, **kw), up=size)
+        if size < GCSFS_SIMPLE_BELOW:
+            # gcsfs sends a file this small as one multipart request whose boundary is a fixed
+            # "==0==": bytes holding "--==0==" ended the part at the server, the object cut short.
+            # Sent by ``put`` (a media upload, or a multipart one with a boundary the bytes do not hold)
+            with open(local, "rb") as f:
+                self.put(path, f.read(), headers=headers)
+        else:
+            kw = {}
+            if headers:
+                kw = {"metadata": dict(headers.get("metadata") or {}),
+                      "content_type": headers.get("content_type") or "application/octet-stream"}
+            self._request("put", path, lambda: self.rfs.fs.put_file(local, path, **kw), up=size)
         if chunks > 1:
             self.rfs.stats.add("put", chunks)
         info = self.head(path)
