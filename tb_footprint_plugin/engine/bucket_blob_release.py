@@ -9,8 +9,9 @@ from typing import List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Finding, Outcome, StoreError
 from tb_footprint_plugin.engine.bucket_blob_claims import Claims, drop_fresh, fresh_of
-from tb_footprint_plugin.engine.bucket_blobs import listed_op, missing_in_bucket, names_in_bucket, said_kept_in_bucket
-from tb_footprint_plugin.engine.history import BUCKET_KEPT, HISTORY_NAME, bucket_kept_log, missing_manifests_said
+from tb_footprint_plugin.engine.bucket_blobs import (listed_op, missing_in_bucket, names_in_bucket, said_kept_in_bucket,
+                                                    witness_name)
+from tb_footprint_plugin.engine.history import bucket_kept_log, missing_manifests_said
 from tb_footprint_plugin.engine.bucket_identity import claimed_here
 from tb_footprint_plugin.engine.bucket_state import BucketState, BucketTxnError, BucketVault, STORE_FAILURES
 from tb_footprint_plugin.storage.blobstore import BlobFailure
@@ -169,8 +170,7 @@ def missing_rows_of(ostore: ObjectStore, vault: BucketVault, found: List[dict],
     while one is) in a disk's words (``history.missing_manifests_said``), named by the witness. Present:
     each manifest read (``found``) and each row naming a manifest key (``rows``: one damaged, refused,
     another logdir's). A witness that does not read is named (nothing is forgotten while it does not)."""
-    log = bucket_kept_log(BucketState.of(ostore).logdir_store())
-    url = log.name_of(f"{BUCKET_KEPT}/{HISTORY_NAME}")
+    url = witness_name(ostore)
     try:
         said_kept = said_kept_in_bucket(ostore, vault)
     except (StoreFailure, OSError) as e:  # nothing is forgotten while it does not read (``names_in_bucket``)
@@ -182,7 +182,7 @@ def missing_rows_of(ostore: ObjectStore, vault: BucketVault, found: List[dict],
     present |= {listed_op(r[k]) for r in rows for k in ("_path", "file")
                 if isinstance(r.get(k), str) and "/manifests/" in r[k]}
     missing = missing_in_bucket(said_kept, present)
-    said = missing_manifests_said(log, missing)
+    said = missing_manifests_said(bucket_kept_log(BucketState.of(ostore).logdir_store()), missing)
     return said_kept, [{"code": Finding.MANIFEST_MISSING, "op_id": op, "run": said[op][0], "file": url, "bytes": 0,
                         # the row's ``file`` names the witness: its words are said after it, once
                         "detail": said[op][1]} for op in missing]

@@ -435,6 +435,11 @@ def said_kept_in_bucket(ostore: ObjectStore, vault: BucketVault) -> FrozenSet[st
         if vault.blobs is not None else frozenset()
 
 
+def witness_name(ostore: ObjectStore) -> str:
+    """The witness's URL (``history.bucket_kept_log``), as a row or a refusal names it."""
+    return bucket_kept_log(BucketState.of(ostore).logdir_store()).name_of(f"{BUCKET_KEPT}/{HISTORY_NAME}")
+
+
 def listed_op(key: str) -> str:
     """The op id a manifest's key names (``…/manifests/<op_id>.json``)."""
     name = str(key).rsplit("/", 1)[-1]
@@ -466,7 +471,7 @@ def names_in_bucket(ostore: ObjectStore, vault: BucketVault, manifests_read: Opt
         try:
             said_kept = said_kept_in_bucket(ostore, vault)
         except (StoreFailure, OSError):
-            return bucket_kept_log(BucketState.of(ostore).logdir_store()).name_of(f"{BUCKET_KEPT}/{HISTORY_NAME}")
+            return witness_name(ostore)
     # journals first: an operation's journal names its digests until its manifest exists and
     # goes only after, so one that commits between the two listings is named by one of them
     # (the journal folder through its one listing, ``journal_object.pending_objects``)
@@ -533,4 +538,4 @@ def forget_let_go(bv: BlobVault, needed: Set[str], let_go: Set[Tuple[Optional[st
 
 __all__ = ["LEFT_AS_IT_WAS", "adding", "backup_entries", "blobs_of", "check_entry",
            "copy_from_blobs", "entry_failure", "entry_ok", "forget_let_go", "forget_lock", "is_blob_entry", "listed_op", "missing_blobs", "missing_in_bucket", "named_digests", "names_in_bucket", "names_our_backup", "plain_under", "said_kept_in_bucket",
-           "put_back"]
+           "put_back", "witness_name"]

@@ -893,21 +893,20 @@ def backups_said_kept_now(state: str) -> FrozenSet[str]:
         offsets, kept, ended = held
         try:
             now = {f: os.stat(f) for f in files}
-            sizes = {f: st.st_size for f, st in now.items()}
         except OSError:
-            sizes = None
-        if sizes is not None and all(f in now and (now[f].st_dev, now[f].st_ino) == (dev, ino) and sizes[f] >= n
-                                     for f, (dev, ino, n) in offsets.items()):
+            now = None
+        if now is not None and all(f in now and (now[f].st_dev, now[f].st_ino) == (dev, ino) and now[f].st_size >= n
+                                   for f, (dev, ino, n) in offsets.items()):
             for f in files:
                 # only what was appended since (nothing read when nothing was: a batch asks per run),
                 # up to its last whole line; a torn tail is read again next time
                 dev, ino, at = offsets.get(f, (now[f].st_dev, now[f].st_ino, 0))
-                if sizes[f] <= at:
+                if now[f].st_size <= at:
                     continue
                 try:
                     with open(f, "rb") as fh:
                         fh.seek(at)
-                        data = fh.read(sizes[f] - at)
+                        data = fh.read(now[f].st_size - at)
                 except OSError:
                     break
                 cut = data.rfind(b"\n") + 1
@@ -1020,8 +1019,9 @@ def bucket_kept_log(store: Store) -> ChangeLog:
     """The witness of a bucket logdir's verified reductions and retirements whose backups went to
     a local blob folder (``--backup-dir /folder``): a change log of its own (the object
     ``.tb-footprint/blob-ops/history.jsonl``, a shard worker's own in ``blob-ops/shards/``), one
-    line per operation (``kept_line``), appended once a batch (``append_kept``) after its commit
-    record. What names such an operation once its manifest object is gone (review R26 F1: a bucket's
+    line per operation (``kept_line``, ``append_kept``): a batch's once past its commit record, a
+    rewrite transaction's and a retirement's before their journal goes, and each one a start
+    finishes forward (once). What names such an operation once its manifest object is gone (review R26 F1: a bucket's
     change log has no line of a clean reduce, so nothing else did): ``backups_said_kept`` of it,
     less the operations whose manifest object is listed (``missing_manifests``, the one rule), keeps
     every blob of the folder (``bucket_blobs.names_in_bucket``) and status names each. Apart from

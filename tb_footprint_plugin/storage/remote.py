@@ -25,8 +25,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import json
 import math
 import os
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
@@ -1315,13 +1317,9 @@ class _GCSOps(_Ops):
         if headers:
             # the object's resource and its bytes in one request (a multipart upload, gcsfs's
             # ``simple_upload`` form, with the conditions above)
-            import json
-
             res = {"name": k, "metadata": dict(headers.get("metadata") or {})}
             ct = headers.get("content_type") or "application/octet-stream"
             res["contentType"] = ct
-            import secrets
-
             # a boundary the bytes do not hold (gcsfs's fixed "==0==" could stand in an object's
             # bytes and cut it short at the server)
             mark = "==" + secrets.token_hex(16) + "=="
