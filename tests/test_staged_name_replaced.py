@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 
 from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.codes import Failure
 from tb_footprint_plugin.engine import retire_tree, transaction
 
+from conftest import REPO
 from helpers_runs import read_tree
 from test_staged_private_and_group import _image_run
 
@@ -158,3 +161,65 @@ def test_a_users_own_file_moved_over_the_staged_name_is_neither_taken_over_nor_r
     assert open(where, "rb").read() == b"the user's private notes\n"
     assert stat.S_IMODE(os.lstat(where).st_mode) == 0o600
     assert os.path.basename(where) in o.reason, o.reason
+
+
+_KILLED_IN_THE_STAGE = """
+import os, sys
+from tb_footprint_plugin import api
+from tb_footprint_plugin.engine import transaction
+
+def killed(tmp, rec):  # the stage wrote its file, then the process died before recording its inode
+    open(sys.argv[2], "w").write(tmp)
+    os.kill(os.getpid(), 9)
+
+transaction.take_over = killed
+api.reduce_logdir(sys.argv[1], policy="archive", dry_run=False, verify_backends=("python",))
+"""
+
+
+def _killed_in_the_stage(tmp_path, logdir) -> str:
+    where = tmp_path / "staged-at"
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", _KILLED_IN_THE_STAGE, str(logdir), str(where)], env=env, timeout=300)
+    assert p.returncode == -9, "the stand-in of take_over should have killed the process"
+    tmp = where.read_text()
+    assert os.path.getsize(tmp) > 0  # the stage's own file, written whole, unrecorded
+    return tmp
+
+
+def test_a_start_after_a_kill_leaves_a_file_moved_over_an_unrecorded_staged_name(tmp_path):
+    """Review R27 F3's start half: killed after its stage made its file and before it recorded the file's
+    inode, a reduce's next start knew no file there but by its name, and removed whatever stood at it.
+    In a folder others may write, a teammate could have moved the user's own private file there
+    meanwhile: it was removed, its only copy. Now the start removes a file it cannot tell for its own
+    only where no one else could have put it; here it stays, intact, and the rollback names it."""
+    logdir = tmp_path / "logdir"
+    path = _image_run(logdir / "run")
+    before = open(path, "rb").read()
+    os.chmod(logdir / "run", 0o777)  # a team folder without the sticky bit
+    tmp = _killed_in_the_stage(tmp_path, logdir)
+    secret = logdir / "notes" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_bytes(b"the user's private notes\n")
+    os.chmod(secret, 0o600)
+    os.unlink(tmp)  # the teammate, who may write both folders
+    os.rename(secret, tmp)
+    api.recover_logdir(str(logdir))
+    # before: removed by the start's rollback
+    assert open(tmp, "rb").read() == b"the user's private notes\n"
+    assert open(path, "rb").read() == before
+    (m,) = [m for m in api.operations(str(logdir)) if m["kind"] == "reduce"]
+    assert m["outcome"] == "rolled_back" and os.path.relpath(tmp, logdir) in m["reason"], m
+
+
+def test_a_start_after_a_kill_removes_its_unrecorded_staged_file_where_only_the_user_writes(tmp_path):
+    """The other side of the rule: in a run folder only the user may write, the file at an unrecorded
+    staged name can only be the stage's own, and the start removes it as it always did."""
+    logdir = tmp_path / "logdir"
+    path = _image_run(logdir / "run")
+    before = read_tree(logdir / "run")
+    os.chmod(logdir / "run", 0o755)
+    tmp = _killed_in_the_stage(tmp_path, logdir)
+    api.recover_logdir(str(logdir))
+    assert not os.path.lexists(tmp)
+    assert read_tree(logdir / "run") == before and os.path.getsize(path) > 0

@@ -46,7 +46,7 @@ from tb_footprint_plugin.engine.journal import OpJournal, Rec, copying_path
 from tb_footprint_plugin.engine.putback import at_free_name, begins_with, holds_original
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.engine.staged_ident import staged_still
+from tb_footprint_plugin.engine.staged_ident import stands_in, staged_still
 from tb_footprint_plugin.storage.files import CHUNK, copy_new, finish_new_file, forget_staged, give_owner, matches, sha256_stream
 from tb_footprint_plugin.storage.regular import open_regular, open_regular_at
 from tb_footprint_plugin.storage.store import StoreFailure
@@ -401,7 +401,8 @@ def resume_at(ctx: Context, rel: str, s: dict, beginning: Callable[[str, int], b
         return resume_copy(ctx.abs(rel), s, lambda q: beginning(q, at[0]), meta, dir_fd=at[0])
 
 
-def undo_new_name(ctx: Context, tmp: Optional[str], final: Optional[str], s: Optional[dict], resume: bool) -> None:
+def undo_new_name(ctx: Context, tmp: Optional[str], final: Optional[str], s: Optional[dict],
+                  resume: bool) -> Optional[str]:
     """What placing the verified temporary ``tmp`` (logdir path; ``s``: its ``sha256`` and
     ``size``) at the new name ``final`` left, undone (a rollback's staged file, a salvage
     recovery undoes): with ``resume`` (a ``copying`` record names ``final`` on a folder that
@@ -409,7 +410,9 @@ def undo_new_name(ctx: Context, tmp: Optional[str], final: Optional[str], s: Opt
     still tells it); ``tmp`` is removed; ``final`` is removed when it holds the bytes whole (a
     rename, or a whole copy). Each in its folder as ``folder_at`` reaches it: a folder on the way
     that is a link is refused (``TransactionError`` coded ``StoreError.SYMLINK``, naming it) and
-    nothing outside the logdir is removed; a folder missing holds nothing to undo."""
+    nothing outside the logdir is removed; a folder missing holds nothing to undo. Returns ``tmp``
+    when a file stands there that is not the operation's own (``staged_ident.staged_still``): left
+    where it is, for the caller to name (``staged_ident.left_at_staged_note``)."""
     if resume and tmp and final and s:
         def beginning(q: str, d: int) -> bool:
             # the temporary read in its folder as the walk reaches it now, never by its path: a folder
@@ -417,16 +420,21 @@ def undo_new_name(ctx: Context, tmp: Optional[str], final: Optional[str], s: Opt
             with folder_at(ctx, tmp) as src:
                 return src is not None and partial_copy(q, src[1], s, dir_fd=d, src_dir_fd=src[0])
         resume_at(ctx, final, s, beginning, {})
+    left = None
     if tmp:
         with folder_at(ctx, tmp) as at:
-            if at is not None and staged_still(ctx, tmp, s, at):
-                with contextlib.suppress(FileNotFoundError):
-                    fsops.unlink(at[1], dir_fd=at[0])
+            if at is not None:
+                if staged_still(ctx, tmp, s, at):
+                    with contextlib.suppress(FileNotFoundError):
+                        fsops.unlink(at[1], dir_fd=at[0])
+                elif stands_in(at):
+                    left = tmp
         forget_staged(ctx.abs(tmp))
     if final and s:
         with folder_at(ctx, final) as at:
             if at is not None and holds_whole(at[1], s, at[0]):
                 fsops.unlink(at[1], dir_fd=at[0])
+    return left
 
 
 def place_at_free_name(ctx: Context, name_of: Callable[[int], str], source: str, s: Optional[dict],

@@ -39,8 +39,9 @@ from tb_footprint_plugin.engine.context import TransactionError
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec
 from tb_footprint_plugin.engine.putback import copy_late_records
-from tb_footprint_plugin.engine.placement import (copies_begun, folder_at, place_at_free_name, put_in_place,
-                                                  starts_with, undo_new_name)
+from tb_footprint_plugin.engine.staged_ident import left_at_staged_note
+from tb_footprint_plugin.engine.placement import (copies_begun, folder_at, place_at_free_name,
+                                                  put_in_place, starts_with, undo_new_name)
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.storage.regular import open_regular, open_regular_at
@@ -439,12 +440,13 @@ def finish_salvage(ctx, records: List[dict]) -> str:
     # beginning of the staged records, a whole one (nothing to give it) removed as a renamed one
     # is; each in its folder as the walk reaches it, a link on the way refused (nothing outside
     # removed; the journal kept, the next start tries again)
-    undo_new_name(ctx, begin.get("tmp"), final, staged, bool(final) and final in copies_begun(records))
+    left = undo_new_name(ctx, begin.get("tmp"), final, staged, bool(final) and final in copies_begun(records))
     old, new = vault.blob_path(begin["old_sha256"]), vault.blob_path(begin["new_sha256"])
     with contextlib.suppress(OSError):
         if os.path.samefile(old, new) and old != new:
             os.unlink(new)  # the old name still stands for the backup; the new link was ours
-    return "interrupted salvage undone; it is done again now"
+    note = left_at_staged_note([left] if left else [])
+    return "interrupted salvage undone; it is done again now" + (f" ({note})" if note else "")
 
 
 __all__ = ["SalvageOutcome", "grown_backups", "starts_with", "keep_late_records", "salvage_mode", "clear_own_temp", "salvage_one", "finish_salvage", "SALVAGE_SUFFIX",

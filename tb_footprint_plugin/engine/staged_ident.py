@@ -6,7 +6,8 @@ stage made: its inode and change time once taken over (the ``staged`` record's `
 from __future__ import annotations
 
 import os
-from typing import Optional, Tuple
+import stat
+from typing import List, Optional, Tuple
 
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.storage.files import staged_here
@@ -30,9 +31,10 @@ def staged_still(ctx: Context, tmp: str, s: Optional[dict], at: Tuple[int, str])
     """Whether the file at the staged name ``tmp`` (in the folder ``at``) may be removed as the
     operation's own: while it is the file the stage took over (``s``'s ``ident``: inode and change
     time, ``engine.swap``), or the one this process made there (``files.staged_here``), when either is
-    known; else (a start after a kill, before the stage recorded it) as before. Another file put at
-    that name by someone who may write the run's folder (a user's own file moved there) is left
-    where it stands (review R27 F3: the rollback removed it, its only copy)."""
+    known; else (a start after a kill, before the stage recorded it) only in a folder where no one
+    else could have put it (``only_ours_could_put``). Another file put at that name by someone who
+    may write the run's folder (a user's own file moved there) is left where it stands (review R27
+    F3: the rollback removed it, its only copy)."""
     try:
         st = os.stat(at[1], dir_fd=at[0], follow_symlinks=False)
     except FileNotFoundError:
@@ -40,7 +42,43 @@ def staged_still(ctx: Context, tmp: str, s: Optional[dict], at: Tuple[int, str])
     if isinstance(s, dict) and has_ident(s):
         return not staged_replaced(s, st)
     made = staged_here(ctx.abs(tmp))
-    return made is None or (st.st_dev, st.st_ino) == made
+    if made is not None:
+        return (st.st_dev, st.st_ino) == made
+    return only_ours_could_put(at[0], st)
 
 
-__all__ = ["has_ident", "staged_replaced", "staged_still"]
+def only_ours_could_put(folder_fd: int, st: os.stat_result) -> bool:
+    """Whether the file ``st`` in the folder ``folder_fd`` can only have been put there by this
+    user: a folder of ours that no one else may write, or (sticky) a file of ours in a folder of
+    ours. A start after a kill before the stage recorded its file's inode knows it by nothing
+    else; in a team folder, or a user's folder reduced by root, a teammate could have moved a file
+    of the user's own over that name meanwhile (review R27 F3's start half), so it is left there
+    and named (``placement.undo_new_name``), never removed."""
+    me = os.geteuid()
+    folder = os.fstat(folder_fd)
+    if folder.st_uid != me:
+        return False
+    if not folder.st_mode & 0o022:
+        return True
+    return bool(folder.st_mode & stat.S_ISVTX) and st.st_uid == me
+
+
+def stands_in(at: Tuple[int, str]) -> bool:
+    """Whether anything stands at the name ``at[1]`` in the folder ``at[0]`` (a link not followed)."""
+    try:
+        os.stat(at[1], dir_fd=at[0], follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def left_at_staged_note(left: List[str]) -> str:
+    """What a rollback says of the staged names ``placement.undo_new_name`` left holding a file that
+    is not the operation's own; '' when none."""
+    if not left:
+        return ""
+    return (f"{len(left)} file(s) this reduce did not make stand at its staged name(s), left where they are "
+            f"(put there by someone who may write the run's folder), e.g. {left[0]}")
+
+
+__all__ = ["has_ident", "left_at_staged_note", "only_ours_could_put", "staged_replaced", "staged_still", "stands_in"]

@@ -29,7 +29,7 @@ from tb_footprint_plugin.engine.placement import (IN_PLACE, copies_begun, folder
                                                   partial_put_back, put_in_place, resume_at, resume_copy, settle_folder, stands_at,
                                                   starts_with, undo_new_name, version_at, version_in)
 from tb_footprint_plugin.engine.relink import Relinks, link_groups
-from tb_footprint_plugin.engine.staged_ident import staged_replaced
+from tb_footprint_plugin.engine.staged_ident import left_at_staged_note, staged_replaced
 from tb_footprint_plugin.engine.salvage import keep_late_records
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path
@@ -313,18 +313,23 @@ def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[J
                      strategy=strategy, journal=journal, begun=begun)
         if d and not _listed(displaced, d):
             displaced.append(d)
+    left_staged = []
     for tmp_rel, r in stages.items():
         final = r.get("final")
         new = final if final and final not in originals else None
         # the staged file removed, and what it made at a new name: a copy + delete swap killed
         # within its copy there (only where recorded) settled by the one rule (``resume_copy``)
         # while the staged file still tells it, a whole copy or rename undone; each in its folder
-        # as the walk reaches it: a folder swapped for a link leads no unlink outside
-        undo_new_name(ctx, tmp_rel, new, staged.get(tmp_rel), copying and new in begun)
+        # as the walk reaches it: a folder swapped for a link leads no unlink outside. A file that
+        # is not the operation's own at a staged name stays, named in the manifest (review R27)
+        left = undo_new_name(ctx, tmp_rel, new, staged.get(tmp_rel), copying and new in begun)
+        if left:
+            left_staged.append(left)
     left_unsettled = settle_dirs(ctx, rmdirs, remade)
     if unsettled is not None:
         unsettled.extend(left_unsettled)
-    note = unsettled_note(left_unsettled)  # named in the rollback's manifest (review R7 F6)
+    # named in the rollback's manifest (review R7 F6)
+    note = "; ".join(n for n in (unsettled_note(left_unsettled), left_at_staged_note(left_staged)) if n)
     settle_folder_times(ctx, records[0].get("dir_times"))
     kept = {d["path"] for d in displaced if d.get("kept_in_place")}
     for r in backups if swapped else ():
