@@ -64,3 +64,47 @@ def test_a_reduce_killed_at_its_witness_is_witnessed_by_the_start_that_finishes_
     assert [o["status"] for o in doc] == ["restored"], doc  # before: backup damaged or missing
     now = s3_bucket.hashes("logs", skip=(".tb-footprint/",))
     assert {k: v for k, v in now.items() if k.startswith("w/")} == {k: v for k, v in want.items() if k.startswith("w/")}
+
+
+KILLED_AFTER_THE_WITNESS = r'''
+import os, signal, sys
+from tb_footprint_plugin.engine import bucket_retire
+written = bucket_retire.append_kept
+def then_killed(*a, **k):
+    said = written(*a, **k)
+    assert said is None, said
+    os.kill(os.getpid(), signal.SIGKILL)
+bucket_retire.append_kept = then_killed
+from tb_footprint_plugin import cli
+sys.exit(cli.main(sys.argv[1:]))
+'''
+
+
+def test_a_retirement_a_start_puts_back_after_its_witness_line_ends_the_line(s3_bucket, tmp_path, capsys):
+    """A retirement killed right after its witness line (its journal still there), and an object written into its run
+    meanwhile: the next start puts the run back and drops its manifest. Before, its line stayed: status said
+    ``manifest_missing`` for good and every purge of the folder freed nothing, forever. Now the rollback ends the line
+    before the manifest goes: status is silent and x's purge frees the blobs x alone names now."""
+    src = _logdir(tmp_path / "src")
+    url = s3_bucket.upload(src, "logs")
+    want = s3_bucket.hashes("logs", skip=(".tb-footprint/",))
+    vault = str(tmp_path / "vault")
+    verb = ["retire", url, "--backup-dir", vault, "--yes", "--quiet-period", "0", "--run"]
+    _ops(_json(capsys, *verb, "x"))
+    p = subprocess.run([sys.executable, "-c", KILLED_AFTER_THE_WITNESS, *verb, "w"],
+                       env=cli_env(), capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert p.returncode == -9, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    s3_bucket.fs.pipe_file(s3_bucket.key("logs/w/notes.txt"), b"a writer's object, written meanwhile")
+    s3_bucket.fs.invalidate_cache()
+    rec = _json(capsys, "recover", url, "--backup-dir", vault)
+    assert [o.get("action") for o in rec] == ["rolled_back"], rec
+    now = s3_bucket.hashes("logs", skip=(".tb-footprint/",))
+    assert {k: v for k, v in now.items() if k.startswith("w/") and k != "w/notes.txt"} == \
+        {k: v for k, v in want.items() if k.startswith("w/")}  # w back whole, beside the writer's object
+    assert not _missing(capsys, url, vault)  # before: w's operation named for good
+    doc = _json(capsys, "purge", url, "--run", "x", "--backup-dir", vault, "--yes")
+    assert [o["run"] for o in doc["ops"]] == ["x"] and not doc["warnings"], doc
+    assert doc["folder_freed_bytes"] > 0, doc  # before: 0, every blob kept
+    now = s3_bucket.hashes("logs", skip=(".tb-footprint/",))
+    assert {k: v for k, v in now.items() if k.startswith("w/") and k != "w/notes.txt"} == \
+        {k: v for k, v in want.items() if k.startswith("w/")}

@@ -63,7 +63,8 @@ from tb_footprint_plugin.engine.bucket_identity import BLOB_OWNER, claimed_here,
 from tb_footprint_plugin.engine.catalogue_rules import entry_released
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.journal_object import pending_objects
-from tb_footprint_plugin.engine.history import BUCKET_KEPT, HISTORY_NAME, bucket_kept_log, missing_manifests
+from tb_footprint_plugin.engine.history import (BUCKET_KEPT, HISTORY_NAME, append_ended, bucket_kept_log, ended_line,
+                                                missing_manifests)
 from tb_footprint_plugin.engine.vault_manifests import EveryBlob
 from tb_footprint_plugin.engine.bucket_state import (
     BlobVault,
@@ -435,6 +436,22 @@ def said_kept_in_bucket(ostore: ObjectStore, vault: BucketVault) -> FrozenSet[st
         if vault.blobs is not None else frozenset()
 
 
+def end_witness(ostore: ObjectStore, vault: BucketVault, op_id: str, kind: str, run: str) -> None:
+    """With a blob folder, the witness line of operation ``op_id`` ended (``history.ended_line``)
+    right before a rollback deletes its manifest (every original back): a line whose manifest is
+    gone keeps every blob of the folder for good and status names it (``names_in_bucket``); a
+    retirement a start puts back after its process wrote the line, or one whose journal would not
+    close, is no such loss. ``BucketTxnError`` when the store refuses the append: the manifest is
+    kept (the rollback stays unfinished, its journal too; the next start ends the line, then the
+    manifest goes). No request without a folder (no line was ever written)."""
+    if vault.blobs is None:
+        return
+    said = append_ended(BucketState.of(ostore).logdir_store(), [ended_line(op_id, kind, run)])
+    if said:
+        raise BucketTxnError(Failure.STORE_ERROR, f"{witness_name(ostore)}: {said}; the manifest of {op_id} is "
+                             "kept until it is (the next start ends it)")
+
+
 def witness_name(ostore: ObjectStore) -> str:
     """The witness's URL (``history.bucket_kept_log``), as a row or a refusal names it."""
     return bucket_kept_log(BucketState.of(ostore).logdir_store()).name_of(f"{BUCKET_KEPT}/{HISTORY_NAME}")
@@ -537,5 +554,5 @@ def forget_let_go(bv: BlobVault, needed: Set[str], let_go: Set[Tuple[Optional[st
 
 
 __all__ = ["LEFT_AS_IT_WAS", "adding", "backup_entries", "blobs_of", "check_entry",
-           "copy_from_blobs", "entry_failure", "entry_ok", "forget_let_go", "forget_lock", "is_blob_entry", "listed_op", "missing_blobs", "missing_in_bucket", "named_digests", "names_in_bucket", "names_our_backup", "plain_under", "said_kept_in_bucket",
+           "copy_from_blobs", "end_witness", "entry_failure", "entry_ok", "forget_let_go", "forget_lock", "is_blob_entry", "listed_op", "missing_blobs", "missing_in_bucket", "named_digests", "names_in_bucket", "names_our_backup", "plain_under", "said_kept_in_bucket",
            "put_back", "witness_name"]

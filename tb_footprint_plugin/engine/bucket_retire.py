@@ -61,8 +61,8 @@ from tb_footprint_plugin.engine import unretire_run as one_unretire
 from tb_footprint_plugin.engine.bucket_op_records import create_manifest, forget_record
 from tb_footprint_plugin.engine.bucket_moved import (MADE_AT, MOVED_FROM, marked_afresh, moved_unclaimed,
                                                      not_ours_refusal, outside_words, restore_doc)
-from tb_footprint_plugin.engine.bucket_blobs import (KEPT_IN, adding, backup_entries, blobs_of, entry_failure,
-                                                      entry_ok, is_blob_entry, put_back)
+from tb_footprint_plugin.engine.bucket_blobs import (KEPT_IN, adding, backup_entries, blobs_of, end_witness,
+                                                      entry_failure, entry_ok, is_blob_entry, put_back)
 from tb_footprint_plugin.engine.bucket_blob_folder import with_recorded_folder
 from tb_footprint_plugin.engine.bucket_objects import HEADERS
 from tb_footprint_plugin.engine.bucket_state import (
@@ -565,7 +565,11 @@ def rollback(ostore: ObjectStore, vault: BucketVault, doc: dict, deleted: bool,
             continue
         # every original stands as it was: the copies are redundant (the manifest first, so no
         # restorable retirement ever points at a missing copy; blobs stay until a purge forgets
-        # what nothing names: another operation may hold the same bytes)
+        # what nothing names: another operation may hold the same bytes). Past the commit record
+        # its witness line may be written (``settle``, before the journal goes): ended first, or it
+        # would name a manifest gone for good and every blob of the folder were kept forever
+        if deleted:
+            end_witness(ostore, vault, en["op"], KIND, en["run"])
         must_delete(ostore, [mpath])
         forget_record(ostore, vault, en["op"])  # after its manifest: one left names nothing
         must_delete(ostore, [f["backup"] for f in en.get("files", []) if f.get("backup")])

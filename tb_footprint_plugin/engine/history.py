@@ -823,8 +823,9 @@ def logged_operations(state: str, *, kind: Optional[str] = None, outcome: Option
 
 def said_kept_into(records: List[dict], kept: set, ended: set) -> None:
     """``ChangeLog.backups_said_kept``'s rule for some lines (``records``, parsed, untrusted): the
-    op_id of a verified reduce's or retirement's line into ``kept``; of a purge's, or the ``of_op``
-    of a restore's, into ``ended``."""
+    op_id of a verified reduce's or retirement's line into ``kept``; of a purge's, of a rolled-back
+    reduce's or retirement's that kept no backup (its manifest gone with its backups, the originals
+    back: ``ended_line``), or the ``of_op`` of a restore's, into ``ended``."""
     for e in records:
         op = e.get("op_id")
         if not isinstance(op, str) or not _timed(e):
@@ -832,6 +833,8 @@ def said_kept_into(records: List[dict], kept: set, ended: set) -> None:
         kind, outcome = e.get("kind"), e.get("outcome")
         if kind in ("reduce", "retire") and outcome == Outcome.VERIFIED:
             kept.add(sys.intern(op))
+        elif kind in ("reduce", "retire") and outcome == Outcome.ROLLED_BACK and e.get("backup_kept") is not True:
+            ended.add(sys.intern(op))
         elif kind == "purge":
             ended.add(sys.intern(op))
         elif kind == "restore" and isinstance(e.get("of_op"), str):
@@ -1059,6 +1062,29 @@ def append_kept(store: Store, lines: List[dict], *, once: bool = False) -> Optio
     return None
 
 
+def ended_line(op_id: str, kind: str, run: str) -> dict:
+    """The witness line that ends ``kept_line``'s (``said_kept_into``): operation ``op_id`` rolled
+    back once its witness line may have been written (a retirement a start put back, a
+    transaction whose journal would not close), its originals back, its manifest about to go with
+    its backups. Written before the manifest goes: a kill in between leaves the manifest (which
+    names its blobs) and an ended line, never a line whose manifest is gone for good."""
+    return {"time": time.time(), "op_id": op_id, "kind": kind, "run": run, "outcome": str(Outcome.ROLLED_BACK),
+            "backup_kept": False}
+
+
+def append_ended(store: Store, lines: List[dict]) -> Optional[str]:
+    """Append ``lines`` (``ended_line``) to the bucket logdir's witness in one append; what says
+    the store refused it (its caller then keeps the manifest: the line must end first), None
+    when written."""
+    if not lines:
+        return None
+    try:
+        bucket_kept_log(store).append_lines(lines)
+    except StoreFailure as e:
+        return f"the witness line ending its operation was not written ({e})"
+    return None
+
+
 def missing_manifests_said(log: Optional[ChangeLog], ops: List[str]) -> Dict[str, Tuple[Optional[str], str]]:
     """Each of ``ops`` (``missing_manifests``) with its run and ``missing_manifest_words``, its run
     and kind read from ``log`` (None: unknown), one read of it only when there is one to say."""
@@ -1270,6 +1296,6 @@ def _sift(buf: bytearray, ident: str, entries: List[dict]) -> None:
         pos = end
 
 
-__all__ = ["BUCKET_KEPT", "KEPT_LOG_LIMIT", "append_kept", "bucket_kept_log", "kept_line", "missing_manifest_words", "missing_manifests_said", "backups_said_kept", "backups_said_kept_now", "missing_manifests", "said_kept_into", "said_kept_lines", "BUCKET_WORKERS", "CSV_FIELDS", "ChangeLog", "HISTORY", "HISTORY_NAME", "StateFolder", "append_history", "append_rolled_back",
+__all__ = ["BUCKET_KEPT", "KEPT_LOG_LIMIT", "append_ended", "append_kept", "ended_line", "bucket_kept_log", "kept_line", "missing_manifest_words", "missing_manifests_said", "backups_said_kept", "backups_said_kept_now", "missing_manifests", "said_kept_into", "said_kept_lines", "BUCKET_WORKERS", "CSV_FIELDS", "ChangeLog", "HISTORY", "HISTORY_NAME", "StateFolder", "append_history", "append_rolled_back",
            "bucket_log", "changes_since", "configure_writer", "disk_log", "finite", "history_csv", "history_damage",
            "HistoryPage", "history_files", "history_problems", "history_path", "line_of", "logged_operations", "purge_line", "purge_mark", "purge_reason", "read_history", "read_history_page", "reduce_line", "rolled_back_line", "worker_file_name"]
