@@ -15,9 +15,9 @@ import sys
 
 from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.codes import Failure
-from tb_footprint_plugin.engine import retire_tree, transaction
+from tb_footprint_plugin.engine import retire_tree, swap, transaction
 
-from conftest import REPO
+from conftest import REPO, copy_real, user_files
 from helpers_runs import read_tree
 from test_staged_private_and_group import _image_run
 
@@ -223,3 +223,34 @@ def test_a_start_after_a_kill_removes_its_unrecorded_staged_file_where_only_the_
     api.recover_logdir(str(logdir))
     assert not os.path.lexists(tmp)
     assert read_tree(logdir / "run") == before and os.path.getsize(path) > 0
+
+
+def test_a_file_moved_over_a_dropped_originals_name_during_the_swap_is_not_removed(tmp_path, monkeypatch):
+    """Review R27 (F3's class, in the swap): a dropped original's name was unlinked by name after the
+    swap's look found its bytes the backup's; a teammate who may write the run's folder could rename
+    the user's other file over it in between, and the swap removed that file, never backed up. Now a
+    name goes only while it holds the file the look found. The race is made deterministic by the move
+    right after the look."""
+    probe = copy_real("viewed/jax_profiled", tmp_path / "probe")
+    before = user_files(probe)
+    assert api.reduce_logdir(str(probe), policy="archive", dry_run=False, verify_backends=("python",)).ok
+    dropped = sorted(k for k in set(before) - set(user_files(probe)) if k.endswith("vm.xplane.pb"))
+    assert dropped, "the fixture's archive reduce drops files"
+    logdir = copy_real("viewed/jax_profiled", tmp_path / "logdir")
+    secret = tmp_path / "elsewhere" / "secret.txt"  # in a folder of the same disk (a fresh file in the
+    secret.parent.mkdir()                              # run would make it a run being written)
+    secret.write_bytes(b"the user's other file\n")
+    target = logdir / dropped[0]
+    real = swap.holds_original
+
+    def looked(store, key, f, *a, **k):
+        got = real(store, key, f, *a, **k)
+        if got and key.endswith(dropped[0]) and secret.exists():
+            os.rename(secret, target)  # the teammate's move, right after the look
+        return got
+
+    monkeypatch.setattr(swap, "holds_original", looked)
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
+    assert not secret.exists(), "the move happened"
+    # before: unlinked by the swap, its only copy
+    assert target.read_bytes() == b"the user's other file\n", rep.outcomes

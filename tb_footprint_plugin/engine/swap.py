@@ -35,7 +35,7 @@ from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path
 from tb_footprint_plugin.plan.model import Action, RunPlan
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
-from tb_footprint_plugin.storage.files import forget_staged, plausible_id, recorded_owner, sha256_stream
+from tb_footprint_plugin.storage.files import forget_staged, plausible_id, recorded_owner, sha256_stream, unlink_if_same
 from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256, plausible_mtime_ns
@@ -96,15 +96,23 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
     # be the swap's own; anything else at a new name is someone else's (review R17 F2)
     begun = copies_begun(journal.written) | set(begun_at or ())
     recorded = _recorded_dirs(rp, recorded_dirs)
+    finals = {s["final"] for s in staged}
+    # the file each dropped original's name held when its bytes were found the backup's: its
+    # name is unlinked only while it still holds that file (a teammate who may write the run's
+    # folder can rename the user's other file over it meanwhile: review R27, F3's class)
+    held: Dict[str, os.stat_result] = {}
     for path, rec in backups.items():
         # only the bytes that were backed up may be replaced or removed
         no_symlink(ctx, path)
         key = ctx.key(path)
         done = any(s["final"] == path and (holds_original(ctx.store, key, s)
                                            or copying and partial_copy_at(ctx, path, s["tmp"], s)) for s in staged)
+        looked = _lstat_path(ctx, path) if path not in finals else None
         if stands_at(ctx, path) and not done and not holds_original(ctx.store, key, rec):
             raise TransactionError(f"{path}: changed after it was backed up; not replaced",
                                    Failure.CHANGED_SINCE_BACKUP)
+        if looked is not None and _same_file(looked, _lstat_path(ctx, path)):
+            held[path] = looked
     # a folder's mtime changes as its files go: taken first, so a restore can give it back
     dir_mtimes = {}
     for a in rp.actions:
@@ -145,15 +153,13 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
         forget_staged(tmp)
         dirs.add(os.path.dirname(s["final"]))
         faults.hit("reduce.mid_swap")
-    finals = {s["final"] for s in staged}
     removed: set = set()  # the folders this call removed: nothing of them to fsync (their parents are)
     for path in backups:
         if path in finals:
             continue  # replaced in place by its rewrite
         with folder_at(ctx, path) as at:  # in its folder as the walk reaches it (a link: refused, coded)
-            if at is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    fsops.unlink(ctx.abs(path), dir_fd=at[0])  # the whole path names it; its name is looked up in at[0]
+            if at is not None and path in held:  # the whole path names it; its name is looked up in at[0]
+                unlink_if_same(ctx.abs(path), held[path], dir_fd=at[0])
         dirs.add(os.path.dirname(path))
     going = _journal_rmdirs(ctx, rp, journal, recorded, dir_mtimes)
     for path in going:  # in the plan's order (a folder before its parent)
@@ -231,6 +237,19 @@ def _same_staged(s: dict, st: os.stat_result) -> None:
     if staged_replaced(s, st):
         raise TransactionError(f"{s['tmp']}: not the file this reduce staged there (another was put at its name "
                                "since: a folder others may write); not put in place", Failure.REFUSED)
+
+
+def _lstat_path(ctx: Context, path: str) -> Optional[os.stat_result]:
+    """What stands at the logdir path ``path`` in its folder as the walk reaches it (never followed),
+    None when nothing does or its folder is missing."""
+    with folder_at(ctx, path) as at:
+        return _lstat_in(at[0], at[1]) if at is not None else None
+
+
+def _same_file(a: os.stat_result, b: Optional[os.stat_result]) -> bool:
+    """Whether ``b`` is the regular file ``a`` (device and inode), unchanged in size and mtime."""
+    return b is not None and stat.S_ISREG(a.st_mode) and (a.st_dev, a.st_ino, a.st_size, a.st_mtime_ns) == \
+        (b.st_dev, b.st_ino, b.st_size, b.st_mtime_ns)
 
 
 def _lstat_in(dir_fd: int, name: str) -> Optional[os.stat_result]:
