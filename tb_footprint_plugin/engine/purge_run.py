@@ -43,6 +43,11 @@ from tb_footprint_plugin.engine.recovery_rules import RecoveryOutcome
 #: the codes of a store's findings that refuse nothing: a purge's ``warnings``, not its ``refused``
 #: (a manifest the change log names gone: the purge goes on and keeps every blob, review R26 F1)
 WARNINGS = (Finding.LOGDIR_NOT_STICKY, Finding.OTHER_USERS_STATE, Finding.MANIFEST_MISSING)
+#: a purged row's ``kept_by``: a layout that said ``Finding.MANIFEST_MISSING`` kept every blob, so the
+#: row freed nothing (``bytes`` 0), whatever its backups' size; its run can no longer be restored, and
+#: its ``originals`` say how many of its files that costs (review R27, R26 LOW: the row said the bytes
+#: and originals of a purge that deleted nothing; on a disk, 0 originals though the run's restore went)
+KEPT_BY = "kept_by"
 
 
 @dataclass
@@ -63,6 +68,15 @@ class PurgeReport:
     folder_freed_bytes: Optional[int] = None
 
     @property
+    def every_blob_kept(self) -> bool:
+        """Whether a vault of blobs this purge ran over kept every blob (``WARNINGS``'s
+        ``Finding.MANIFEST_MISSING``: an operation the change log or the witness names has no
+        manifest, and which blobs its run's files are is unknown): the rows it marked purged freed
+        nothing (``KEPT_BY``), their runs can no longer be restored. Derived from the warnings, so a
+        report rebuilt from a store's dict says it too."""
+        return any(w.get("code") == Finding.MANIFEST_MISSING for w in self.warnings)
+
+    @property
     def originals_lost(self) -> int:
         """Original files that exist nowhere else once these backups are gone (runs not
         restored): the sum of the rows' ``originals`` (``purge_rules.originals_lost``, on every
@@ -72,7 +86,7 @@ class PurgeReport:
     def to_dict(self) -> dict:
         return {"dry_run": self.dry_run, "ops": self.ops, "freed_bytes": self.freed_bytes, "kept": self.kept,
                 "originals_lost": self.originals_lost, "refused": list(self.refused), "warnings": list(self.warnings),
-                "folder_freed_bytes": self.folder_freed_bytes}
+                "folder_freed_bytes": self.folder_freed_bytes, "every_blob_kept": self.every_blob_kept}
 
 
 @dataclass
@@ -176,7 +190,9 @@ def purge(layouts: Sequence[PurgeLayout], which: PurgeFilter, *, yes: bool, canc
     cancel = cancel or CancelToken()
     on_intent = txn.intent_hook(progress)
     report = PurgeReport(dry_run=not yes, ops=[], freed_bytes=0)
+    rows_of = []  # each layout's purged rows, in ``report.ops``
     for layout in layouts:
+        at = len(report.ops)
         with layout.choose(which, yes) as chosen:
             kept = list(chosen.kept)
             for group in chosen.groups:
@@ -194,10 +210,18 @@ def purge(layouts: Sequence[PurgeLayout], which: PurgeFilter, *, yes: bool, canc
                 # every store's rows say whose originals go (``purge_rules.others_of``); a bucket has no owners
                 report.ops += [{**r, "others": r.get("others") or []} for r in rows]
         report.kept += kept
+        rows_of.append(report.ops[at:])
     # what was refused, as it stands once every layout has run
-    found = [r for layout in layouts for r in layout.refused()]
+    found_of = [layout.refused() for layout in layouts]
+    found = [r for f in found_of for r in f]
     report.refused = [r for r in found if r.get("code") not in WARNINGS]
     report.warnings = [r for r in found if r.get("code") in WARNINGS]
+    for rows, f in zip(rows_of, found_of):
+        # the one rule of every store: a layout whose vault of blobs keeps every blob (a manifest
+        # missing: its own finding says so) freed nothing, whatever the rows it marked were worth
+        if any(r.get("code") == Finding.MANIFEST_MISSING for r in f):
+            for r in rows:
+                r["bytes"], r[KEPT_BY] = 0, str(Finding.MANIFEST_MISSING)
     report.freed_bytes = sum(r["bytes"] for r in report.ops)
     return report
 
@@ -257,5 +281,5 @@ def groups_of(manifests: List[dict], rows: List[dict], key) -> Iterator[Group]:
     return iter(by.values())
 
 
-__all__ = ["WARNINGS", "Chosen", "Finished", "Group", "Hold", "Killed", "KilledPurges", "PurgeLayout", "PurgeReport", "finish_killed", "groups_of",
+__all__ = ["KEPT_BY", "WARNINGS", "Chosen", "Finished", "Group", "Hold", "Killed", "KilledPurges", "PurgeLayout", "PurgeReport", "finish_killed", "groups_of",
            "outcomes", "purge"]
