@@ -49,8 +49,8 @@ from tb_footprint_plugin.engine.putback import (backups_refusal, begins_with, ho
 from tb_footprint_plugin.engine.journal import Journal, RunLocked
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
 from tb_footprint_plugin.engine.swap import (copies_begun, folder_owners, folder_times, folders_theirs, make_dirs,
-                                             put_back, put_back_token, settle_dirs, settle_folder_times,
-                                             unsettled_note)
+                                             put_back, put_back_names_free, put_back_token, settle_dirs,
+                                             settle_folder_times, unsettled_note)
 from tb_footprint_plugin.engine.placement import folder_at, holds_whole
 from tb_footprint_plugin.engine.relink import Relinks, first_name, peer_index
 from tb_footprint_plugin.engine.retire_rules import KIND as RETIRE_KIND
@@ -550,6 +550,10 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
         return (f"stopped while its backups were being checked, before anything was put back; "
                 f"{len(removed)} temporary cop{'y' if len(removed) == 1 else 'ies'} removed, the run left as it was")
     remove_restore_temps(ctx, manifest, token, spare=prepared)
+    if prepared is None and not put_back_names_free(ctx, manifest["files"], token):
+        # a file it may not remove stands at a journaled name (review R28 F2): the put-back takes
+        # fresh random names, as a rollback does, instead of failing at that name at every start
+        token = None
     # folders owner-writable while files go back in; their recorded modes and mtimes at the end
     remade = make_dirs(ctx, manifest.get("removed_dirs", []), refuse_theirs=True)
     faults.hit("restore.dirs")

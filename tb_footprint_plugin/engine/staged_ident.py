@@ -49,18 +49,15 @@ def staged_still(ctx: Context, tmp: str, s: Optional[dict], at: Tuple[int, str])
 
 def only_ours_could_put(folder_fd: int, st: os.stat_result) -> bool:
     """Whether the file ``st`` in the folder ``folder_fd`` can only have been put there by this
-    user: a folder of ours that no one else may write, or (sticky) a file of ours in a folder of
-    ours. A start after a kill before the stage recorded its file's inode knows it by nothing
-    else; in a team folder, or a user's folder reduced by root, a teammate could have moved a file
-    of the user's own over that name meanwhile (review R27 F3's start half), so it is left there
-    and named (``placement.undo_new_name``), never removed."""
-    me = os.geteuid()
+    user: a folder of ours that no one else may write. A start after a kill before the stage
+    recorded its file's inode knows it by nothing else, nor a rollback a name its stage never made
+    (the stage records name every file's temporary before the first is written); in a team folder,
+    or a user's folder reduced by root, a teammate could have moved a file of the user's own to
+    that name meanwhile (review R27 F3's start half), so it is left there and named
+    (``placement.undo_new_name``), never removed. Not even in a sticky folder (review R28 F1): the
+    sticky bit keeps a teammate from replacing the user's files, not from filling a free name."""
     folder = os.fstat(folder_fd)
-    if folder.st_uid != me:
-        return False
-    if not folder.st_mode & 0o022:
-        return True
-    return bool(folder.st_mode & stat.S_ISVTX) and st.st_uid == me
+    return folder.st_uid == os.geteuid() and not folder.st_mode & 0o022 and stat.S_ISREG(st.st_mode)
 
 
 def stands_in(at: Tuple[int, str]) -> bool:

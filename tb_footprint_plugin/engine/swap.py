@@ -29,7 +29,7 @@ from tb_footprint_plugin.engine.placement import (IN_PLACE, copies_begun, folder
                                                   partial_put_back, put_in_place, resume_at, resume_copy, settle_folder, stands_at,
                                                   starts_with, undo_new_name, version_at, version_in)
 from tb_footprint_plugin.engine.relink import Relinks, link_groups
-from tb_footprint_plugin.engine.staged_ident import left_at_staged_note, staged_replaced
+from tb_footprint_plugin.engine.staged_ident import left_at_staged_note, only_ours_could_put, staged_replaced
 from tb_footprint_plugin.engine.salvage import keep_late_records
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path
@@ -805,9 +805,15 @@ def remove_put_back_temps(ctx: Context, recs: Iterable[dict], token: Optional[st
                     hits = [e for e in entries if e.name in wanted]
                 for e in hits:
                     p = os.path.join(folder, e.name)
-                    # a regular file or a link at a name only our journaled token gives (a link is
-                    # removed, never followed); a folder there is left alone
-                    if p not in keep and (e.is_symlink() or e.is_file(follow_symlinks=False)):
+                    # a link at a name only our journaled token gives (removed, never followed), or
+                    # a regular file there where no one else could have put it: the token is in the
+                    # first temp's name, so in a folder others may write a teammate could move the
+                    # user's own file to such a name (review R28 F2); it is left (the put-back then
+                    # takes fresh names: ``put_back_names_free``). A folder there is left alone
+                    if p in keep:
+                        continue
+                    if e.is_symlink() or e.is_file(follow_symlinks=False) and \
+                            only_ours_could_put(at[0], e.stat(follow_symlinks=False)):
                         fsops.unlink(e.name, dir_fd=at[0])
                         removed.append(os.path.relpath(p, ctx.logdir))
         except (OSError, TransactionError, ValueError):

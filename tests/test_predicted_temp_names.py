@@ -1,0 +1,109 @@
+"""A temporary name a teammate can predict is never a licence to remove what stands at it (review R28
+F1, F2; R27 F3's class).
+
+A reduce's stage records name every staged file's temporary (``.footprint-<op>-N.tmp``) before the
+first is written, and a restore's temporaries carry one journaled token (``.footprint-restore-<token>-
+<sha12>``): once one of them stands in a run folder others may read, the others' names are known. In a
+folder a teammate may write (a team folder, with the sticky bit or without), that teammate can move the
+user's own private file to such a name before the operation makes it. The rollback (F1) and a restore's
+next start (F2) removed whatever stood there: the user's file, its only copy. Now a name the operation
+did not make, or cannot tell for its own, is left where it is, and the operation goes on around it."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import REPO
+from helpers_runs import read_tree
+from tb_footprint_plugin import api, synth
+from tb_footprint_plugin.engine import transaction
+from tb_footprint_plugin.engine.vault_base import restore_tmp_path
+from tb_footprint_plugin.storage.paths import state_dir
+
+SECRET = b"the user's private notes\n"
+
+
+def _image_files(run: Path, n: int = 2) -> list:
+    paths = []
+    for i in range(n):
+        with synth.EventWriter(str(run), timestamp=1795990000 + 1000 * i, index=i) as w:
+            for s in range(30):
+                w.scalar(f"loss{i}", s, 1.0 / (s + 1))  # a tag of its own each (no restart of the first)
+                w.image(f"img{i}", s, synth.make_png(32, 32, seed=s + 100 * i), 32, 32)
+            paths.append(w.path)
+    old = time.time() - 7200
+    for p in paths:
+        os.utime(p, (old, old))
+    return paths
+
+
+def _secret(tmp_path: Path) -> Path:
+    s = tmp_path / "elsewhere" / "secret.txt"  # another folder of the same disk the teammate may write
+    s.parent.mkdir()
+    s.write_bytes(SECRET)
+    os.chmod(s, 0o600)
+    return s
+
+
+def test_a_file_moved_to_a_staged_name_not_yet_made_survives_the_rollback_in_a_sticky_team_folder(tmp_path,
+                                                                                                monkeypatch):
+    logdir = tmp_path / "logdir"
+    run = logdir / "run"
+    _image_files(run)
+    before = read_tree(run)
+    os.chmod(run, 0o1777)  # a team folder with the sticky bit: no one replaces the user's files there
+    secret = _secret(tmp_path)
+    real = transaction.take_over
+    moved_to = []
+
+    def predicted(tmp, rec):  # while file 0 is staged, file 1's name is known: the teammate fills it
+        if tmp.endswith("-0.tmp") and not moved_to:
+            moved_to.append(tmp[:-len("-0.tmp")] + "-1.tmp")
+            os.rename(secret, moved_to[0])
+        return real(tmp, rec)
+
+    monkeypatch.setattr(transaction, "take_over", predicted)
+    (o,) = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",)).outcomes
+    assert str(o.status) == "rolled_back", o.to_dict()
+    # before: the rollback removed "its" staged name, the user's file at it
+    assert open(moved_to[0], "rb").read() == SECRET
+    assert {k: v for k, v in read_tree(run).items() if not k.startswith(".footprint-")} == before
+    m = api.operation(str(logdir), o.op_id)
+    assert os.path.basename(moved_to[0]) in m["reason"], m["reason"]  # named where the user looks
+
+
+_KILLED_RESTORE = """
+import sys
+from tb_footprint_plugin import api
+api.restore(sys.argv[1])
+"""
+
+
+def test_a_file_moved_to_a_restores_temporary_name_survives_its_next_start(tmp_path):
+    logdir = tmp_path / "logdir"
+    run = logdir / "run"
+    (path,) = _image_files(run, 1)
+    original = open(path, "rb").read()
+    assert api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",)).ok
+    os.chmod(run, 0o777)  # a team folder without the sticky bit
+    env = dict(os.environ, TB_FOOTPRINT_FAILPOINTS="restore.dirs=kill",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", _KILLED_RESTORE, str(logdir)], env=env, timeout=300)
+    assert p.returncode == -9, "the failpoint should have killed the restore"
+    # the teammate who saw one of the restore's temporaries knows its token: a name for each backup
+    begins = [json.loads(line.splitlines()[0]) for line in
+              (Path(state_dir(str(logdir))) / "journal").glob("*.jsonl") for line in [line.read_text()]]
+    (begin,) = [b for b in begins if b.get("kind") == "restore"]
+    of_op = api.operation(str(logdir), begin["of_op"])
+    (f,) = [f for f in of_op["files"] if f["path"] == os.path.relpath(path, logdir)]
+    name = restore_tmp_path(str(run), f["sha256"], begin["tmp_token"])
+    os.rename(_secret(tmp_path), name)
+    api.recover_logdir(str(logdir))
+    # before: the start removed every regular file at a name the journaled token gives
+    assert open(name, "rb").read() == SECRET
+    # and the restore finished around it, under fresh names
+    assert open(path, "rb").read() == original
