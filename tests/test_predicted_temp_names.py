@@ -102,8 +102,9 @@ def test_a_file_moved_to_a_restores_temporary_name_survives_its_next_start(tmp_p
     (f,) = [f for f in of_op["files"] if f["path"] == os.path.relpath(path, logdir)]
     name = restore_tmp_path(str(run), f["sha256"], begin["tmp_token"])
     os.rename(_secret(tmp_path), name)
-    api.recover_logdir(str(logdir))
+    (rec,) = api.recover_logdir(str(logdir))
     # before: the start removed every regular file at a name the journaled token gives
     assert open(name, "rb").read() == SECRET
+    assert os.path.relpath(name, logdir) in rec.detail, rec  # named where the user reads it
     # and the restore finished around it, under fresh names
     assert open(path, "rb").read() == original

@@ -48,6 +48,7 @@ from tb_footprint_plugin.engine.putback import (backups_refusal, begins_with, ho
                                                  restore_refusal, restored_said, writer_met)
 from tb_footprint_plugin.engine.journal import Journal, RunLocked
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
+from tb_footprint_plugin.engine.staged_ident import left_at_temp_note
 from tb_footprint_plugin.engine.swap import (copies_begun, folder_owners, folder_times, folders_theirs, make_dirs,
                                              put_back, put_back_names_free, put_back_token, settle_dirs,
                                              settle_folder_times, unsettled_note)
@@ -544,12 +545,14 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
     manifest = vault.read_manifest(begin["of_op"])
     originals = {f["path"] for f in manifest["files"]}
     token = put_back_token(begin)
+    not_ours: List[str] = []  # at its temporaries' names, files it cannot tell for its own (review R28 F2)
     if restore_abandoned(records):
-        removed = remove_restore_temps(ctx, manifest, token)
+        removed = remove_restore_temps(ctx, manifest, token, left=not_ours)
         settle_folder_times(ctx, begin.get("dir_times"))  # as they were before its first temporary
         return (f"stopped while its backups were being checked, before anything was put back; "
-                f"{len(removed)} temporary cop{'y' if len(removed) == 1 else 'ies'} removed, the run left as it was")
-    remove_restore_temps(ctx, manifest, token, spare=prepared)
+                f"{len(removed)} temporary cop{'y' if len(removed) == 1 else 'ies'} removed, the run left as it was"
+                + (f"; {left_at_temp_note(not_ours)}" if not_ours else ""))
+    remove_restore_temps(ctx, manifest, token, spare=prepared, left=not_ours)
     if prepared is None and not put_back_names_free(ctx, manifest["files"], token):
         # a file it may not remove stands at a journaled name (review R28 F2): the put-back takes
         # fresh random names, as a rollback does, instead of failing at that name at every start
@@ -661,7 +664,7 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
     detail += late_records_said(displaced)
     detail += kept_said(len([d for d in displaced if d.get("sha256")]), "file",
                         f"restore {begin['op_id']}; `tb-footprint status` shows how to bring them back")
-    note = unsettled_note(left_unsettled)
+    note = "; ".join(n for n in (unsettled_note(left_unsettled), left_at_temp_note(not_ours)) if n)
     return f"{detail}; {note}" if note else detail
 
 

@@ -207,12 +207,12 @@ def prepare_streamed(ctx: Context, vault: Vault, files: List[dict], token: str, 
 
 
 def remove_restore_temps(ctx: Context, manifest: dict, token: Optional[str],
-                         spare: Optional["Prepared"] = None) -> List[str]:
+                         spare: Optional["Prepared"] = None, left: Optional[List[str]] = None) -> List[str]:
     """Temp copies a killed attempt of this restore left next to its files
     (``swap.remove_put_back_temps``: the one rule for a restore's and a rollback's). ``spare``:
-    this process's verified temporaries, left for the put-back."""
+    this process's verified temporaries, left for the put-back; ``left``: as there."""
     return remove_put_back_temps(ctx, manifest.get("files", []), token,
-                                 keep=spare.paths() if spare is not None else ())
+                                 keep=spare.paths() if spare is not None else (), left=left)
 
 
 __all__ = ["checked_in_place", "Prepared", "PreparedVault", "prepare_streamed", "remove_restore_temps", "temp_folder"]

@@ -767,7 +767,7 @@ def put_back_token(begin: dict) -> Optional[str]:
 
 
 def remove_put_back_temps(ctx: Context, recs: Iterable[dict], token: Optional[str],
-                          keep: Collection[str] = ()) -> List[str]:
+                          keep: Collection[str] = (), left: Optional[List[str]] = None) -> List[str]:
     """Temp copies a killed put-back of these records (``path`` and ``sha256`` each: a rollback's
     backups, a restore's files) left next to their files: exactly the names the journaled
     ``token`` gives (``vault.restore_tmp_path``, ``vault.late_tmp_path``), never another file that
@@ -776,7 +776,8 @@ def remove_put_back_temps(ctx: Context, recs: Iterable[dict], token: Optional[st
     nearest one standing). The caller holds the run's lock, so none of them is being written
     now; without a token (an earlier version's journal) nothing is removed. ``keep``: this
     process's own verified temporaries, left for the put-back. Returns the removed paths,
-    logdir-relative."""
+    logdir-relative; ``left`` gets those of the files it may not remove (review R28 F2), for the
+    caller to name."""
     removed: List[str] = []
     if token is None:
         return removed
@@ -816,6 +817,8 @@ def remove_put_back_temps(ctx: Context, recs: Iterable[dict], token: Optional[st
                             only_ours_could_put(at[0], e.stat(follow_symlinks=False)):
                         fsops.unlink(e.name, dir_fd=at[0])
                         removed.append(os.path.relpath(p, ctx.logdir))
+                    elif left is not None and e.is_file(follow_symlinks=False):
+                        left.append(os.path.relpath(p, ctx.logdir))
         except (OSError, TransactionError, ValueError):
             continue
     return removed
