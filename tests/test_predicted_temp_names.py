@@ -108,3 +108,22 @@ def test_a_file_moved_to_a_restores_temporary_name_survives_its_next_start(tmp_p
     assert os.path.relpath(name, logdir) in rec.detail, rec  # named where the user reads it
     # and the restore finished around it, under fresh names
     assert open(path, "rb").read() == original
+
+
+def test_a_leftover_at_a_temporary_name_is_set_aside_not_removed_where_others_may_write(tmp_path):
+    """``files.create_new`` (the vault's and a copy's temporaries) and salvage's ``clear_own_temp`` took a
+    regular file of the user's at their name for a crashed attempt's and removed it: in a folder others may
+    write it may be the user's own file a teammate moved there (the class of F1 and F2). There it is set
+    aside now (renamed, kept); in a folder only the user writes it is removed as before."""
+    from tb_footprint_plugin.storage.files import create_new
+
+    for mode, kept in ((0o777, True), (0o755, False)):
+        d = tmp_path / f"folder-{mode:o}"
+        d.mkdir()
+        os.chmod(d, mode)
+        name = d / ".footprint-tmp"
+        name.write_bytes(SECRET)
+        os.close(create_new(str(name)))
+        assert name.read_bytes() == b""  # the temporary, made anew
+        others = [p.read_bytes() for p in d.iterdir() if p != name]
+        assert others == ([SECRET] if kept else []), (mode, others)

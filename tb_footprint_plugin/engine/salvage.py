@@ -47,8 +47,8 @@ from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.storage.regular import open_regular, open_regular_at
 from tb_footprint_plugin.engine.vault import Vault, restore_folder, who
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.files import (CHUNK, create_exclusive, fsync_dir, give_owner, permission_bits,
-                                               recorded_owner, sha256_stream)
+from tb_footprint_plugin.storage.files import (CHUNK, create_exclusive, fsync_dir, give_owner, only_ours_could_put,
+                                               permission_bits, recorded_owner, sha256_stream)
 from tb_footprint_plugin.storage.private import set_aside_at
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.version import __version__
@@ -140,7 +140,9 @@ def _owner_here(folder, owner: Optional[Tuple[int, int]]) -> Optional[Tuple[int,
 def clear_own_temp(tmp: str, dir_fd: int) -> None:
     """A killed attempt's file at the temporary name ``tmp`` (in the folder ``dir_fd``) removed
     before it is made again, as ``files.create_new`` clears one by path: a regular file of this
-    user (its bytes are in the vault) removed, anything else (a planted link, a FIFO, another
+    user (its bytes are in the vault) removed where no one else could have put it
+    (``files.only_ours_could_put``: a teammate may move the user's own file to a name it can
+    predict, review R28 F2's class), anything else (a planted link, a FIFO, another
     user's file) set aside in that folder (``private.set_aside_at``: renamed, kept, never deleted)."""
     name = fsops.name_in(tmp, dir_fd)
     try:
@@ -148,7 +150,7 @@ def clear_own_temp(tmp: str, dir_fd: int) -> None:
     except FileNotFoundError:
         return
     with contextlib.suppress(FileNotFoundError):
-        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and only_ours_could_put(os.fstat(dir_fd), st):
             fsops.unlink(tmp, dir_fd=dir_fd)
         else:
             set_aside_at(dir_fd, name)

@@ -6,11 +6,10 @@ stage made: its inode and change time once taken over (the ``staged`` record's `
 from __future__ import annotations
 
 import os
-import stat
 from typing import List, Optional, Tuple
 
 from tb_footprint_plugin.engine.context import Context
-from tb_footprint_plugin.storage.files import staged_here
+from tb_footprint_plugin.storage.files import only_ours_could_put, staged_here
 
 
 def has_ident(s: dict) -> bool:
@@ -44,20 +43,7 @@ def staged_still(ctx: Context, tmp: str, s: Optional[dict], at: Tuple[int, str])
     made = staged_here(ctx.abs(tmp))
     if made is not None:
         return (st.st_dev, st.st_ino) == made
-    return only_ours_could_put(at[0], st)
-
-
-def only_ours_could_put(folder_fd: int, st: os.stat_result) -> bool:
-    """Whether the file ``st`` in the folder ``folder_fd`` can only have been put there by this
-    user: a folder of ours that no one else may write. A start after a kill before the stage
-    recorded its file's inode knows it by nothing else, nor a rollback a name its stage never made
-    (the stage records name every file's temporary before the first is written); in a team folder,
-    or a user's folder reduced by root, a teammate could have moved a file of the user's own to
-    that name meanwhile (review R27 F3's start half), so it is left there and named
-    (``placement.undo_new_name``), never removed. Not even in a sticky folder (review R28 F1): the
-    sticky bit keeps a teammate from replacing the user's files, not from filling a free name."""
-    folder = os.fstat(folder_fd)
-    return folder.st_uid == os.geteuid() and not folder.st_mode & 0o022 and stat.S_ISREG(st.st_mode)
+    return only_ours_could_put(os.fstat(at[0]), st)
 
 
 def stands_in(at: Tuple[int, str]) -> bool:
@@ -87,4 +73,4 @@ def left_at_temp_note(left: List[str]) -> str:
             f"its own in a folder others may write; remove each that is nobody's), e.g. {left[0]}")
 
 
-__all__ = ["has_ident", "left_at_staged_note", "left_at_temp_note", "only_ours_could_put", "staged_replaced", "staged_still", "stands_in"]
+__all__ = ["has_ident", "left_at_staged_note", "left_at_temp_note", "staged_replaced", "staged_still", "stands_in"]

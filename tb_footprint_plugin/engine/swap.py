@@ -29,13 +29,14 @@ from tb_footprint_plugin.engine.placement import (IN_PLACE, copies_begun, folder
                                                   partial_put_back, put_in_place, resume_at, resume_copy, settle_folder, stands_at,
                                                   starts_with, undo_new_name, version_at, version_in)
 from tb_footprint_plugin.engine.relink import Relinks, link_groups
-from tb_footprint_plugin.engine.staged_ident import left_at_staged_note, only_ours_could_put, staged_replaced
+from tb_footprint_plugin.engine.staged_ident import left_at_staged_note, staged_replaced
 from tb_footprint_plugin.engine.salvage import keep_late_records
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path
 from tb_footprint_plugin.plan.model import Action, RunPlan
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
-from tb_footprint_plugin.storage.files import forget_staged, plausible_id, recorded_owner, sha256_stream, unlink_if_same
+from tb_footprint_plugin.storage.files import (forget_staged, only_ours_could_put, plausible_id, recorded_owner,
+                                               sha256_stream, unlink_if_same)
 from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256, plausible_mtime_ns
@@ -814,7 +815,7 @@ def remove_put_back_temps(ctx: Context, recs: Iterable[dict], token: Optional[st
                     if p in keep:
                         continue
                     if e.is_symlink() or e.is_file(follow_symlinks=False) and \
-                            only_ours_could_put(at[0], e.stat(follow_symlinks=False)):
+                            only_ours_could_put(os.fstat(at[0]), e.stat(follow_symlinks=False)):
                         fsops.unlink(e.name, dir_fd=at[0])
                         removed.append(os.path.relpath(p, ctx.logdir))
                     elif left is not None and e.is_file(follow_symlinks=False):

@@ -313,11 +313,24 @@ def append_line(path: str, line: str, *, create: bool = True,
     return st.st_dev, st.st_ino
 
 
+def only_ours_could_put(folder: os.stat_result, st: os.stat_result) -> bool:
+    """Whether the file ``st`` in the folder ``folder`` (its stat) can only have been put there by this
+    user: a folder of ours that no one else may write. A start after a kill before the stage
+    recorded its file's inode knows it by nothing else, nor a rollback a name its stage never made
+    (the stage records name every file's temporary before the first is written); in a team folder,
+    or a user's folder reduced by root, a teammate could have moved a file of the user's own to
+    that name meanwhile (review R27 F3's start half), so it is left there and named
+    (``engine.placement.undo_new_name``), never removed; a leftover found where a temporary is made
+    anew (``create_new``) is set aside instead. Not even in a sticky folder (review R28 F1): the
+    sticky bit keeps a teammate from replacing the user's files, not from filling a free name."""
+    return folder.st_uid == os.geteuid() and not folder.st_mode & 0o022 and stat.S_ISREG(st.st_mode)
+
+
 def create_new(path: str, mode: int = 0o600) -> int:
     """A write fd of a file made anew at ``path`` (``O_CREAT | O_EXCL | O_NOFOLLOW``): the tool's
     temporary files inside run folders, whose names others may guess. Whatever stands there is
     never followed or written: a leftover regular file of ours (a crashed attempt's) is removed
-    first, anything else (a planted symlink, a FIFO, another user's file) is set aside
+    first where no one else could have put it (``only_ours_could_put``), anything else (a planted symlink, a FIFO, another user's file) is set aside
     (``private.set_aside``: renamed, kept, never deleted); ``FileExistsError`` if the name keeps
     being taken."""
     for attempt in (0, 1, 2):
@@ -331,7 +344,8 @@ def create_new(path: str, mode: int = 0o600) -> int:
             st = os.lstat(path)
         except FileNotFoundError:
             continue
-        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and \
+                only_ours_could_put(os.stat(os.path.dirname(path) or "."), st):
             with contextlib.suppress(FileNotFoundError):
                 fsops.unlink(path)  # a leftover of ours; with other links, their bytes stay there
         else:
@@ -465,4 +479,4 @@ def copy_file(src: str, dst: str) -> None:
 __all__ = ["CHUNK", "hash_count_sparse", "sha256_stream", "sha256_file", "matches", "is_regular", "fsync_file",
            "fsync_dir", "private_folder", "atomic_write", "atomic_write_json", "create_json", "append_line", "copy_file", "create_new", "create_exclusive", "unlink_if_same", "copy_new",
            "CopyMismatch", "plausible_id", "permission_bits", "take_over", "open_staged",
-           "StagedReplaced", "staged_here", "forget_staged"]
+           "StagedReplaced", "staged_here", "forget_staged", "only_ours_could_put"]
