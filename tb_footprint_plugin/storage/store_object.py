@@ -405,18 +405,23 @@ class ObjectStore(Store):
             f = src
             if isinstance(src, (str, os.PathLike)):
                 f = stack.enter_context(open_regular(os.fspath(src)))
-            if if_absent and not if_version:
-                # up to a part read first: an object that small is created in one conditional put
-                # (S3 If-None-Match: *, GCS ifGenerationMatch=0, Azure If-None-Match: *; moto 5.2
-                # and Azurite enforce it, the GCS emulator does not and ``ops.put`` checks it with
-                # a metadata read there)
+            # up to a part read first: an object that small goes up by the store's own put, in one
+            # request carrying the condition (S3 If-None-Match: * or If-Match, GCS
+            # ifGenerationMatch, Azure If-None-Match: * or If-Match; moto 5.2 and Azurite enforce
+            # them, the GCS emulator does not and ``ops.put`` checks them with a metadata read
+            # there), never by a writer: no staged copy, and no client's small-object form (gcsfs's
+            # ``pipe_file`` and ``put_file`` below 5 MiB are multipart requests with the fixed
+            # boundary "==0==", which bytes holding "--==0==" end at the server, cut short)
+            with _coded(key):  # a source that breaks is the put's failure, coded, nothing sent
                 parts, ended = _read_upto(f, STREAM_PART)
-                if ended:
-                    with _coded(key):
-                        self.ops.put(path, parts[0] if len(parts) == 1 else b"".join(parts), if_absent=True)
-                    return self._stat_written(key)
-                f = _Prefixed(parts, f)
-                del parts
+            if ended:
+                with _absent_is_stale(if_version, key), _coded(key):
+                    self.ops.put(path, parts[0] if len(parts) == 1 else b"".join(parts), if_absent=if_absent,
+                                 if_version=if_version)
+                return self._stat_written(key)
+            f = _Prefixed(parts, f)
+            del parts
+            if if_absent and not if_version:
                 # a larger one in one streamed upload whose completing request carries the
                 # condition (S3 If-None-Match: * on CompleteMultipartUpload, Azure on Put Block
                 # List, GCS ifGenerationMatch=0 on the resumable upload; moto 5.2 and Azurite
@@ -430,7 +435,7 @@ class ObjectStore(Store):
                     self.rfs.upload_stream(key, f, part=STREAM_PART, exclusive=True)
                 return self._stat_written(key)
             if not (if_absent or if_version):
-                with _coded(key):
+                with _coded(key):  # the writers' parts: S3 multipart, GCS resumable, Azure blocks
                     self.rfs.upload_stream(key, f, part=STREAM_PART)
             else:
                 # conditional on a version: s3fs's, gcsfs's and adlfs's writers send no If-Match
