@@ -1257,10 +1257,17 @@ def _print_purge(rep) -> None:
     for o in rep.ops:
         print(f"  {o['op_id']}  {shown(o['run'])}  {human_bytes(o['bytes'])}" + ("  (restored)" if o["restored"] else "")
               + ("  (retired run: its only copy)" if o.get("kind") == "retire" and not o["restored"] else "")
-              + (f"  (files of {', '.join(u['user'] for u in o['others'])}: their only copy)" if o.get("others") else ""))
+              + (f"  (files of {', '.join(u['user'] for u in o['others'])}: their only copy)" if o.get("others") else "")
+              + ("  (frees nothing: every blob kept)" if o.get("kept_by") else ""))
     verb = "would free" if rep.dry_run else "freed"
     print(f"{len(rep.ops)} backup(s); {verb} {human_bytes(rep.freed_bytes)}; "
           f"{rep.originals_lost} original file(s) {'would be' if rep.dry_run else 'were'} lost for good")
+    held = sum(1 for o in rep.ops if o.get("kept_by"))
+    if held:  # a missing manifest keeps every blob (the warning above): these free nothing, yet go (review R27)
+        print(f"{held} of these {'would free' if rep.dry_run else 'freed'} nothing: every blob of their vault is kept "
+              "while an operation the change log names has no manifest (the warning above); their runs "
+              f"{'could' if rep.dry_run else 'can'} no longer be restored (their files are counted above), and a later "
+              "purge frees their space once that manifest is back")
     others = {u["uid"]: u["user"] for o in rep.ops for u in o.get("others") or []}
     if others:  # runs of other users taken on request (--include-others-runs): they lose them, not you
         held = sum(1 for o in rep.ops if o.get("others"))

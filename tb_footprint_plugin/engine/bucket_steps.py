@@ -25,7 +25,7 @@ from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Skip, Sto
 from tb_footprint_plugin.engine import faults, lease, manifest
 from tb_footprint_plugin.engine.bucket_objects import HEADERS
 from tb_footprint_plugin.engine.bucket_op_records import create_manifest, forget_record
-from tb_footprint_plugin.engine.bucket_blobs import KEPT_IN, is_blob_entry, missing_blobs, put_back
+from tb_footprint_plugin.engine.bucket_blobs import KEPT_IN, end_witness, is_blob_entry, missing_blobs, put_back
 from tb_footprint_plugin.engine.bucket_verified import plan_record
 from tb_footprint_plugin.engine.bucket_state import (BucketState, BucketTxnError, BucketVault, delete_all, listing_of_runs,
                                                      must_delete, must_delete_versioned, now_s, run_prefix, vault_url)
@@ -409,7 +409,13 @@ def rollback_entry(ostore: ObjectStore, vault: BucketVault, en: dict, deleted: b
         must_delete(ostore, temps)
         return kept
     # Originals are all in place (or kept): the copies in the vault are redundant now (the manifest
-    # first, so no restorable operation ever points at a missing backup).
+    # first, so no restorable operation ever points at a missing backup). Past the commit record its
+    # witness line may be written: ended first, or it would name a manifest gone for good and every
+    # blob of the folder were kept forever (``bucket_blobs.end_witness``; no request without a folder).
+    # Defensive for a reduction (no path is known that rolls one back after its line; a retirement's
+    # is real: ``bucket_retire.rollback``): the one rule "no manifest goes while its line stands"
+    if deleted:
+        end_witness(ostore, vault, str(en["op"]), "reduce", str(en["run"]))
     must_delete(ostore, [vault.manifest(en["op"])])
     forget_record(ostore, vault, en["op"])  # after its manifest: one left names nothing
     # (blobs stay: another operation may hold the same bytes; purge forgets what none names)

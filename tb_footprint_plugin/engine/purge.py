@@ -283,9 +283,13 @@ def _blob_plan(vault: Vault, ms: List[dict], pending: set, known: Optional[List[
     keep = vault.referenced_blobs(exclude_ops=[m["op_id"] for m in ms], manifests=known) | pending
     seen: set = set()
     plan = []
-    # every blob this purge deletes from this vault (a blob two operations share is
-    # counted, for its bytes, with the first; it is lost for both)
-    doomed = {f["sha256"] for m in ms for f in m["files"] if f["sha256"] not in keep}
+    # every blob this purge lets go from this vault (a blob two operations share is counted, for
+    # its bytes, with the first; it is lost for both): none named by a kept operation's manifest as
+    # read. While every blob is kept (``EveryBlob``: a manifest missing) none is deleted, yet these
+    # operations' restores go: their files are counted as lost all the same (``purge_run.KEPT_BY``;
+    # review R26 LOW: such a purge said 0 lost though its runs could no longer be restored)
+    named = set(keep)  # the digests the manifests read name (an ``EveryBlob`` holds them too)
+    doomed = {f["sha256"] for m in ms for f in m["files"] if f["sha256"] not in named}
     for m in ms:
         # each blob once: two entries of one manifest (hard-linked twins, byte-identical files)
         # name one blob, which purge deletes once (review R17 F1, F5)
