@@ -127,3 +127,32 @@ def test_a_leftover_at_a_temporary_name_is_set_aside_not_removed_where_others_ma
         assert name.read_bytes() == b""  # the temporary, made anew
         others = [p.read_bytes() for p in d.iterdir() if p != name]
         assert others == ([SECRET] if kept else []), (mode, others)
+
+
+def test_a_file_moved_to_a_staged_name_survives_a_state_folder_moved_aside(tmp_path, monkeypatch):
+    """Review R28 F4: in a logdir without the sticky bit a teammate may also rename the state folder aside
+    mid-reduce; the reduce then cannot journal and undid its stage records' temporaries by name
+    (``reduce_journal.journal_gone``), the user's own file moved to a predicted one among them. Now it
+    removes only its stage's own files (the one rule of every rollback) and names the one it leaves."""
+    logdir = tmp_path / "logdir"
+    run = logdir / "run"
+    _image_files(run)
+    os.chmod(run, 0o777)
+    secret = _secret(tmp_path)
+    real = transaction.take_over
+    moved_to = []
+
+    def predicted(tmp, rec):
+        if tmp.endswith("-0.tmp") and not moved_to:
+            moved_to.append(tmp[:-len("-0.tmp")] + "-1.tmp")
+            os.rename(secret, moved_to[0])
+            os.rename(logdir / ".tb-footprint", logdir / ".hidden")  # the state folder, aside
+            os.mkdir(logdir / ".tb-footprint")
+        return real(tmp, rec)
+
+    monkeypatch.setattr(transaction, "take_over", predicted)
+    (o,) = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",)).outcomes
+    assert str(o.status) == "rolled_back", o.to_dict()
+    # before: unlinked by name with every stage record's temporary
+    assert open(moved_to[0], "rb").read() == SECRET
+    assert os.path.relpath(moved_to[0], logdir) in o.reason, o.reason

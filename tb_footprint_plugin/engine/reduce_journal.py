@@ -17,9 +17,10 @@ from tb_footprint_plugin.engine.context import (Context, NoSpace, RunOutcome, Tr
 from tb_footprint_plugin.engine.journal import Journal, JournalGone, StateMoved
 from tb_footprint_plugin.engine.placement import folder_at
 from tb_footprint_plugin.engine.recovery_rules import rollback_incomplete_reason
+from tb_footprint_plugin.engine.staged_ident import staged_still, stands_in
 from tb_footprint_plugin.engine.swap import rollback
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.files import fsync_dir
+from tb_footprint_plugin.storage.files import forget_staged, fsync_dir
 from tb_footprint_plugin.storage.paths import is_within
 from tb_footprint_plugin.storage.private import is_ours
 
@@ -61,14 +62,21 @@ def journal_gone(ctx: Context, journal: Journal, gone: JournalGone, reason: str,
         where = f"its journal is in {os.path.join(moved, 'journal')}, " + where
     if not any(r.get("type") == "swap" for r in written):
         left = []
+        staged = {r["tmp"]: r for r in written if r.get("type") == "staged" and isinstance(r.get("tmp"), str)}
         for r in written:
             if r.get("type") != "stage" or not isinstance(r.get("tmp"), str):
                 continue
             try:
                 no_symlink(ctx, r["tmp"])
                 with folder_at(ctx, r["tmp"]) as at:  # as the walk reaches it: a link since the look refused
-                    if at is not None:
+                    # only the stage's own file (``staged_ident.staged_still``, the one rule of every
+                    # rollback): a name its stage never made may hold the user's own file a teammate
+                    # moved there, the names being predictable (review R28 F4)
+                    if at is not None and staged_still(ctx, r["tmp"], staged.get(r["tmp"]), at):
                         fsops.unlink(at[1], dir_fd=at[0])
+                    elif at is not None and stands_in(at):
+                        left.append(r["tmp"])
+                forget_staged(ctx.abs(r["tmp"]))
             except FileNotFoundError:
                 pass
             except (OSError, TransactionError):
