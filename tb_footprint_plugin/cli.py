@@ -1188,6 +1188,8 @@ def _backups_said(r: dict) -> str:
 def cmd_purge(args) -> int:
     from tb_footprint_plugin import api
 
+    if getattr(args, "forget_missing", None) is not None:
+        return _forget_missing(args)
     purging = []  # set once backups are being deleted: a Ctrl-C then settles the purge
 
     def purge(yes: bool, op_ids=None):  # every selected run in one pass: shared blobs and lost originals counted once
@@ -1210,6 +1212,36 @@ def cmd_purge(args) -> int:
                   file=sys.stderr)
             return EXIT_INTERRUPTED
         return _interrupted(args, "purge", [args.logdir], None, [])
+
+
+def _forget_missing(args) -> int:
+    """``purge --forget-missing OP_ID``: what ending the missing manifest's line means, the question
+    (the one consent rule), then the one line (``api.forget_missing``)."""
+    from tb_footprint_plugin import api
+
+    if args.runs or args.run_glob or args.op or args.older_than is not None:
+        raise UsageError("--forget-missing ends one operation's line and purges nothing: give it without run "
+                         "selectors, --op or --older-than")
+    doc = api.forget_missing(args.logdir, args.forget_missing, yes=False, backup_dir=args.backup_dir)
+    if not args.yes:
+        if not args.json:
+            for w in doc["words"][:-1]:  # a run's name is the log's, untrusted: one printable line each
+                print(shown(w))
+        rc = _consent(args, "purge", 1, f"End the line of operation {doc['op_id']}? Run {shown(doc['run'])} "
+                                        "stays unrestorable either way")
+        if rc is not GO:
+            if args.json:
+                _dump(doc)
+            elif args.dry_run:
+                print(shown(doc["words"][-1]))
+            return rc
+    doc = api.forget_missing(args.logdir, args.forget_missing, yes=True, backup_dir=args.backup_dir)
+    if args.json:
+        _dump(doc)
+    else:
+        for w in doc["words"] if args.yes else doc["words"][-1:]:
+            print(shown(w))
+    return EXIT_OK
 
 
 def _purge_asked(args, purge) -> int:
@@ -1823,6 +1855,10 @@ def _purge_parser(sub) -> None:
                    help="only backups of operations older than this, e.g. 7d (0 or more)")
     _selectors(s)  # the selected runs are purged together: one preview counts what they share once
     s.add_argument("--op", default=None, help="only this operation's backup")
+    s.add_argument("--forget-missing", default=None, metavar="OP_ID",
+                   help="instead of purging: end the line of this operation whose manifest is missing (status: "
+                        "manifest_missing), so that later purges stop keeping every blob; its run stays "
+                        "unrestorable either way; deletes nothing (without --yes: says what it means)")
     s.add_argument("--yes", "-y", action="store_true",
                    help="delete without asking; needed without a terminal (otherwise: the list, exit 2)")
     s.add_argument("--dry-run", "-n", action="store_true", help="only list what would be deleted (exit 0)")

@@ -70,7 +70,7 @@ _NAMES: dict[str, str] = {
     "api.survey": ("check_logdir confirmed_digests hold_to_confirmed ledger_skips NotALogdir plan plan_digest "
                    "select_runs selection_by_logdir shard_plan shard_sizes"),
     "api.reduce": "reduce_logdir reduce_logdirs",
-    "api.backups": ("NotRestorable purge restorable restore restore_refusal restore_target sample "
+    "api.backups": ("forget_missing NotRestorable purge restorable restore restore_refusal restore_target sample "
                     "SampleUnavailable vault_lifecycle verify"),
     "api.retirement": "retire retire_plan retire_rule retired RetireReport",
 }
@@ -113,4 +113,5 @@ __all__ = [
     "retire_rule", "retired", "RetireReport", "RetireRule", "select_runs", "check_logdir", "NotALogdir",
     "interrupted_state", "settle_interrupted", "Interrupted", "ledger_skips", "vault_lifecycle",
     "plan_digest", "confirmed_digests", "hold_to_confirmed", "is_no_space", "kept_blobs", "bring_back",
+    "forget_missing",
 ]

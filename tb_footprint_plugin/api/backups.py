@@ -1,6 +1,6 @@
 """What is done with the backups of committed operations: ``verify`` (re-check), ``restore``
-(with the checks a restore must pass first), ``restorable``, ``purge`` and the check page's
-before/after ``sample``.
+(with the checks a restore must pass first), ``restorable``, ``purge`` (and ``forget_missing``, the
+end of a missing manifest's line) and the check page's before/after ``sample``.
 """
 from __future__ import annotations
 
@@ -164,6 +164,22 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
     chosen = _purge_selection(logdir, eng.backup_runs, names, run_glob, eng.operations)
     return eng.purge(older_than=older_than, yes=yes, op=op, runs=chosen, op_ids=op_ids, recovered=recovered,
                      cancel=cancel, progress=progress)
+
+
+def forget_missing(logdir: str, op_id: str, yes: bool = False, backup_dir: Optional[str] = None) -> dict:
+    """End the line of operation ``op_id`` whose manifest is missing (``purge --forget-missing``;
+    ``engine.forget_missing``): while the change log (a disk) or the blob folder's witness (a bucket
+    logdir) names a verified operation no vault holds a manifest of, every purge keeps every blob.
+    Without ``yes`` only says what ending it means (``words``), nothing written; with ``yes`` one
+    line is appended that ends it (nothing deleted: the next purge frees under its own rules).
+    Settles what is unfinished first. Refused (``TransactionError`` with ``code``: ``refused``, or
+    ``not_found`` when no line names it) unless the operation is missing right now; returns
+    ``{op_id, kind, run, log, dry_run, ended, words}``."""
+    from tb_footprint_plugin.engine.forget_missing import forget_missing as end_line
+
+    eng = open_engine(logdir, backup_dir)
+    eng.recover()
+    return end_line(eng, op_id, yes=yes)
 
 
 def _purge_selection(logdir: str, known: Callable[[], Sequence], names: Optional[List[str]],
