@@ -21,11 +21,12 @@ its operation, one at a time, as restic's ``forget`` acknowledges a loss:
 """
 from __future__ import annotations
 
+import errno
 import json
 import time
-from typing import List, Optional, Tuple
+from typing import Callable, List, Tuple
 
-from tb_footprint_plugin.codes import Failure, Finding
+from tb_footprint_plugin.codes import Failure, Finding, StoreError
 from tb_footprint_plugin.engine.context import TransactionError, writing
 from tb_footprint_plugin.engine.front_base import Engine
 from tb_footprint_plugin.engine.front_local import LocalEngine
@@ -47,10 +48,10 @@ def forget_missing(eng: Engine, op_id: str, *, yes: bool = False) -> dict:
     return _bucket(eng, op_id, yes)
 
 
-def _refuse_unless_missing(log: ChangeLog, where: str, op_id: str, present: bool) -> Tuple[str, str]:
-    """``(kind, run)`` of ``op_id`` when ``log`` (read whole, every line: a log that cannot be read
-    refuses) says its backup is kept and ``present`` says no manifest of it is there; else the
-    refusal naming why."""
+def _refuse_unless_missing(log: ChangeLog, where: str, op_id: str, present: Callable[[], bool]) -> Tuple[str, str]:
+    """``(kind, run)`` of ``op_id`` when ``log`` (read whole, every line, first: a log that cannot be
+    read refuses, naming it) says its backup is kept and ``present()`` says no manifest of it is
+    there; else the refusal naming why."""
     try:
         kept = log.backups_said_kept(strict=True)
     except (StoreFailure, OSError) as e:
@@ -65,7 +66,7 @@ def _refuse_unless_missing(log: ChangeLog, where: str, op_id: str, present: bool
         raise TransactionError(f"{where}: operation {op_id} of run {runs[op_id]} is not said kept (rolled back, "
                                "purged or restored since): its line is no guard of anything, nothing to end",
                                Failure.REFUSED)
-    if present:
+    if present():
         raise TransactionError(f"operation {op_id} of run {runs[op_id]}: its manifest is there (whatever it says: "
                                "damaged, refused or purged); it names its blobs, so its line is never ended this "
                                f"way ({Finding.MANIFEST_MISSING} is said only of a manifest that is missing)",
@@ -114,11 +115,17 @@ def _disk(eng: LocalEngine, op_id: str, yes: bool) -> dict:
     log = disk_log(ctx.state)
     if log is None:
         raise TransactionError(f"{where}: no change log; no operation {op_id!r} to end", Failure.NOT_FOUND)
-    kind, run = _refuse_unless_missing(log, where, op_id, present=op_id not in missing_manifests(ctx))
+    kind, run = _refuse_unless_missing(log, where, op_id, present=lambda: op_id not in missing_manifests(ctx))
     if yes:
         line = _line(op_id, run)
-        with writing(where, len(json.dumps(line)) + 64):
-            append_history(ctx.state, line)
+        try:
+            with writing(where, len(json.dumps(line)) + 64):  # a full disk: ``NoSpace`` naming it
+                append_history(ctx.state, line)
+        except OSError as e:  # named with the log's path (the state folder's own errors name its file only)
+            denied = getattr(e, "errno", None) in (errno.EACCES, errno.EPERM, errno.EROFS) \
+                or getattr(e, "code", None) == StoreError.PERMISSION
+            raise TransactionError(f"{where}: the line ending {op_id} was not written ({e}); its line stands",
+                                   Failure.REFUSED if denied else Failure.ERROR) from None
     return _result(op_id, kind, run, where, yes)
 
 
@@ -136,8 +143,7 @@ def _bucket(eng: Engine, op_id: str, yes: bool) -> dict:
     st = BucketState.of(ostore)
     where = witness_name(ostore)
     log = bucket_kept_log(st.logdir_store())
-    present = _listed(st, vault, listed_op, op_id)
-    kind, run = _refuse_unless_missing(log, where, op_id, present=present)
+    kind, run = _refuse_unless_missing(log, where, op_id, present=lambda: _listed(st, vault, listed_op, op_id))
     if yes:
         try:
             log.append_lines([dict(_line(op_id, run), time=time.time())])
