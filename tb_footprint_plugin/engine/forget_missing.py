@@ -34,10 +34,6 @@ from tb_footprint_plugin.engine.history import (ChangeLog, append_history, disk_
                                                 purge_mark)
 from tb_footprint_plugin.storage.store import StoreFailure
 
-#: the command that ends a line, as the words name it
-COMMAND = "tb-footprint purge LOGDIR --forget-missing OP_ID"
-
-
 def forget_missing(eng: Engine, op_id: str, *, yes: bool = False) -> dict:
     """End the line of operation ``op_id`` whose manifest is missing (``yes``), or say what that
     means (without ``yes``: nothing written). Returns ``{op_id, kind, run, log, dry_run, ended,
