@@ -4,6 +4,8 @@ inside the logdir as they were then, but the reduce's own backup copies and mani
 that vault batch after batch. Priced at the plan's count, the rule chose the whole logdir's
 listing — backups and manifests included, pages more than priced — where the runs' folders took
 fewer pages (report r36 B: ~7 pages a "." listing priced 4, at 2,000 runs and 4 workers)."""
+import concurrent.futures
+
 from test_scale_buckets import counted, templates  # noqa: F401 - fixtures: moto behind the counting proxy
 from tb_footprint_plugin.engine.bucket_objects import BucketState
 from tb_footprint_plugin.engine.bucket_state import BucketVault, listing_of_runs
@@ -29,8 +31,10 @@ def test_the_whole_logdir_is_priced_with_the_vault_objects_written_since_its_lis
     # what a reduce's batches write into the vault inside the logdir (backup copies, manifests):
     # 1,100 objects more, so the whole listing is three pages now, the two folders a page each
     assert vault.root.startswith(ostore.root + "/")
-    for i in range(1100):
-        st.create(f"{vault.root}/ops/growth-{i:04d}.json", {"i": i})
+    # (eight at a time: each create is one request through the counting proxy, the moto server's
+    # thread per connection answering; counted by the state whichever thread made it)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda i: st.create(f"{vault.root}/ops/growth-{i:04d}.json", {"i": i}), range(1100)))
     runs = [f"exp{i // 4}/run{i}" for i in range(8)]
 
     proxy.reset()
