@@ -77,6 +77,11 @@ def _spy(monkeypatch, caps=NO_RENAME) -> dict:
     # an original whose path is free is renamed onto it create-only (``swap.put_back``)
     monkeypatch.setattr(swap.fsops, "rename_new", lambda src, dst, **kw: (seen["renamed"].append(dst),
                                                                           real_rename_new(src, dst, **kw))[1])
+    # an original put back where a file stands is exchanged with it (``swap._exchange``: a rename
+    # both ways); before R28 F3 the swap's own rename onto the same path hid that from this spy
+    real_exchange = swap.fsops.exchange
+    monkeypatch.setattr(swap.fsops, "exchange", lambda a, b, **kw: (seen["renamed"].append(b),
+                                                                    real_exchange(a, b, **kw))[1])
     return seen
 
 

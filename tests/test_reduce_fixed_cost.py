@@ -54,17 +54,25 @@ def test_the_staged_record_is_made_durable_by_the_swap_records_fsync(tmp_path, m
             journal_syncs.append(_types(path))
 
     durable_at_swap: list = []
-    real_replace = throttle.replace
+    real_replace, real_exchange = throttle.replace, throttle.exchange
 
-    def replace(src, dst, *a, **kw):
+    def at_swap(src):
         if ".footprint-" in os.path.basename(src) and not durable_at_swap:
             durable_at_swap.append(journal_syncs[-1] if journal_syncs else [])
+
+    def replace(src, dst, *a, **kw):
+        at_swap(src)
         return real_replace(src, dst, *a, **kw)
+
+    def exchange(a, b, *args, **kw):  # an in-place rewrite takes its original's place by an exchange (R28 F3)
+        at_swap(a)
+        return real_exchange(a, b, *args, **kw)
 
     durable_at_stage: list = []  # the journal's last fsync when the temp is about to be written
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(throttle, "replace", replace)
+    monkeypatch.setattr(throttle, "exchange", exchange)
     faults.arm("reduce.stage_record", lambda: durable_at_stage.append(journal_syncs[-1] if journal_syncs else []))
     try:
         rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))

@@ -254,3 +254,68 @@ def test_a_file_moved_over_a_dropped_originals_name_during_the_swap_is_not_remov
     assert not secret.exists(), "the move happened"
     # before: unlinked by the swap, its only copy
     assert target.read_bytes() == b"the user's other file\n", rep.outcomes
+
+
+def test_a_file_moved_over_a_rewritten_originals_name_during_the_swap_is_not_replaced(tmp_path, monkeypatch):
+    """Review R28 F3: the staged rewrite was renamed onto its original's name, replacing whatever stood
+    there by then; a teammate's rename of the user's other file over that name between the swap's look
+    and its rename destroyed that file (never backed up), and the run was said verified. Now the staged
+    file is exchanged with the name and only the original the look found is removed: another file that
+    comes out is put back at once, and the run is refused and rolled back. The move is made right after
+    the look, as in the dropped-original case."""
+    logdir = tmp_path / "logdir"
+    path = _image_run(logdir / "run")
+    secret = tmp_path / "elsewhere" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_bytes(b"the user's other file\n")
+    real = swap.holds_original
+    name = os.path.relpath(path, logdir)
+
+    def looked(store, key, f, *a, **k):
+        got = real(store, key, f, *a, **k)
+        if got and key.endswith(name) and f.get("action") and secret.exists():
+            os.rename(secret, path)  # the teammate's move, right after the look at the original
+        return got
+
+    monkeypatch.setattr(swap, "holds_original", looked)
+    (o,) = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",)).outcomes
+    assert not secret.exists(), "the move happened"
+    # before: replaced by the rename, the run said verified
+    kept = [p for p in read_tree(tmp_path).values() if p == b"the user's other file\n"]
+    assert kept, o.to_dict()
+    assert (str(o.status), o.code) == ("rolled_back", Failure.REFUSED), o.to_dict()
+
+
+_KILLED_IN_THE_EXCHANGE = """
+import os, sys
+from tb_footprint_plugin import api
+from tb_footprint_plugin.engine import swap
+
+real = swap.unlink_if_same
+
+def killed(path, made, dir_fd=None):  # the exchange made, the original not yet removed from the staged name
+    if os.path.basename(path).startswith(".footprint-"):
+        os.kill(os.getpid(), 9)
+    return real(path, made, dir_fd=dir_fd)
+
+swap.unlink_if_same = killed
+api.reduce_logdir(sys.argv[1], policy="archive", dry_run=False, verify_backends=("python",))
+"""
+
+
+def test_a_kill_between_the_exchange_and_its_unlink_is_finished_by_the_next_start(tmp_path):
+    """The exchange's window: the staged file in its place, the original at the staged name. The next
+    start finishes the swap (the original's bytes are the backup's) and leaves nothing at the staged
+    name, rather than taking that original for a file put there and rolling the run back."""
+    logdir = tmp_path / "logdir"
+    path = _image_run(logdir / "run")
+    size = os.path.getsize(path)
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", _KILLED_IN_THE_EXCHANGE, str(logdir)], env=env, timeout=300)
+    assert p.returncode == -9, "the stand-in should have killed the process"
+    assert [n for n in os.listdir(logdir / "run") if n.startswith(".footprint-")]  # the original, there
+    api.recover_logdir(str(logdir))
+    assert not [n for n in os.listdir(logdir / "run") if n.startswith(".footprint-")]
+    assert os.path.getsize(path) < size
+    (m,) = [m for m in api.operations(str(logdir)) if m["kind"] == "reduce"]
+    assert m["outcome"] == "verified", m

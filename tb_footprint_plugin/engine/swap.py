@@ -98,9 +98,10 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
     begun = copies_begun(journal.written) | set(begun_at or ())
     recorded = _recorded_dirs(rp, recorded_dirs)
     finals = {s["final"] for s in staged}
-    # the file each dropped original's name held when its bytes were found the backup's: its
-    # name is unlinked only while it still holds that file (a teammate who may write the run's
-    # folder can rename the user's other file over it meanwhile: review R27, F3's class)
+    # the file each original's name held when its bytes were found the backup's: a dropped one's
+    # name is unlinked, a rewritten one's replaced, only while it still holds that file (a teammate
+    # who may write the run's folder can rename the user's other file over it meanwhile: review
+    # R27, F3's class; R28 F3)
     held: Dict[str, os.stat_result] = {}
     for path, rec in backups.items():
         # only the bytes that were backed up may be replaced or removed
@@ -108,7 +109,7 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
         key = ctx.key(path)
         done = any(s["final"] == path and (holds_original(ctx.store, key, s)
                                            or copying and partial_copy_at(ctx, path, s["tmp"], s)) for s in staged)
-        looked = _lstat_path(ctx, path) if path not in finals else None
+        looked = _lstat_path(ctx, path)
         if stands_at(ctx, path) and not done and not holds_original(ctx.store, key, rec):
             raise TransactionError(f"{path}: changed after it was backed up; not replaced",
                                    Failure.CHANGED_SINCE_BACKUP)
@@ -127,8 +128,10 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
     named = begun | set(backups)
     dirs = set()  # logdir-relative: each fsynced as the walk reaches it
     for s in staged:  # each staged file the stage's own before the first goes in: a refusal changes nothing
-        with _staged_folders(ctx, s) as (_dfd, tfd):
+        with _staged_folders(ctx, s) as (dfd, tfd):
             st = _lstat_in(tfd, os.path.basename(s["tmp"])) if tfd is not None else None
+            if st is not None and tfd == dfd and _exchanged_before(ctx, s, backups.get(s["final"]), st, tfd):
+                st = None
         if st is not None:
             _same_staged(s, st)
     for s in staged:
@@ -149,8 +152,9 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
                 if new_name and resumed is None and stands_at(ctx, s["final"]) \
                         and not holds_original(ctx.store, ctx.key(s["final"]), s):
                     raise TransactionError(f"{s['final']}: appeared meanwhile; it would be overwritten")
-                put_in_place(strategy, journal, {"path": s["final"], "sha256": s["sha256"], "size": s["size"]},
-                             begun=named, sparse=False)(tmp, final, src_dir_fd=tfd, dst_dir_fd=dfd)
+                if new_name or not strategy.renames or tfd != dfd or not _exchange_in(s, held.get(s["final"]), dfd):
+                    put_in_place(strategy, journal, {"path": s["final"], "sha256": s["sha256"], "size": s["size"]},
+                                 begun=named, sparse=False)(tmp, final, src_dir_fd=tfd, dst_dir_fd=dfd)
         forget_staged(tmp)
         dirs.add(os.path.dirname(s["final"]))
         faults.hit("reduce.mid_swap")
@@ -238,6 +242,48 @@ def _same_staged(s: dict, st: os.stat_result) -> None:
     if staged_replaced(s, st):
         raise TransactionError(f"{s['tmp']}: not the file this reduce staged there (another was put at its name "
                                "since: a folder others may write); not put in place", Failure.REFUSED)
+
+
+def _exchange_in(s: dict, looked: Optional[os.stat_result], dfd: int) -> bool:
+    """The staged file ``s`` swapped with its original's name in one atomic step (``throttle.exchange``;
+    both in the folder ``dfd``), then the original, now at the staged name, removed while it is the
+    file the swap's look found the backup's (``looked``; None: none was found there). A file someone
+    renamed over the original's name since the look comes out there instead: swapped back at once,
+    left where it was put, and the run refused (a rename onto the name replaced it, its only copy:
+    review R28 F3). Nothing at the name (a resumed swap): the staged file renamed there create-only.
+    False where the kernel or file system has no exchange: the caller renames as before."""
+    tmp, final = os.path.basename(s["tmp"]), os.path.basename(s["final"])
+    if _lstat_in(dfd, final) is None:
+        fsops.rename_new(tmp, final, src_dir_fd=dfd, dst_dir_fd=dfd)
+        return True
+    try:
+        fsops.exchange(tmp, final, dir_fd=dfd)
+    except OSError as e:
+        if e.errno in fsops.NO_EXCHANGE:
+            return False
+        raise
+    if looked is not None and unlink_if_same(tmp, looked, dir_fd=dfd):
+        return True
+    fsops.exchange(tmp, final, dir_fd=dfd)
+    raise TransactionError(f"{s['final']}: another file was put at its name during the swap (a folder others may "
+                           "write); left where it was put, not replaced", Failure.REFUSED)
+
+
+def _exchange_left(ctx: Context, s: dict, rec: Optional[dict]) -> bool:
+    """Whether the staged file of ``s`` is in its original's place and its staged name holds the
+    original's bytes (``rec``, its backup's): what an exchange (``_exchange_in``) a kill stopped
+    before its unlink leaves; the swap is finished, not refused."""
+    return rec is not None and holds_original(ctx.store, ctx.key(s["final"]), s) \
+        and holds_original(ctx.store, ctx.key(s["tmp"]), rec)
+
+
+def _exchanged_before(ctx: Context, s: dict, rec: Optional[dict], st: os.stat_result, dfd: int) -> bool:
+    """Whether the file at the staged name of ``s`` is the original an exchange (``_exchange_in``) of a
+    killed attempt left there, its staged file already in its place: removed then (its bytes are the
+    backup's, in the vault) and True."""
+    if not staged_replaced(s, st) or not stat.S_ISREG(st.st_mode) or not _exchange_left(ctx, s, rec):
+        return False
+    return unlink_if_same(os.path.basename(s["tmp"]), st, dir_fd=dfd)
 
 
 def _lstat_path(ctx: Context, path: str) -> Optional[os.stat_result]:
@@ -1188,7 +1234,7 @@ def roll_forward(ctx: Context, records: List[dict]) -> bool:
             return False
         with folder_at(ctx, s["tmp"]) as at:  # another file put at a staged name: rolled back, never put in place
             st = _lstat_in(at[0], at[1]) if at is not None else None
-        if st is not None and staged_replaced(s, st):
+        if st is not None and staged_replaced(s, st) and not _exchange_left(ctx, s, backups.get(s["final"])):
             return False
     plan = records[0]["plan"]
     rp = RunPlan(run=plan["run"], bytes_before=plan["bytes_before"],
