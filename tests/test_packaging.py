@@ -107,7 +107,8 @@ def test_wheel_contents(dist):
     # one wheel for every Python, its markers kept: what the other versions install
     # (test_the_wheel_installs_and_runs_on_python)
     assert wheel.name.endswith("-py3-none-any.whl"), wheel.name
-    assert any(l.startswith("Requires-Dist: tomli") and "python_version < \"3.11\"" in l for l in meta.splitlines()), meta
+    assert any(l.startswith("Requires-Dist: tomli") and "python_version < \"3.11\"" in l
+               for l in meta.splitlines()), meta
 
 
 def _free_port():
@@ -169,7 +170,8 @@ def _install_wheel(python, wheel, tmp_path):
                        timeout=1200)
     assert p.returncode == 0, p.stderr[-3000:]
     # the dependencies were picked for this Python: below 3.11 its TOML parser is tomli's
-    tomli = subprocess.run([str(venv / "bin" / "python"), "-c", "import sys; sys.version_info < (3, 11) and __import__('tomli')"],
+    tomli = subprocess.run([str(venv / "bin" / "python"), "-c",
+                            "import sys; sys.version_info < (3, 11) and __import__('tomli')"],
                            capture_output=True, text=True, env=_env(), cwd=tmp_path)
     assert tomli.returncode == 0, tomli.stderr[-2000:]
     fixtures = tmp_path / "real"
