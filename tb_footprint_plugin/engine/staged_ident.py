@@ -38,11 +38,15 @@ def staged_still(ctx: Context, tmp: str, s: Optional[dict], at: Tuple[int, str])
         st = os.stat(at[1], dir_fd=at[0], follow_symlinks=False)
     except FileNotFoundError:
         return False
-    if isinstance(s, dict) and has_ident(s):
-        return not staged_replaced(s, st)
+    if isinstance(s, dict) and has_ident(s) and not staged_replaced(s, st):
+        return True
+    # this process's own file still, though its change time moved since its record (a swap's
+    # exchange put back after a refusal, ``swap._exchange_in``: review R28's note)
     made = staged_here(ctx.abs(tmp))
     if made is not None:
         return (st.st_dev, st.st_ino) == made
+    if isinstance(s, dict) and has_ident(s):
+        return False
     return only_ours_could_put(os.fstat(at[0]), st)
 
 

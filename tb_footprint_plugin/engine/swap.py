@@ -29,7 +29,7 @@ from tb_footprint_plugin.engine.placement import (IN_PLACE, copies_begun, folder
                                                   partial_put_back, put_in_place, resume_at, resume_copy, settle_folder, stands_at,
                                                   starts_with, undo_new_name, version_at, version_in)
 from tb_footprint_plugin.engine.relink import Relinks, link_groups
-from tb_footprint_plugin.engine.staged_ident import left_at_staged_note, staged_replaced
+from tb_footprint_plugin.engine.staged_ident import has_ident, left_at_staged_note, staged_replaced
 from tb_footprint_plugin.engine.salvage import keep_late_records
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path
@@ -130,7 +130,8 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
     for s in staged:  # each staged file the stage's own before the first goes in: a refusal changes nothing
         with _staged_folders(ctx, s) as (dfd, tfd):
             st = _lstat_in(tfd, os.path.basename(s["tmp"])) if tfd is not None else None
-            if st is not None and tfd == dfd and _exchanged_before(ctx, s, backups.get(s["final"]), st, tfd):
+            if resuming and st is not None and tfd == dfd and \
+                    _exchanged_before(ctx, s, backups.get(s["final"]), st, tfd):
                 st = None
         if st is not None:
             _same_staged(s, st)
@@ -270,20 +271,26 @@ def _exchange_in(s: dict, looked: Optional[os.stat_result], dfd: int) -> bool:
 
 
 def _exchange_left(ctx: Context, s: dict, rec: Optional[dict]) -> bool:
-    """Whether the staged file of ``s`` is in its original's place and its staged name holds the
-    original's bytes (``rec``, its backup's): what an exchange (``_exchange_in``) a kill stopped
-    before its unlink leaves; the swap is finished, not refused."""
-    return rec is not None and holds_original(ctx.store, ctx.key(s["final"]), s) \
+    """Whether the staged file of ``s`` is in its original's place (its inode, the ``staged``
+    record's, and its bytes) and its staged name holds the original's bytes (``rec``, its
+    backup's): what an exchange (``_exchange_in``) a kill stopped before its unlink leaves; the
+    swap is finished, not refused. By the inode too, not the bytes alone: copies of both files a
+    teammate put at the two names would pass a look at bytes (review R28's note)."""
+    if rec is None or not has_ident(s):
+        return False
+    with folder_at(ctx, s["final"]) as at:
+        st = _lstat_in(at[0], at[1]) if at is not None else None
+    return st is not None and st.st_ino == s["ident"][0] and holds_original(ctx.store, ctx.key(s["final"]), s) \
         and holds_original(ctx.store, ctx.key(s["tmp"]), rec)
 
 
-def _exchanged_before(ctx: Context, s: dict, rec: Optional[dict], st: os.stat_result, dfd: int) -> bool:
-    """Whether the file at the staged name of ``s`` is the original an exchange (``_exchange_in``) of a
-    killed attempt left there, its staged file already in its place: removed then (its bytes are the
-    backup's, in the vault) and True."""
+def _exchanged_before(ctx: Context, s: dict, rec: Optional[dict], st: os.stat_result, tfd: int) -> bool:
+    """Whether the file at the staged name of ``s`` (in the folder ``tfd``) is the original an
+    exchange (``_exchange_in``) of a killed attempt left there, its staged file already in its
+    place: removed then (its bytes are the backup's, in the vault) and True. A resumed swap's only."""
     if not staged_replaced(s, st) or not stat.S_ISREG(st.st_mode) or not _exchange_left(ctx, s, rec):
         return False
-    return unlink_if_same(os.path.basename(s["tmp"]), st, dir_fd=dfd)
+    return unlink_if_same(os.path.basename(s["tmp"]), st, dir_fd=tfd)
 
 
 def _lstat_path(ctx: Context, path: str) -> Optional[os.stat_result]:
