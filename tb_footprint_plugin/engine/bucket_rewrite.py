@@ -116,6 +116,59 @@ from tb_footprint_plugin.verify import Stopped
 _BLOB_ADDS = threading.Lock()
 _S3_READS = threading.Lock()
 
+
+class _BotoOnce:
+    """TensorBoard's gfile module's ``boto3`` while a run's read-back holds ``_S3_READS``: its S3
+    reader calls ``boto3.resource``/``boto3.client`` for every read (a client built each time on
+    boto3's default session, ~15-30 ms of CPU: 7 for one file's two passes, a chunk, the end of
+    the object and its head for each). For the thread reading back, a call with the same
+    arguments gets the one the run's first call made (``made``, one run's); every other thread
+    (TensorBoard's own readers, in its process) gets boto3's own, as before. The reader's code
+    runs as it is: the same requests, from clients boto3's default session made with the same
+    arguments."""
+
+    def __init__(self, real, made: dict, owner: int):
+        self._real, self._made, self._owner = real, made, owner
+
+    def __getattr__(self, name: str):
+        return getattr(self._real, name)
+
+    def __bool__(self) -> bool:
+        return True
+
+    def client(self, *args, **kwargs):
+        return self._once("client", args, kwargs)
+
+    def resource(self, *args, **kwargs):
+        return self._once("resource", args, kwargs)
+
+    def _once(self, kind: str, args: tuple, kwargs: dict):
+        make = getattr(self._real, kind)
+        if threading.get_ident() != self._owner:
+            return make(*args, **kwargs)
+        key = repr((kind, args, sorted(kwargs.items())))
+        if key not in self._made:
+            self._made[key] = make(*args, **kwargs)
+        return self._made[key]
+
+
+@contextlib.contextmanager
+def _tensorboard_s3_reads(made: dict):
+    """One read-back through TensorBoard's S3 reader at a time in the process (``_S3_READS``), its
+    boto3 clients and resources those of the run's earlier read-backs (``_BotoOnce``, ``made``)."""
+    from tensorboard.compat.tensorflow_stub.io import gfile
+
+    with _S3_READS:
+        real = getattr(gfile, "boto3", None)
+        if not real:  # no boto3: the reader says so, as it did
+            yield
+            return
+        gfile.boto3 = _BotoOnce(real, made, threading.get_ident())
+        try:
+            yield
+        finally:
+            gfile.boto3 = real
+
 #: Failures of a step that leave the run as it was (rolled back), never a stray exception.
 _STEP_ERRORS = (BucketTxnError, *STORE_FAILURES, TransactionError, OSError, ValueError, RuntimeError)
 
@@ -319,11 +372,12 @@ class ObjectReduce(txn.Txn):
     def transform(self, report: txn.Report) -> None:
         """Each new file uploaded under its temporary key, with its original's Content-Type and
         user metadata (``_original_headers``), and read back; step ``uploaded``."""
+        made: dict = {}  # TensorBoard's S3 reader's boto3 clients, one of each for the run's files
         for f in self.files:
             if f.get("tmp"):
                 self.cancel.check()
                 _upload_and_read_back(self.ostore, f, self.local["staged"][f["path"]],
-                                      _new_headers(f, _original_headers(self.ostore, f)))
+                                      _new_headers(f, _original_headers(self.ostore, f)), made)
         self.jnl.step(Rec.UPLOADED, runs=[self.en])  # the new objects, their checksums and read-back recorded
 
     def verify(self, report: txn.Report) -> None:
@@ -582,15 +636,18 @@ def _new_headers(f: dict, headers: Optional[dict]) -> Optional[dict]:
     return {"content_type": None, "metadata": dict(headers.get("metadata") or {})}
 
 
-def _upload_and_read_back(ostore: ObjectStore, f: dict, staged: dict, headers: Optional[dict] = None) -> None:
+def _upload_and_read_back(ostore: ObjectStore, f: dict, staged: dict, headers: Optional[dict] = None,
+                          made: Optional[dict] = None) -> None:
     """Upload the staged file under ``f['tmp']`` (streamed), with ``headers`` (the copy over the
     original keeps them: S3, GCS and Azure copy an object's headers with its bytes), and read it
-    back through TensorBoard's own reader over the store's URL scheme: same sha256, same record count."""
+    back through TensorBoard's own reader over the store's URL scheme: same sha256, same record
+    count. ``made``: the boto3 clients TensorBoard's S3 reader made for the run's earlier files
+    (``_tensorboard_s3_reads``)."""
     info = BucketState.of(ostore).put_file(f["tmp"], staged["local"], headers=headers)
     if info.size != staged["size"]:
         raise BucketTxnError(Failure.STORE_ERROR, f"{f['path']}: uploaded {info.size} bytes of {staged['size']}")
     url = f"{ostore.scheme}://{f['tmp']}"
-    with _S3_READS if ostore.scheme == "s3" else contextlib.nullcontext():
+    with _tensorboard_s3_reads({} if made is None else made) if ostore.scheme == "s3" else contextlib.nullcontext():
         got = _tensorboard_sha256(url, ostore)
         n = _tensorboard_records(url) if "records_after" in staged else None
     if got != staged["sha256"]:

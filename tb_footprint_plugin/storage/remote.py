@@ -22,8 +22,10 @@ economy and the error vocabulary of s3, gs and az are kept in one place.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
+import hashlib
 import io
 import json
 import math
@@ -1001,15 +1003,40 @@ class _Ops:
 #: session was (credentials found once, not per client); made at the first client
 _S3_SESSION: list = []
 _S3_SESSION_LOCK = threading.Lock()
+#: the S3 conditional clients of this process, one per what a client is built from
+#: (``_s3_client_key``), the most recently used last: building one costs ~15 ms of CPU, paid by
+#: every ``RemoteFS`` that wrote (every bucket store a command opens, every test's), and botocore's
+#: clients are thread-safe; past ``S3_CLIENTS_KEPT`` the least recently used is let go
+_S3_CLIENTS: "collections.OrderedDict[str, object]" = collections.OrderedDict()
+S3_CLIENTS_KEPT = 16
 
 
-def _s3_client(fs, **kwargs):
+def _s3_client_key(session, endpoint_url: Optional[str], retries: dict) -> Optional[str]:
+    """What a client made by ``session`` with these arguments is built from: the arguments, every
+    ``AWS_*`` variable of the environment (botocore's configuration and credential chain read
+    them: region, endpoint, profile, config and credentials files, keys) and the credentials the
+    session found (refreshable ones refresh in place, in every client holding them); a digest,
+    no secret kept. None when the session found no credentials: such a client is never kept (the
+    next one looks again, as before)."""
+    creds = session.get_credentials()
+    if creds is None:
+        return None
+    h = hashlib.sha256(json.dumps([endpoint_url, retries, id(creds), session.get_config_variable("region"),
+                                   sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_"))],
+                                  sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def _s3_client(fs, *, endpoint_url: Optional[str], retries: dict):
     """A botocore S3 client in this process's session, made on the data loader of the session
     s3fs's client was built in when there is one (its first request made it): the S3 service model
     and endpoint rules that loader has read are not read and parsed again (about 0.07 s of CPU,
     once per process, paid by a scan whose only write is its cache). Credentials, config and
-    events stay the session's own, as they were ``boto3.client``'s."""
+    events stay the session's own, as they were ``boto3.client``'s. One client per what it is
+    built from (``_s3_client_key``), shared by every ``RemoteFS`` of the process that asks for
+    the same."""
     import botocore.session
+    from botocore.config import Config
 
     with _S3_SESSION_LOCK:  # a session is not to be shared across threads while it makes clients
         if not _S3_SESSION:
@@ -1018,20 +1045,29 @@ def _s3_client(fs, **kwargs):
             if isinstance(built, botocore.session.Session):
                 session.register_component("data_loader", built.get_component("data_loader"))
             _S3_SESSION.append(session)
-        return _S3_SESSION[0].create_client("s3", **kwargs)
+        session = _S3_SESSION[0]
+        key = _s3_client_key(session, endpoint_url, retries)
+        client = _S3_CLIENTS.get(key) if key is not None else None
+        if client is not None:
+            _S3_CLIENTS.move_to_end(key)
+            return client
+        client = session.create_client("s3", endpoint_url=endpoint_url, config=Config(retries=dict(retries)))
+        if key is not None:
+            _S3_CLIENTS[key] = client
+            while len(_S3_CLIENTS) > S3_CLIENTS_KEPT:
+                _S3_CLIENTS.popitem(last=False)
+        return client
 
 
 class _S3Ops(_Ops):
     def __init__(self, rfs):
         super().__init__(rfs)
-        from botocore.config import Config
-
         # "standard" retries back off on 503 SlowDown / 500 InternalError and retry them.
-        cfg = Config(retries={"mode": os.environ.get("AWS_RETRY_MODE", "standard"),
-                              "max_attempts": int(os.environ.get("AWS_MAX_ATTEMPTS", "6"))})
+        retries = {"mode": os.environ.get("AWS_RETRY_MODE", "standard"),
+                   "max_attempts": int(os.environ.get("AWS_MAX_ATTEMPTS", "6"))}
         # botocore's client, not boto3's (same requests, checksums and credential chain): ``import
         # boto3`` is paid only by ``upload_file``, the one call that needs it
-        self.client = _s3_client(rfs.fs, endpoint_url=_s3_kwargs().get("endpoint_url"), config=cfg)
+        self.client = _s3_client(rfs.fs, endpoint_url=_s3_kwargs().get("endpoint_url"), retries=retries)
 
     def _store_err(self, e, what: str):
         from botocore.exceptions import ClientError
