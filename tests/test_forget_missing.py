@@ -16,23 +16,14 @@ from tb_footprint_plugin.codes import Failure, Finding
 from tb_footprint_plugin.engine.context import TransactionError
 from tb_footprint_plugin.engine.purge_run import KEPT_BY
 
-from test_missing_manifest_keeps_shared_blobs import STATE, _missing, _reduce, _runs
+from test_missing_manifest_keeps_shared_blobs import STATE, _missing, _reduce, _runs, reduce_losing_manifest
 
 
 def _twins_w_missing(tmp_path):
     """Logdir with x and w reduced, w's manifest gone: (logdir, x's op, w's op)."""
     logdir = _runs(tmp_path)
     op_x = _reduce(logdir, "x")
-    seg = logdir / STATE / "oplog" / "segments"
-    twins = logdir / STATE / "oplog" / "twins"
-    had = set(os.listdir(seg))
-    op_w = _reduce(logdir, "w")
-    gone = sorted(set(os.listdir(seg)) - had)
-    assert gone
-    for name in gone:  # w's manifest goes missing (both copies)
-        os.remove(seg / name)
-        if (twins / name).exists():
-            os.remove(twins / name)
+    op_w = reduce_losing_manifest(logdir, "w")
     assert [f["detail"] for f in _missing(logdir)] and op_w in _missing(logdir)[0]["detail"]
     return logdir, op_x, op_w
 

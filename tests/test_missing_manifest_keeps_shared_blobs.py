@@ -46,6 +46,22 @@ def _reduce(logdir, run: str, backup_dir=None) -> str:
     return o.op_id
 
 
+def reduce_losing_manifest(logdir: Path, run: str, backup_dir=None, aside: Path = None) -> str:
+    """``run`` reduced, then its manifest gone missing: the operation log's pieces the reduce wrote, both
+    copies, removed (or moved to ``aside``). Returns its op id."""
+    seg = logdir / STATE / "oplog" / "segments"
+    twins = logdir / STATE / "oplog" / "twins"
+    had = set(os.listdir(seg)) if seg.exists() else set()
+    op = _reduce(logdir, run, backup_dir)
+    pieces = sorted(set(os.listdir(seg)) - had)
+    assert pieces
+    for name in pieces:
+        for src, dst in ((seg / name, name), (twins / name, name + ".twin")):
+            if src.exists():
+                os.rename(src, aside / dst) if aside is not None else os.remove(src)
+    return op
+
+
 def _missing(logdir, backup_dir=None) -> list:
     return [p for p in api.status(str(logdir), backup_dir=backup_dir)["problems"]
             if p["code"] == Finding.MANIFEST_MISSING]

@@ -14,7 +14,7 @@ from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.engine.purge_run import KEPT_BY
 
 from test_bucket_missing_manifest_keeps_shared_blobs import DROP, _json, _logdir, _manifest_key, _ops
-from test_missing_manifest_keeps_shared_blobs import OLD, STATE, _reduce, _runs
+from test_missing_manifest_keeps_shared_blobs import OLD, _reduce, _runs, reduce_losing_manifest
 
 
 def _bucket_twins(s3_bucket, tmp_path, capsys):
@@ -58,14 +58,7 @@ def test_a_disk_purge_that_keeps_every_blob_says_why_its_rows_freed_nothing(tmp_
     capsys.readouterr()
     assert cli.main(["retire", str(logdir), "--run", "y", "--yes", "--quiet-period", "0"]) == 0, capsys.readouterr()
     _reduce(logdir, "x")
-    seg = logdir / STATE / "oplog" / "segments"
-    twins = logdir / STATE / "oplog" / "twins"
-    had = set(os.listdir(seg))
-    _reduce(logdir, "w")
-    for name in sorted(set(os.listdir(seg)) - had):  # w's manifest goes missing (both copies)
-        os.remove(seg / name)
-        if (twins / name).exists():
-            os.remove(twins / name)
+    reduce_losing_manifest(logdir, "w")
     for yes in (False, True):
         rep = api.purge(str(logdir), runs=["x", "y"], yes=yes).to_dict()
         rows = {r["run"]: r for r in rep["ops"]}

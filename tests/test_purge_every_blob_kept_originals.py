@@ -2,8 +2,6 @@
 x purged: x can no longer be restored. Before, it said "0 original file(s) lost" (its files' blobs counted as kept by
 the every-blob rule); now the files of x no manifest read names are counted (``purge._blob_plan``), as a bucket's
 purge counts them, and the row says why it freed nothing (``purge_run.KEPT_BY``)."""
-import os
-
 import pytest
 
 from tb_footprint_plugin import api
@@ -11,7 +9,7 @@ from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.engine.context import TransactionError
 from tb_footprint_plugin.engine.purge_run import KEPT_BY
 
-from test_missing_manifest_keeps_shared_blobs import STATE, _reduce, _runs
+from test_missing_manifest_keeps_shared_blobs import _reduce, _runs, reduce_losing_manifest
 
 
 def test_a_disk_purge_that_keeps_every_blob_counts_the_originals_it_can_no_longer_restore(tmp_path):
@@ -19,14 +17,7 @@ def test_a_disk_purge_that_keeps_every_blob_counts_the_originals_it_can_no_longe
     _reduce(logdir, "x")
     healthy = api.purge(str(logdir), run="x", yes=False).to_dict()
     assert healthy["originals_lost"] > 0, healthy  # what x's purge costs with every manifest there
-    seg = logdir / STATE / "oplog" / "segments"
-    twins = logdir / STATE / "oplog" / "twins"
-    had = set(os.listdir(seg))
-    _reduce(logdir, "w")
-    for name in sorted(set(os.listdir(seg)) - had):  # w's manifest goes missing (both copies)
-        os.remove(seg / name)
-        if (twins / name).exists():
-            os.remove(twins / name)
+    reduce_losing_manifest(logdir, "w")
     for yes in (False, True):
         rep = api.purge(str(logdir), run="x", yes=yes).to_dict()
         (row,) = rep["ops"]
