@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from conftest import REPO
+from conftest import REPO, copy_real
 from helpers_runs import read_tree
 from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.engine import transaction
@@ -156,3 +157,23 @@ def test_a_file_moved_to_a_staged_name_survives_a_state_folder_moved_aside(tmp_p
     # before: unlinked by name with every stage record's temporary
     assert open(moved_to[0], "rb").read() == SECRET
     assert os.path.relpath(moved_to[0], logdir) in o.reason, o.reason
+
+
+def test_a_private_folder_moved_to_a_removed_folders_path_is_not_opened_by_the_restore(tmp_path):
+    """Review R28 F5: a restore gave any 0700 folder at a path the reduce removed the recorded mode and group,
+    taking it for a killed attempt's own; a teammate could rename the user's private folder there (a team
+    folder) and read it afterwards. Now only where no one else could have put it; here it stays private,
+    and the restore names it."""
+    logdir = copy_real("viewed/jax_profiled", tmp_path / "logdir")
+    assert api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",)).ok
+    assert not (logdir / "plugins").exists()
+    os.chmod(logdir, 0o777)  # the run's folder, a team's
+    private = logdir / "private"
+    private.mkdir()
+    os.chmod(private, 0o700)
+    (private / "notes.txt").write_bytes(SECRET)
+    os.rename(private, logdir / "plugins")  # the teammate's move, to the path the reduce removed
+    (o,) = api.restore(str(logdir))
+    # before: drwxr-xr-x (the recorded mode), the notes readable by the group and others
+    assert stat.S_IMODE(os.lstat(logdir / "plugins").st_mode) == 0o700, o.to_dict()
+    assert "plugins" in o.reason or "plugins" in str(o.to_dict()), o.to_dict()

@@ -678,11 +678,35 @@ def settle_dirs(ctx: Context, dirs: List[dict], made) -> List[str]:
     made = set(made)
     unreached: List[str] = []
     for d in sorted(dirs, key=lambda d: len(d["path"]), reverse=True):
-        # a folder this operation did not make (or already settled) is left as it is
+        # a folder this operation did not make (or already settled) is left as it is. A 0700 one is
+        # taken for a killed attempt's own only where no one else could have put it there (its
+        # parent a folder of the user's no one else may write): in a team folder a teammate may
+        # rename the user's own private folder to that path, and settling it gave it the recorded
+        # group and bits (review R28 F5: disclosed); it stays private then, and is named
         mine = d["path"] in made
+        if not mine and not _parent_only_ours(ctx, d["path"]):
+            with folder_at(ctx, os.path.join(d["path"], "x")) as at:
+                st = os.fstat(at[0]) if at is not None else None
+            if st is not None and (st.st_mode & 0o7777) == 0o700:
+                unreached.append(d["path"])
+            continue
         settle_folder(ctx, d["path"], d["mode"], recorded_mtime_ns(d), recorded_owner(d),
-                      when=lambda st, mine=mine: mine or (st.st_mode & 0o7777) == 0o700, unreached=unreached)
+                      when=lambda st, mine=mine: mine or (st.st_mode & 0o7777) == 0o700 and st.st_uid == os.geteuid(),
+                      unreached=unreached)
     return unreached
+
+
+def _parent_only_ours(ctx: Context, path: str) -> bool:
+    """Whether the folder holding the logdir path ``path`` is the user's and no one else may write it."""
+    parent = os.path.dirname(path)
+    if parent:
+        st = _lstat_path(ctx, parent)
+    else:
+        try:
+            st = os.stat(ctx.logdir)
+        except OSError:
+            return False
+    return st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
 
 
 def unsettled_note(folders: List[str]) -> str:
@@ -690,7 +714,8 @@ def unsettled_note(folders: List[str]) -> str:
     ``retire_tree.chmod_dirs`` left (a link, or reached only through one); '' when none."""
     if not folders:
         return ""
-    return (f"{len(folders)} recorded folder(s) reached only through a link kept their mode and time, e.g. "
+    return (f"{len(folders)} recorded folder(s) reached only through a link, or a private one this operation "
+            f"cannot tell for its own in a folder others may write, kept their mode and time, e.g. "
             f"{folders[0]}: its files are back, the folder's recorded mode and time are not")
 
 
