@@ -195,4 +195,7 @@ def test_late_records_killed_before_their_copy_set_the_owner_are_the_users(tmp_p
     assert str(salvaged) == killed
     assert (salvaged.stat().st_uid, salvaged.stat().st_gid) == (NOBODY, NOBODY)
     assert (path.stat().st_uid, path.stat().st_gid) == (NOBODY, NOBODY)
-    assert not leftovers(logdir)
+    # root in the user's folder (the user may write it) cannot tell a file at its temporaries' names for
+    # its own (review R28 F2: the user may have moved a file of theirs there): left, and the start names it
+    left = leftovers(logdir)
+    assert len(left) <= 1 and all(os.path.relpath(p, logdir) in rec[0].detail for p in left), (left, rec[0].detail)

@@ -684,7 +684,7 @@ def settle_dirs(ctx: Context, dirs: List[dict], made) -> List[str]:
         # rename the user's own private folder to that path, and settling it gave it the recorded
         # group and bits (review R28 F5: disclosed); it stays private then, and is named
         mine = d["path"] in made
-        if not mine and not _parent_only_ours(ctx, d["path"]):
+        if not mine and not _parent_only_ours(ctx, d["path"]) and not _roots_own_in_theirs(ctx, d):
             with folder_at(ctx, os.path.join(d["path"], "x")) as at:
                 st = os.fstat(at[0]) if at is not None else None
             if st is not None and (st.st_mode & 0o7777) == 0o700:
@@ -694,6 +694,17 @@ def settle_dirs(ctx: Context, dirs: List[dict], made) -> List[str]:
                       when=lambda st, mine=mine: mine or (st.st_mode & 0o7777) == 0o700 and st.st_uid == os.geteuid(),
                       unreached=unreached)
     return unreached
+
+
+def _roots_own_in_theirs(ctx: Context, d: dict) -> bool:
+    """Whether root restores a run recorded as another user's and the folder at ``d``'s path is
+    root's own 0700 one: its killed attempt's (``make_dirs`` makes them root's until settled). That
+    user could not have made a folder of root's, and one of root's private folders standing beside
+    the user's run folder is none this rule has to fear."""
+    if os.geteuid() != 0 or recorded_owner(d) in (None, (0, 0)) or (recorded_owner(d) or (0, 0))[0] == 0:
+        return False
+    st = _lstat_path(ctx, d["path"])
+    return st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid == 0 and (st.st_mode & 0o7777) == 0o700
 
 
 def _parent_only_ours(ctx: Context, path: str) -> bool:
