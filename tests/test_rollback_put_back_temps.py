@@ -66,3 +66,25 @@ def test_a_forged_token_names_no_file(tmp_path):
     assert put_back_token({"tmp_token": 7}) is None
     assert put_back_token({}) is None
     assert put_back_token({"tmp_token": "ab" * 16}) == "ab" * 16
+
+
+def test_a_rollbacks_temporary_left_in_a_team_folder_is_named(tmp_path):
+    """The same kill in a run folder others may write (review R28 F2's rule): the recovery cannot tell the
+    killed put-back's temporary for its own there (a teammate could have moved a file of the user's to its
+    predictable name), so it leaves it; its rollback's manifest names it (before: left unnamed)."""
+    logdir = tmp_path / "logdir"
+    path = image_run(logdir / "run")
+    original = path.read_bytes()
+    _age(logdir)
+    os.chmod(logdir / "run", 0o777)
+    env = dict(ENV, TB_FOOTPRINT_FAILPOINTS="reduce.swap=raise,restore_copied=kill")
+    code = ("import sys; from tb_footprint_plugin import api; "
+            "api.reduce_logdir(sys.argv[1], policy='archive', dry_run=False, verify_backends=('python',))")
+    p = subprocess.run([sys.executable, "-c", code, str(logdir)], env=env, timeout=300)
+    assert p.returncode == -signal.SIGKILL
+    (left,) = _temps(logdir / "run")
+    api.recover_logdir(str(logdir))
+    assert path.read_bytes() == original
+    assert _temps(logdir / "run") == {left}
+    (m,) = [m for m in api.operations(str(logdir)) if m["kind"] == "reduce"]
+    assert m["outcome"] == "rolled_back" and os.path.join("run", left) in m["reason"], m

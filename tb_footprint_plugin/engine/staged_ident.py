@@ -69,12 +69,12 @@ def left_at_staged_note(left: List[str]) -> str:
 
 
 def left_at_temp_note(left: List[str]) -> str:
-    """What a restore says of the files ``swap.remove_put_back_temps`` left at its temporaries'
-    names (one it cannot tell for its own, in a folder others may write); '' when none."""
+    """What a restore or a rollback says of the files ``swap.remove_put_back_temps`` left at its
+    temporaries' names (one it cannot tell for its own, in a folder others may write); '' when none."""
     if not left:
         return ""
-    return (f"{len(left)} file(s) at this restore's temporary names left where they are (it cannot tell them for "
-            f"its own in a folder others may write; remove each that is nobody's), e.g. {left[0]}")
+    return (f"{len(left)} file(s) at this operation's temporary names left where they are (it cannot tell them "
+            f"for its own in a folder others may write; remove each that is nobody's), e.g. {left[0]}")
 
 
 __all__ = ["has_ident", "left_at_staged_note", "left_at_temp_note", "staged_replaced", "staged_still", "stands_in"]

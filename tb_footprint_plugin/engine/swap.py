@@ -29,7 +29,7 @@ from tb_footprint_plugin.engine.placement import (IN_PLACE, copies_begun, folder
                                                   partial_put_back, put_in_place, resume_at, resume_copy, settle_folder, stands_at,
                                                   starts_with, undo_new_name, version_at, version_in)
 from tb_footprint_plugin.engine.relink import Relinks, link_groups
-from tb_footprint_plugin.engine.staged_ident import has_ident, left_at_staged_note, staged_replaced
+from tb_footprint_plugin.engine.staged_ident import has_ident, left_at_staged_note, left_at_temp_note, staged_replaced
 from tb_footprint_plugin.engine.salvage import keep_late_records
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path
@@ -346,8 +346,9 @@ def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[J
     # the temp names of the put-backs carry the journaled token: a rollback killed while putting
     # a file back left exactly those, removed now (a journal without one: random names, left)
     token = put_back_token(records[0])
+    left_temps: List[str] = []  # at its put-backs' names, files it cannot tell for its own (review R28 F2)
     if swapped:
-        remove_put_back_temps(ctx, backups, token)
+        remove_put_back_temps(ctx, backups, token, left=left_temps)
         if not put_back_names_free(ctx, backups, token):
             token = None  # something else stands at a journaled name: fresh random names instead
     # what an earlier, killed attempt of this rollback found in an original's place (journaled
@@ -402,7 +403,8 @@ def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[J
     if unsettled is not None:
         unsettled.extend(left_unsettled)
     # named in the rollback's manifest (review R7 F6)
-    note = "; ".join(n for n in (unsettled_note(left_unsettled), left_at_staged_note(left_staged)) if n)
+    note = "; ".join(n for n in (unsettled_note(left_unsettled), left_at_staged_note(left_staged),
+                                  left_at_temp_note(left_temps)) if n)
     settle_folder_times(ctx, records[0].get("dir_times"))
     kept = {d["path"] for d in displaced if d.get("kept_in_place")}
     for r in backups if swapped else ():
