@@ -63,7 +63,7 @@ from tb_footprint_plugin.engine.bucket_identity import BLOB_OWNER, claimed_here,
 from tb_footprint_plugin.engine.catalogue_rules import entry_released
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.journal_object import pending_objects
-from tb_footprint_plugin.engine.history import (BUCKET_KEPT, HISTORY_NAME, append_ended, bucket_kept_log, ended_line,
+from tb_footprint_plugin.engine.history import (BUCKET_KEPT, HISTORY_NAME, append_kept, bucket_kept_log, ended_line,
                                                 missing_manifests)
 from tb_footprint_plugin.engine.vault_manifests import EveryBlob
 from tb_footprint_plugin.engine.bucket_state import (
@@ -446,7 +446,7 @@ def end_witness(ostore: ObjectStore, vault: BucketVault, op_id: str, kind: str, 
     manifest goes). No request without a folder (no line was ever written)."""
     if vault.blobs is None:
         return
-    said = append_ended(BucketState.of(ostore).logdir_store(), [ended_line(op_id, kind, run)])
+    said = append_kept(BucketState.of(ostore).logdir_store(), [ended_line(op_id, kind, run)])
     if said:
         raise BucketTxnError(Failure.STORE_ERROR, f"{witness_name(ostore)}: {said}; the manifest of {op_id} is "
                              "kept until it is (the next start ends it)")

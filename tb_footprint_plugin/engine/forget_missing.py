@@ -27,12 +27,16 @@ import time
 from typing import Callable, List, Tuple
 
 from tb_footprint_plugin.codes import Failure, Finding, StoreError
+from tb_footprint_plugin.engine.bucket_blobs import listed_op, witness_name
+from tb_footprint_plugin.engine.bucket_state import BucketState, BucketVault
+from tb_footprint_plugin.engine.catalogue import missing_manifests
 from tb_footprint_plugin.engine.context import TransactionError, writing
 from tb_footprint_plugin.engine.front_base import Engine
 from tb_footprint_plugin.engine.front_local import LocalEngine
-from tb_footprint_plugin.engine.history import (ChangeLog, append_history, disk_log, history_path, purge_line,
-                                                purge_mark)
+from tb_footprint_plugin.engine.history import (ChangeLog, append_history, bucket_kept_log, disk_log, history_path,
+                                                purge_line, purge_mark)
 from tb_footprint_plugin.storage.store import StoreFailure
+
 
 def forget_missing(eng: Engine, op_id: str, *, yes: bool = False) -> dict:
     """End the line of operation ``op_id`` whose manifest is missing (``yes``), or say what that
@@ -104,8 +108,6 @@ def _result(op_id: str, kind: str, run: str, where: str, yes: bool) -> dict:
 
 def _disk(eng: LocalEngine, op_id: str, yes: bool) -> dict:
     """A disk: the logdir's change log, and every vault of the logdir (``catalogue.missing_manifests``)."""
-    from tb_footprint_plugin.engine.catalogue import missing_manifests
-
     ctx = eng.ctx
     where = history_path(ctx.state)
     log = disk_log(ctx.state)
@@ -127,10 +129,6 @@ def _disk(eng: LocalEngine, op_id: str, yes: bool) -> dict:
 
 def _bucket(eng: Engine, op_id: str, yes: bool) -> dict:
     """A bucket logdir with a local blob folder: its witness, and the manifest objects listed in its vault."""
-    from tb_footprint_plugin.engine.bucket_blobs import listed_op, witness_name
-    from tb_footprint_plugin.engine.bucket_state import BucketState
-    from tb_footprint_plugin.engine.history import bucket_kept_log
-
     ostore, vault = eng.ostore, eng.vault
     if vault.blobs is None:
         raise TransactionError(f"{eng.logdir}: its backups are copies in the bucket, no local blob folder: no "
@@ -139,7 +137,7 @@ def _bucket(eng: Engine, op_id: str, yes: bool) -> dict:
     st = BucketState.of(ostore)
     where = witness_name(ostore)
     log = bucket_kept_log(st.logdir_store())
-    kind, run = _refuse_unless_missing(log, where, op_id, present=lambda: _listed(st, vault, listed_op, op_id))
+    kind, run = _refuse_unless_missing(log, where, op_id, present=lambda: _listed(st, vault, op_id))
     if yes:
         try:
             log.append_lines([dict(_line(op_id, run), time=time.time())])
@@ -149,7 +147,7 @@ def _bucket(eng: Engine, op_id: str, yes: bool) -> dict:
     return _result(op_id, kind, run, where, yes)
 
 
-def _listed(st, vault, listed_op, op_id: str) -> bool:
+def _listed(st: BucketState, vault: BucketVault, op_id: str) -> bool:
     """Whether a manifest object of ``op_id`` is listed in the bucket's vault (any content counts);
     a listing that fails refuses (it may hide it)."""
     manifests = vault.root + "/manifests"

@@ -1047,8 +1047,8 @@ def kept_line(op_id: str, kind: str, run: str) -> dict:
 
 
 def append_kept(store: Store, lines: List[dict], *, once: bool = False) -> Optional[str]:
-    """Append ``lines`` (``kept_line``) to the bucket logdir's witness in one append (a head, a read
-    and a conditional put; none when there is no line); ``once``: only those whose operation has no
+    """Append ``lines`` (``kept_line``; ``ended_line``) to the bucket logdir's witness in one append (a
+    head, a read and a conditional put; none when there is no line); ``once``: only those whose operation has no
     verified line yet (``ChangeLog.append_once``: a start finishing an operation whose process may
     have written it before it was killed). A store that refuses it is said, never raised (the
     operations stand; only their witness is not written): returned, None when written."""
@@ -1058,7 +1058,7 @@ def append_kept(store: Store, lines: List[dict], *, once: bool = False) -> Optio
         log = bucket_kept_log(store)
         log.append_once(lines) if once else log.append_lines(lines)
     except StoreFailure as e:
-        return f"the witness of its verified operation(s) was not written ({e})"
+        return f"the witness line(s) of its operation(s) were not written ({e})"
     return None
 
 
@@ -1070,19 +1070,6 @@ def ended_line(op_id: str, kind: str, run: str) -> dict:
     names its blobs) and an ended line, never a line whose manifest is gone for good."""
     return {"time": time.time(), "op_id": op_id, "kind": kind, "run": run, "outcome": str(Outcome.ROLLED_BACK),
             "backup_kept": False}
-
-
-def append_ended(store: Store, lines: List[dict]) -> Optional[str]:
-    """Append ``lines`` (``ended_line``) to the bucket logdir's witness in one append; what says
-    the store refused it (its caller then keeps the manifest: the line must end first), None
-    when written."""
-    if not lines:
-        return None
-    try:
-        bucket_kept_log(store).append_lines(lines)
-    except StoreFailure as e:
-        return f"the witness line ending its operation was not written ({e})"
-    return None
 
 
 def missing_manifests_said(log: Optional[ChangeLog], ops: List[str]) -> Dict[str, Tuple[Optional[str], str]]:
@@ -1296,6 +1283,6 @@ def _sift(buf: bytearray, ident: str, entries: List[dict]) -> None:
         pos = end
 
 
-__all__ = ["BUCKET_KEPT", "KEPT_LOG_LIMIT", "append_ended", "append_kept", "ended_line", "bucket_kept_log", "kept_line", "missing_manifest_words", "missing_manifests_said", "backups_said_kept", "backups_said_kept_now", "missing_manifests", "said_kept_into", "said_kept_lines", "BUCKET_WORKERS", "CSV_FIELDS", "ChangeLog", "HISTORY", "HISTORY_NAME", "StateFolder", "append_history", "append_rolled_back",
+__all__ = ["BUCKET_KEPT", "KEPT_LOG_LIMIT", "append_kept", "ended_line", "bucket_kept_log", "kept_line", "missing_manifest_words", "missing_manifests_said", "backups_said_kept", "backups_said_kept_now", "missing_manifests", "said_kept_into", "said_kept_lines", "BUCKET_WORKERS", "CSV_FIELDS", "ChangeLog", "HISTORY", "HISTORY_NAME", "StateFolder", "append_history", "append_rolled_back",
            "bucket_log", "changes_since", "configure_writer", "disk_log", "finite", "history_csv", "history_damage",
            "HistoryPage", "history_files", "history_problems", "history_path", "line_of", "logged_operations", "purge_line", "purge_mark", "purge_reason", "read_history", "read_history_page", "reduce_line", "rolled_back_line", "worker_file_name"]
